@@ -1,0 +1,172 @@
+package ca
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Where an authority's material came from.
+const (
+	sourceSelfSigned = "self-signed"
+	sourcePluggedIn  = "plugged-in"
+)
+
+// authority is a loaded, checked signer with its chain and roots. It is
+// immutable once published; a rotation builds a new one.
+type authority struct {
+	source   string
+	signer   crypto.Signer
+	cert     *x509.Certificate
+	notAfter time.Time // the earliest NotAfter along the chain to the root
+
+	roots       []*x509.Certificate
+	rootPool    *x509.CertPool
+	interPool   *x509.CertPool // the signing cert and the intermediates above it
+	chainPEM    []string       // signing cert, then intermediates; empty if the signer is a root
+	rootsPEM    string
+	fingerprint [sha256.Size]byte
+	bundle      *Bundle
+}
+
+// newAuthority parses and checks a set at time now. Errors are FileErrors.
+func newAuthority(set rawSet, now time.Time, source string) (*authority, error) {
+	f := set.files
+	certs, err := parseCerts(set.cert)
+	if err != nil {
+		return nil, fileErr(f.cert, err)
+	}
+	cert := certs[0]
+	signer, err := parsePrivateKey(set.key)
+	if err != nil {
+		return nil, fileErr(f.key, err)
+	}
+	if err := checkPublicKey(signer.Public()); err != nil {
+		return nil, fileErr(f.key, err)
+	}
+	if !publicKeysEqual(signer.Public(), cert.PublicKey) {
+		return nil, fileErr(f.key, fmt.Errorf("private key does not match %s", f.cert))
+	}
+	if err := checkCACert(cert, now); err != nil {
+		return nil, fileErr(f.cert, err)
+	}
+	extra := certs[1:]
+	if f.chain != "" && len(bytes.TrimSpace(set.chain)) > 0 {
+		chain, err := parseCerts(set.chain)
+		if err != nil {
+			return nil, fileErr(f.chain, err)
+		}
+		extra = append(extra, chain...)
+	}
+	roots, err := parseCerts(set.roots)
+	if err != nil {
+		return nil, fileErr(f.roots, err)
+	}
+	a := &authority{source: source, signer: signer, cert: cert, roots: roots}
+	if err := a.buildChain(extra, now, f); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// buildChain verifies the signing cert up to the roots and keeps the path.
+func (a *authority) buildChain(extra []*x509.Certificate, now time.Time, f setFiles) error {
+	a.rootPool = x509.NewCertPool()
+	for _, r := range a.roots {
+		a.rootPool.AddCert(r)
+	}
+	candidates := x509.NewCertPool()
+	for _, c := range extra {
+		if !c.Equal(a.cert) && !containsCert(a.roots, c) {
+			candidates.AddCert(c)
+		}
+	}
+	chains, err := a.cert.Verify(x509.VerifyOptions{
+		Roots:         a.rootPool,
+		Intermediates: candidates,
+		CurrentTime:   now,
+		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
+	})
+	if err != nil {
+		return fileErr(f.cert, fmt.Errorf("does not verify to %s: %w", f.roots, err))
+	}
+	path := chains[0] // signing cert, intermediates..., root
+	a.notAfter = a.cert.NotAfter
+	for _, c := range path {
+		if c.NotAfter.Before(a.notAfter) {
+			a.notAfter = c.NotAfter
+		}
+	}
+	a.interPool = x509.NewCertPool()
+	if len(path) > 1 {
+		for _, c := range path[:len(path)-1] {
+			a.interPool.AddCert(c)
+			a.chainPEM = append(a.chainPEM, string(encodeCert(c)))
+		}
+	}
+	a.rootsPEM = string(encodeCerts(a.roots))
+	h := sha256.New()
+	for _, c := range path[:len(path)-1] {
+		h.Write(c.Raw)
+	}
+	h.Write([]byte(a.rootsPEM))
+	h.Sum(a.fingerprint[:0])
+	return nil
+}
+
+// checkCACert checks that cert may sign certificates at time now.
+func checkCACert(cert *x509.Certificate, now time.Time) error {
+	if !cert.BasicConstraintsValid || !cert.IsCA {
+		return errors.New("certificate is not a CA (basic constraints CA is not true)")
+	}
+	if cert.KeyUsage&x509.KeyUsageCertSign == 0 {
+		return errors.New("certificate lacks the keyCertSign key usage")
+	}
+	if now.Before(cert.NotBefore) {
+		return fmt.Errorf("certificate is not valid before %s", cert.NotBefore.UTC().Format(time.RFC3339))
+	}
+	if now.After(cert.NotAfter) {
+		return fmt.Errorf("certificate expired at %s", cert.NotAfter.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+func containsCert(certs []*x509.Certificate, c *x509.Certificate) bool {
+	for _, x := range certs {
+		if x.Equal(c) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseCerts reads one or more PEM certificates. Text around the blocks is
+// ignored, as openssl writes it; any other PEM block type is an error.
+func parseCerts(data []byte) ([]*x509.Certificate, error) {
+	var certs []*x509.Certificate
+	rest := data
+	for {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			return nil, fmt.Errorf("unexpected PEM block %q; want CERTIFICATE", block.Type)
+		}
+		c, err := x509.ParseCertificate(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("parse certificate %d: %w", len(certs)+1, err)
+		}
+		certs = append(certs, c)
+	}
+	if len(certs) == 0 {
+		return nil, errors.New("no PEM certificate found")
+	}
+	return certs, nil
+}
