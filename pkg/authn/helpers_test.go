@@ -1,0 +1,81 @@
+package authn
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+)
+
+var (
+	testTD = spiffeid.RequireTrustDomainFromString("cluster.local")
+	// t0 is the fixed "now" of the tests.
+	t0 = time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+)
+
+// fakeClock is a settable clock.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock(now time.Time) *fakeClock { return &fakeClock{now: now} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// mdContext returns a context with incoming gRPC metadata of key/value pairs.
+func mdContext(kv ...string) context.Context {
+	return metadata.NewIncomingContext(context.Background(), metadata.Pairs(kv...))
+}
+
+// bearerContext returns a context carrying "authorization: Bearer token".
+func bearerContext(token string, kv ...string) context.Context {
+	return mdContext(append([]string{"authorization", "Bearer " + token}, kv...)...)
+}
+
+// tlsPeerContext returns ctx with a TLS peer that presented certs.
+func tlsPeerContext(ctx context.Context, certs ...*x509.Certificate) context.Context {
+	return peer.NewContext(ctx, &peer.Peer{
+		AuthInfo: credentials.TLSInfo{State: tls.ConnectionState{PeerCertificates: certs}},
+	})
+}
+
+// unsignedJWT returns a compact JWS with the given claims and a bogus
+// signature, for authenticators that do not check signatures themselves.
+func unsignedJWT(t testing.TB, claims map[string]any) string {
+	t.Helper()
+	payload, err := json.Marshal(claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := base64.RawURLEncoding
+	return enc.EncodeToString([]byte(`{"alg":"RS256","typ":"JWT"}`)) + "." + enc.EncodeToString(payload) + ".c2ln"
+}
+
+func mustID(t testing.TB, s string) spiffeid.ID {
+	t.Helper()
+	id, err := spiffeid.FromString(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}

@@ -1,0 +1,198 @@
+package authn
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+)
+
+// Defaults for KubeJWTConfig.
+const (
+	DefaultKubeJWTAudience = "istio-ca"
+	DefaultCacheSize       = 4096
+	DefaultCacheTTL        = 5 * time.Minute
+)
+
+// Extra keys the API server sets on reviews of pod-bound tokens.
+const (
+	extraPodName = "authentication.kubernetes.io/pod-name"
+	extraPodUID  = "authentication.kubernetes.io/pod-uid"
+)
+
+// serviceAccountsGroup is the group of every service account.
+const serviceAccountsGroup = "system:serviceaccounts"
+
+// KubeJWTConfig configures a KubeJWT.
+type KubeJWTConfig struct {
+	// TrustDomain is the trust domain of the identities granted.
+	TrustDomain spiffeid.TrustDomain
+	// Reviewer authenticates tokens with the API server.
+	Reviewer TokenReviewer
+	// Audiences are the audiences a token must be valid for; at least one
+	// must be confirmed by the review. Default: ["istio-ca"].
+	Audiences []string
+	// RequirePodBound refuses tokens not bound to a pod.
+	RequirePodBound bool
+	// CacheSize bounds the number of cached reviews. Default: 4096.
+	CacheSize int
+	// CacheTTL is the longest a successful review is reused. Default: 5m.
+	CacheTTL time.Duration
+	// Clock tells the time. Default: time.Now.
+	Clock func() time.Time
+}
+
+// KubeJWT authenticates callers by a Kubernetes service-account token,
+// reviewed by the API server.
+type KubeJWT struct {
+	cfg   KubeJWTConfig
+	cache *reviewCache
+}
+
+// reviewResult is what a successful review proves.
+type reviewResult struct {
+	id  spiffeid.ID
+	pod *Pod
+}
+
+var _ Authenticator = (*KubeJWT)(nil)
+
+// NewKubeJWT returns a KubeJWT with cfg's zero fields set to their defaults.
+func NewKubeJWT(cfg KubeJWTConfig) *KubeJWT {
+	if len(cfg.Audiences) == 0 {
+		cfg.Audiences = []string{DefaultKubeJWTAudience}
+	} else {
+		cfg.Audiences = slices.Clone(cfg.Audiences)
+	}
+	if cfg.CacheSize <= 0 {
+		cfg.CacheSize = DefaultCacheSize
+	}
+	if cfg.CacheTTL <= 0 {
+		cfg.CacheTTL = DefaultCacheTTL
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	return &KubeJWT{cfg: cfg, cache: newReviewCache(cfg.CacheSize)}
+}
+
+// Kind implements Authenticator.
+func (*KubeJWT) Kind() string { return KindKubernetes }
+
+// Authenticate implements Authenticator.
+func (k *KubeJWT) Authenticate(ctx context.Context) (*Caller, error) {
+	token, err := BearerToken(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cluster, err := ClusterID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res, err := k.authenticateToken(ctx, token)
+	if err != nil {
+		return nil, err
+	}
+	return &Caller{
+		Identities:    []spiffeid.ID{res.id},
+		Authenticator: KindKubernetes,
+		Pod:           res.pod,
+		ClusterID:     cluster,
+	}, nil
+}
+
+// authenticateToken reviews token, or reuses a review of it that is still
+// fresh.
+func (k *KubeJWT) authenticateToken(ctx context.Context, token string) (reviewResult, error) {
+	if len(token) > MaxTokenSize {
+		return reviewResult{}, fmt.Errorf("review token: %d bytes, limit %d: %w", len(token), MaxTokenSize, ErrTokenTooLarge)
+	}
+	key := sha256.Sum256([]byte(token))
+	if res, ok := k.cache.get(key, k.cfg.Clock()); ok {
+		return res.clone(), nil
+	}
+	if k.cfg.Reviewer == nil {
+		return reviewResult{}, fmt.Errorf("review token: no reviewer configured: %w", ErrUnavailable)
+	}
+	review, err := k.cfg.Reviewer.Review(ctx, token, slices.Clone(k.cfg.Audiences))
+	if err != nil {
+		return reviewResult{}, fmt.Errorf("review token: %w: %w", ErrUnavailable, err)
+	}
+	if review == nil {
+		return reviewResult{}, fmt.Errorf("review token: no review returned: %w", ErrUnavailable)
+	}
+	res, err := k.check(review)
+	if err != nil {
+		return reviewResult{}, fmt.Errorf("review token: %w", err)
+	}
+	if exp, ok := unverifiedExpiry(token); ok {
+		now := k.cfg.Clock()
+		expires := now.Add(k.cfg.CacheTTL)
+		if exp.Before(expires) {
+			expires = exp
+		}
+		if expires.After(now) {
+			k.cache.put(key, res.clone(), expires)
+		}
+	}
+	return res, nil
+}
+
+// check turns an API server review into the identity it proves.
+func (k *KubeJWT) check(r *TokenReview) (reviewResult, error) {
+	if !r.Authenticated {
+		return reviewResult{}, fmt.Errorf("not authenticated: %q: %w", r.Error, ErrInvalidToken)
+	}
+	if !intersects(r.Audiences, k.cfg.Audiences) {
+		return reviewResult{}, fmt.Errorf("audiences %q, want one of %q: %w", r.Audiences, k.cfg.Audiences, ErrInvalidToken)
+	}
+	if !slices.Contains(r.Groups, serviceAccountsGroup) {
+		return reviewResult{}, fmt.Errorf("user %q not in group %s: %w", r.Username, serviceAccountsGroup, ErrInvalidIdentity)
+	}
+	id, _, err := identityFromUsername(k.cfg.TrustDomain, r.Username)
+	if err != nil {
+		return reviewResult{}, err
+	}
+	pod, err := boundPod(r.Extra)
+	if err != nil {
+		return reviewResult{}, err
+	}
+	if pod == nil && k.cfg.RequirePodBound {
+		return reviewResult{}, fmt.Errorf("token of %q is not bound to a pod: %w", r.Username, ErrInvalidToken)
+	}
+	return reviewResult{id: id, pod: pod}, nil
+}
+
+// boundPod reads the pod a token is bound to from a review's extra fields.
+func boundPod(extra map[string][]string) (*Pod, error) {
+	names, uids := extra[extraPodName], extra[extraPodUID]
+	if len(names) == 0 && len(uids) == 0 {
+		return nil, nil
+	}
+	if len(names) != 1 || len(uids) != 1 || names[0] == "" || uids[0] == "" {
+		return nil, fmt.Errorf("pod binding: names %q, uids %q: %w", names, uids, ErrInvalidToken)
+	}
+	return &Pod{Name: names[0], UID: uids[0]}, nil
+}
+
+// clone copies r so that callers cannot change a cached Pod.
+func (r reviewResult) clone() reviewResult {
+	if r.pod != nil {
+		p := *r.pod
+		r.pod = &p
+	}
+	return r
+}
+
+// intersects reports whether a and b share an element.
+func intersects(a, b []string) bool {
+	for _, s := range a {
+		if slices.Contains(b, s) {
+			return true
+		}
+	}
+	return false
+}
