@@ -1,0 +1,54 @@
+package service
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the CSR API's Prometheus metrics, named as Istio names them so
+// that existing dashboards and alerts keep working.
+type Metrics struct {
+	csrs          prometheus.Counter
+	authnFailures prometheus.Counter
+	parseErrors   prometheus.Counter
+	signErrors    *prometheus.CounterVec
+	issued        prometheus.Counter
+	rateLimited   prometheus.Counter
+	signLatency   prometheus.Histogram
+}
+
+// NewMetrics creates the metrics and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		csrs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "citadel_server_csr_count",
+			Help: "The number of CSRs received by the CA server.",
+		}),
+		authnFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "citadel_server_authentication_failure_count",
+			Help: "The number of authentication failures.",
+		}),
+		parseErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "citadel_server_csr_parsing_err_count",
+			Help: "The number of CSRs that could not be parsed or broke the CSR policy.",
+		}),
+		signErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "citadel_server_csr_sign_err_count",
+			Help: "The number of errors while signing CSRs, by error kind.",
+		}, []string{"error"}),
+		issued: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "citadel_server_success_cert_issuance_count",
+			Help: "The number of certificates issued.",
+		}),
+		rateLimited: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "citadel_server_csr_rate_limited_count",
+			Help: "The number of CSRs refused with ResourceExhausted by the rate limiter.",
+		}),
+		signLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "citadel_server_csr_sign_duration_seconds",
+			Help:    "Time to check and sign a CSR, from a parsed request to a verified chain.",
+			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25},
+		}),
+	}
+	reg.MustRegister(m.csrs, m.authnFailures, m.parseErrors, m.signErrors, m.issued, m.rateLimited, m.signLatency)
+	return m
+}
