@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/bulwark-mesh/bulwark/pkg/bootstrap"
+)
+
+// discovery runs the control plane until ctx is cancelled.
+func discovery(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	cfg := bootstrap.DefaultConfig()
+	fs := flag.NewFlagSet("discovery", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	logFormat, logLevel := addLogFlags(fs)
+	addCommonFlags(fs, &cfg, getenv)
+	fs.StringVar(&cfg.Namespace, "namespace", envOr(getenv, "POD_NAMESPACE", cfg.Namespace), "istiod's namespace (env POD_NAMESPACE)")
+	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", getenv("KUBECONFIG"), "kubeconfig file; empty and outside a cluster means local mode (env KUBECONFIG)")
+	fs.StringVar(&cfg.ClusterID, "clusterID", envOr(getenv, "CLUSTER_ID", cfg.ClusterID), "cluster ID (env CLUSTER_ID)")
+	fs.StringVar(&cfg.Revision, "revision", getenv("REVISION"), "control-plane revision (env REVISION)")
+	fs.StringVar(&cfg.SecureGRPCAddr, "secureGRPCAddr", "", "TLS gRPC address: CSR API and xDS (default 127.0.0.1:15012 locally, :15012 in Kubernetes)")
+	fs.StringVar(&cfg.GRPCAddr, "grpcAddr", "", "plaintext xDS address (default off)")
+	fs.StringVar(&cfg.HTTPAddr, "httpAddr", "", "HTTP address of /ready (default 127.0.0.1:8080 locally, :8080 in Kubernetes)")
+	fs.StringVar(&cfg.HTTPSAddr, "httpsAddr", "", "HTTPS address of the admission webhooks (default 127.0.0.1:15017 locally, :15017 in Kubernetes)")
+	fs.StringVar(&cfg.InjectConfigDir, "inject-config-dir", "", "injector config and values files, watched (default <state-dir>/inject locally, /var/lib/istio/inject in Kubernetes)")
+	fs.StringVar(&cfg.MonitoringAddr, "monitoringAddr", "", "HTTP address of /metrics (default 127.0.0.1:15014 locally, :15014 in Kubernetes)")
+	fs.StringVar(&cfg.JWTRule, "jwt-rule", getenv("JWT_RULE"), `OIDC issuer trusted for caller JWTs, as JSON {"issuer","jwks_uri","audiences"} (env JWT_RULE)`)
+	fs.StringVar(&cfg.JWTCAFile, "jwt-ca-file", "", "PEM roots trusted when fetching the JWT issuer's keys (default: system roots)")
+	audiences := fs.String("token-audiences", envOr(getenv, "TOKEN_AUDIENCES", strings.Join(cfg.TokenAudiences, ",")), "audiences a Kubernetes token must carry, comma-separated (env TOKEN_AUDIENCES)")
+	fs.BoolVar(&cfg.RequirePodBoundTokens, "require-pod-bound-tokens", false, "refuse Kubernetes tokens that are not bound to a pod")
+	extraNames := fs.String("serving-dns-names", "", "extra DNS names for istiod's serving certificate, comma-separated")
+	fs.DurationVar(&cfg.DefaultCertTTL, "workload-cert-ttl", cfg.DefaultCertTTL, "default workload certificate lifetime")
+	fs.DurationVar(&cfg.MaxCertTTL, "max-workload-cert-ttl", cfg.MaxCertTTL, "longest workload certificate lifetime a caller may ask for")
+	fs.DurationVar(&cfg.RootTTL, "root-ttl", cfg.RootTTL, "lifetime of a self-signed root")
+	fs.StringVar(&cfg.CAKeyType, "ca-key-type", cfg.CAKeyType, "self-signed root key: ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072 or rsa-4096")
+	fs.Float64Var(&cfg.CSRRateLimit, "csr-rate-limit", cfg.CSRRateLimit, "CSRs per second accepted across all callers (0: unlimited)")
+	fs.IntVar(&cfg.CSRBurst, "csr-burst", cfg.CSRBurst, "CSR rate limiter burst")
+	fs.IntVar(&cfg.MaxConnections, "max-connections", cfg.MaxConnections, "open connections accepted on the secure gRPC port")
+	fs.DurationVar(&cfg.GracePeriod, "grace-period", cfg.GracePeriod, "time in-flight RPCs get to finish at shutdown")
+	if err := fs.Parse(args); err != nil {
+		return parseErr(err)
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected arguments %q", fs.Args())}
+	}
+	cfg.InCluster = cfg.Kubeconfig == "" && getenv("KUBERNETES_SERVICE_HOST") != ""
+	cfg.TokenAudiences = splitList(*audiences)
+	cfg.ExtraDNSNames = splitList(*extraNames)
+
+	log, err := newLogger(*logFormat, *logLevel, stderr)
+	if err != nil {
+		return err
+	}
+	srv, err := bootstrap.New(cfg, log)
+	if err != nil {
+		return usageError{err}
+	}
+	if !cfg.KubernetesMode() {
+		log.Info("local mode: get a client certificate with `istiod mint-cert --state-dir " + cfg.StateDir + " --namespace default --service-account demo --out-dir <dir>`")
+	}
+	return srv.Run(ctx)
+}
+
+// addCommonFlags are shared by discovery and mint-cert, so both find the same CA.
+func addCommonFlags(fs *flag.FlagSet, cfg *bootstrap.Config, getenv func(string) string) {
+	fs.StringVar(&cfg.TrustDomain, "trust-domain", envOr(getenv, "TRUST_DOMAIN", cfg.TrustDomain), "mesh trust domain (env TRUST_DOMAIN)")
+	fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "directory of the local CA's key and root (local mode)")
+	fs.StringVar(&cfg.CACertsDir, "cacerts-dir", "", "plugged-in CA directory, watched (default <state-dir>/cacerts locally, /etc/cacerts in Kubernetes)")
+}
+
+func addLogFlags(fs *flag.FlagSet) (format, level *string) {
+	format = fs.String("log-format", "text", "log format: text or json")
+	level = fs.String("log-level", "info", "log level: debug, info, warn or error")
+	return format, level
+}
+
+func parseErr(err error) error {
+	if err == flag.ErrHelp {
+		return err
+	}
+	return usageError{err}
+}
+
+func envOr(getenv func(string) string, key, def string) string {
+	if v := getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+)
+
+func noEnv(string) string { return "" }
+
+func TestCommandLine(t *testing.T) {
+	tests := map[string]struct {
+		args []string
+		code int
+		out  string
+	}{
+		"version prints the version":           {args: []string{"version"}, code: exitOK, out: version},
+		"an unknown command is a usage error":  {args: []string{"serve"}, code: exitUsage, out: "unknown command"},
+		"an unknown flag is a usage error":     {args: []string{"--no-such-flag"}, code: exitUsage, out: "no-such-flag"},
+		"a bad log format is a usage error":    {args: []string{"discovery", "--log-format", "xml"}, code: exitUsage, out: "log-format"},
+		"a bad trust domain is a usage error":  {args: []string{"--trust-domain", "A B"}, code: exitUsage, out: "trust domain"},
+		"mint-cert needs a service account":    {args: []string{"mint-cert", "--out-dir", "x"}, code: exitUsage, out: "required"},
+		"mint-cert refuses a bad identity":     {args: []string{"mint-cert", "--service-account", "a/b", "--out-dir", "x"}, code: exitUsage, out: "identity"},
+		"stray arguments are a usage error":    {args: []string{"discovery", "extra"}, code: exitUsage, out: "unexpected"},
+		"help is not an error":                 {args: []string{"discovery", "-h"}, code: exitOK, out: "secureGRPCAddr"},
+		"mint-cert help names its own options": {args: []string{"mint-cert", "-h"}, code: exitOK, out: "service-account"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run(tc.args, noEnv, &stdout, &stderr)
+			if code != tc.code {
+				t.Fatalf("exit code = %d, want %d; stderr:\n%s", code, tc.code, stderr.String())
+			}
+			if out := stdout.String() + stderr.String(); !strings.Contains(out, tc.out) {
+				t.Errorf("output lacks %q:\n%s", tc.out, out)
+			}
+		})
+	}
+}
+
+func TestMintCertWritesAgentFiles(t *testing.T) {
+	state, out := t.TempDir(), t.TempDir()+"/creds"
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"mint-cert", "--state-dir", state, "--namespace", "team", "--service-account", "api", "--out-dir", out}, noEnv, &stdout, &stderr)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "spiffe://cluster.local/ns/team/sa/api") {
+		t.Errorf("output does not name the identity: %s", stdout.String())
+	}
+	for _, f := range []string{"cert-chain.pem", "key.pem", "root-cert.pem"} {
+		if _, err := os.ReadFile(out + "/" + f); err != nil {
+			t.Error(err)
+		}
+	}
+}

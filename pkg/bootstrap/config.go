@@ -1,0 +1,201 @@
+// Package bootstrap wires istiod's components from a Config and runs them
+// together.
+package bootstrap
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
+	"github.com/bulwark-mesh/bulwark/pkg/authn"
+	"github.com/bulwark-mesh/bulwark/pkg/ca"
+)
+
+// Config is everything istiod needs to start. cmd/istiod fills it from
+// flags and environment; nothing below reads either.
+type Config struct {
+	// Namespace istiod runs in (POD_NAMESPACE).
+	Namespace string
+	// TrustDomain of the mesh; workload identities are spiffe://<TrustDomain>/ns/<ns>/sa/<sa>.
+	TrustDomain string
+	// Kubeconfig is a kubeconfig path; with InCluster, it selects Kubernetes mode.
+	Kubeconfig string
+	InCluster  bool
+	ClusterID  string
+	Revision   string
+
+	// StateDir keeps the self-signed CA in local mode.
+	StateDir string
+	// CACertsDir holds a plugged-in CA (Istio's cacerts layout); watched.
+	CACertsDir string
+	CAKeyType  string
+	RootTTL    time.Duration
+	// DefaultCertTTL and MaxCertTTL bound workload certificates.
+	DefaultCertTTL time.Duration
+	MaxCertTTL     time.Duration
+
+	SecureGRPCAddr string
+	GRPCAddr       string
+	HTTPAddr       string
+	HTTPSAddr      string
+	MonitoringAddr string
+
+	// JWTRule is Istio's JWT_RULE: an OIDC issuer whose tokens authenticate callers.
+	JWTRule string
+	// JWTCAFile is a PEM bundle trusted when fetching the issuer's keys; empty means system roots.
+	JWTCAFile string
+	// TokenAudiences are the audiences a Kubernetes token must carry.
+	TokenAudiences []string
+	// RequirePodBoundTokens refuses Kubernetes tokens not bound to a pod.
+	RequirePodBoundTokens bool
+
+	// InjectConfigDir holds the injector's "config" and "values" files (the
+	// istio-sidecar-injector ConfigMap as mounted); watched.
+	InjectConfigDir string
+
+	// ExtraDNSNames are added to istiod's serving certificate.
+	ExtraDNSNames []string
+	// ServingCertTTL is the lifetime of istiod's serving certificate.
+	ServingCertTTL time.Duration
+
+	// CSRRateLimit is CSRs per second accepted across all callers, with CSRBurst.
+	CSRRateLimit float64
+	CSRBurst     int
+	// MaxConnections bounds open connections on the secure gRPC port.
+	MaxConnections int
+	// MaxConcurrentStreams bounds streams per connection.
+	MaxConcurrentStreams uint32
+	// MaxRecvMsgSize bounds a gRPC message from a client, in bytes.
+	MaxRecvMsgSize int
+	// GracePeriod is how long in-flight RPCs may finish at shutdown.
+	GracePeriod time.Duration
+}
+
+// Local-mode listeners bind to loopback; Kubernetes mode to all addresses,
+// as Istio's pilot-discovery does.
+const (
+	localHost = "127.0.0.1"
+)
+
+// DefaultConfig returns the embedded default: local mode, state in ./.istiod.
+func DefaultConfig() Config {
+	return Config{
+		Namespace:            "istio-system",
+		TrustDomain:          "cluster.local",
+		ClusterID:            "Kubernetes",
+		StateDir:             ".istiod",
+		CAKeyType:            string(ca.KeyTypeECDSAP256),
+		RootTTL:              10 * 365 * 24 * time.Hour,
+		DefaultCertTTL:       24 * time.Hour,
+		MaxCertTTL:           90 * 24 * time.Hour,
+		TokenAudiences:       []string{"istio-ca"},
+		ServingCertTTL:       24 * time.Hour,
+		CSRRateLimit:         10000,
+		CSRBurst:             10000,
+		MaxConnections:       20000,
+		MaxConcurrentStreams: 128,
+		MaxRecvMsgSize:       4 << 20,
+		GracePeriod:          10 * time.Second,
+	}
+}
+
+// KubernetesMode reports whether istiod talks to a Kubernetes API server.
+func (c *Config) KubernetesMode() bool { return c.Kubeconfig != "" || c.InCluster }
+
+// setDefaults fills the addresses and directories that depend on the mode.
+func (c *Config) setDefaults() {
+	host := localHost
+	if c.KubernetesMode() {
+		host = ""
+	}
+	orDefault := func(s *string, port string) {
+		if *s == "" {
+			*s = net.JoinHostPort(host, port)
+		}
+	}
+	orDefault(&c.SecureGRPCAddr, "15012")
+	orDefault(&c.HTTPAddr, "8080")
+	orDefault(&c.MonitoringAddr, "15014")
+	orDefault(&c.HTTPSAddr, "15017")
+	if c.InjectConfigDir == "" {
+		if c.KubernetesMode() {
+			c.InjectConfigDir = "/var/lib/istio/inject"
+		} else {
+			c.InjectConfigDir = filepath.Join(c.StateDir, "inject")
+		}
+	}
+	if c.CACertsDir == "" {
+		if c.KubernetesMode() {
+			c.CACertsDir = "/etc/cacerts"
+		} else {
+			c.CACertsDir = filepath.Join(c.StateDir, "cacerts")
+		}
+	}
+}
+
+// Validate reports the first problem with c.
+func (c *Config) Validate() error {
+	if _, err := spiffeid.TrustDomainFromString(c.TrustDomain); err != nil {
+		return fmt.Errorf("trust domain %q: %w", c.TrustDomain, err)
+	}
+	if c.Namespace == "" {
+		return errors.New("namespace is required")
+	}
+	if c.StateDir == "" {
+		return errors.New("state dir is required")
+	}
+	if _, err := ca.ParseKeyType(c.CAKeyType); err != nil {
+		return fmt.Errorf("ca key type: %w", err)
+	}
+	if c.DefaultCertTTL <= 0 || c.MaxCertTTL < c.DefaultCertTTL {
+		return fmt.Errorf("certificate ttl: default %v must be positive and not above max %v", c.DefaultCertTTL, c.MaxCertTTL)
+	}
+	if c.RootTTL <= c.MaxCertTTL {
+		return fmt.Errorf("root ttl %v must exceed the maximum certificate ttl %v", c.RootTTL, c.MaxCertTTL)
+	}
+	if c.JWTRule != "" {
+		if _, err := authn.ParseJWTRule(c.JWTRule); err != nil {
+			return fmt.Errorf("jwt rule: %w", err)
+		}
+	}
+	if c.JWTCAFile != "" && c.JWTRule == "" {
+		return errors.New("jwt ca file given without a jwt rule")
+	}
+	if len(c.TokenAudiences) == 0 {
+		return errors.New("at least one token audience is required")
+	}
+	if c.MaxRecvMsgSize <= 0 || c.MaxConcurrentStreams == 0 || c.MaxConnections <= 0 {
+		return errors.New("gRPC limits must be positive")
+	}
+	if c.GracePeriod < 0 {
+		return errors.New("grace period must not be negative")
+	}
+	for name, addr := range map[string]string{"secureGRPCAddr": c.SecureGRPCAddr, "httpAddr": c.HTTPAddr, "httpsAddr": c.HTTPSAddr, "monitoringAddr": c.MonitoringAddr} {
+		if addr == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("%s %q: %w", name, addr, err)
+		}
+	}
+	return nil
+}
+
+// dnsNames are istiod's serving certificate names, as Istio's agents dial it.
+func (c *Config) dnsNames() []string {
+	svc := "istiod"
+	if c.Revision != "" && c.Revision != "default" {
+		svc += "-" + c.Revision
+	}
+	names := []string{
+		svc + "." + c.Namespace + ".svc",
+		svc + "." + c.Namespace + ".svc.cluster.local",
+		"istio-pilot." + c.Namespace + ".svc",
+		"localhost",
+	}
+	return append(names, c.ExtraDNSNames...)
+}

@@ -1,0 +1,66 @@
+package bootstrap
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestValidate(t *testing.T) {
+	tests := map[string]struct {
+		mutate func(*Config)
+		want   string // substring of the error; empty means valid
+	}{
+		"the default is valid":                  {mutate: func(*Config) {}},
+		"a bad trust domain is refused":         {mutate: func(c *Config) { c.TrustDomain = "Not A Domain" }, want: "trust domain"},
+		"an unknown key type is refused":        {mutate: func(c *Config) { c.CAKeyType = "rsa-1024" }, want: "key type"},
+		"a default ttl above the max is wrong":  {mutate: func(c *Config) { c.DefaultCertTTL = 100 * 24 * time.Hour }, want: "ttl"},
+		"a root shorter than a leaf is refused": {mutate: func(c *Config) { c.RootTTL = time.Hour }, want: "root ttl"},
+		"a malformed jwt rule is refused":       {mutate: func(c *Config) { c.JWTRule = `{"issuer":` }, want: "jwt rule"},
+		"a jwt ca file needs a rule":            {mutate: func(c *Config) { c.JWTCAFile = "/x" }, want: "without a jwt rule"},
+		"token audiences are required":          {mutate: func(c *Config) { c.TokenAudiences = nil }, want: "audience"},
+		"an address needs a port":               {mutate: func(c *Config) { c.SecureGRPCAddr = "127.0.0.1" }, want: "secureGRPCAddr"},
+		"zero limits are refused":               {mutate: func(c *Config) { c.MaxRecvMsgSize = 0 }, want: "limits"},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			tc.mutate(&cfg)
+			err := cfg.Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error = %v, want one mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestDefaultsDependOnMode(t *testing.T) {
+	local := DefaultConfig()
+	local.setDefaults()
+	if local.SecureGRPCAddr != "127.0.0.1:15012" || local.HTTPAddr != "127.0.0.1:8080" || local.MonitoringAddr != "127.0.0.1:15014" {
+		t.Errorf("local mode listens on %s %s %s, want loopback", local.SecureGRPCAddr, local.HTTPAddr, local.MonitoringAddr)
+	}
+	if local.CACertsDir != ".istiod/cacerts" {
+		t.Errorf("local cacerts dir = %q", local.CACertsDir)
+	}
+
+	kube := DefaultConfig()
+	kube.InCluster = true
+	kube.setDefaults()
+	if kube.SecureGRPCAddr != ":15012" || kube.CACertsDir != "/etc/cacerts" {
+		t.Errorf("kubernetes mode: %s, %s", kube.SecureGRPCAddr, kube.CACertsDir)
+	}
+}
+
+func TestServingNamesFollowNamespaceAndRevision(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Namespace, cfg.Revision, cfg.ExtraDNSNames = "mesh", "canary", []string{"istiod.example.com"}
+	got := strings.Join(cfg.dnsNames(), ",")
+	want := "istiod-canary.mesh.svc,istiod-canary.mesh.svc.cluster.local,istio-pilot.mesh.svc,localhost,istiod.example.com"
+	if got != want {
+		t.Errorf("dns names = %s, want %s", got, want)
+	}
+}

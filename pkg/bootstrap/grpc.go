@@ -1,0 +1,87 @@
+package bootstrap
+
+import (
+	"context"
+	"crypto/tls"
+	"log/slog"
+	"net"
+	"runtime/debug"
+	"time"
+
+	"golang.org/x/net/netutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+)
+
+// newGRPCServer builds the secure gRPC server with the limits an untrusted
+// peer must not exceed.
+func newGRPCServer(cfg Config, tlsConfig *tls.Config, log *slog.Logger) *grpc.Server {
+	return grpc.NewServer(
+		grpc.Creds(credentials.NewTLS(tlsConfig)),
+		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize),
+		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
+		grpc.ConnectionTimeout(10*time.Second),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime:             10 * time.Second,
+			PermitWithoutStream: true,
+		}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{
+			Time:    30 * time.Second,
+			Timeout: 10 * time.Second,
+		}),
+		grpc.ChainUnaryInterceptor(recoverUnary(log)),
+		grpc.ChainStreamInterceptor(recoverStream(log)),
+	)
+}
+
+// tlsConfig serves istiod's current certificate and verifies client
+// certificates, when given, against the current trust bundle.
+func (s *Server) tlsConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			c := &tls.Config{
+				MinVersion:     tls.VersionTLS12,
+				GetCertificate: s.serving.GetCertificate,
+				ClientAuth:     tls.VerifyClientCertIfGiven,
+				NextProtos:     []string{"h2"},
+			}
+			if b := s.ca.Current(); b != nil {
+				c.ClientCAs = b.Pool()
+			}
+			return c, nil
+		},
+	}
+}
+
+func limitListener(ln net.Listener, n int) net.Listener { return netutil.LimitListener(ln, n) }
+
+// errPanic is the opaque answer to a request whose handler panicked.
+var errPanic = status.Error(codes.Internal, "internal error")
+
+func recoverUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				log.Error("panic in gRPC handler", "method", info.FullMethod, "panic", r, "stack", string(debug.Stack()))
+				resp, err = nil, errPanic
+			}
+		}()
+		return handler(ctx, req)
+	}
+}
+
+func recoverStream(log *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				log.Error("panic in gRPC stream", "method", info.FullMethod, "panic", r, "stack", string(debug.Stack()))
+				err = errPanic
+			}
+		}()
+		return handler(srv, ss)
+	}
+}

@@ -1,0 +1,326 @@
+package bootstrap
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/bulwark-mesh/bulwark/pkg/authn"
+	"github.com/bulwark-mesh/bulwark/pkg/ca"
+	"github.com/bulwark-mesh/bulwark/pkg/ca/service"
+	"github.com/bulwark-mesh/bulwark/pkg/ca/servingcert"
+	"github.com/bulwark-mesh/bulwark/pkg/inject"
+)
+
+// Server is istiod: its components, wired but not started.
+type Server struct {
+	cfg         Config
+	log         *slog.Logger
+	registry    *prometheus.Registry
+	ca          *ca.CA
+	serving     *servingcert.Rotator
+	grpc        *grpc.Server
+	grpcServing atomic.Bool // the secure gRPC server is serving
+	injector    *inject.FileSource
+	webhooks    http.Handler
+}
+
+// New wires istiod from cfg. It does no I/O and starts nothing.
+func New(cfg Config, log *slog.Logger) (*Server, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	td := spiffeid.RequireTrustDomainFromString(cfg.TrustDomain)
+
+	authority, err := NewCA(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	rotator, err := servingcert.New(servingcert.Config{
+		Issuer:   authority,
+		Bundles:  authority,
+		DNSNames: cfg.dnsNames(),
+		TTL:      cfg.ServingCertTTL,
+		Logger:   log.With("component", "servingcert"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("serving certificate: %w", err)
+	}
+	chain, err := authenticators(cfg, td, authority, log)
+	if err != nil {
+		return nil, err
+	}
+
+	s := &Server{cfg: cfg, log: log, registry: newRegistry(authority), ca: authority, serving: rotator}
+	injectStore := inject.NewStore()
+	s.injector = inject.NewFileSource(cfg.InjectConfigDir, injectStore, log.With("component", "inject"))
+	s.webhooks = webhookHandler(injectStore, log.With("component", "webhook"))
+	s.grpc = newGRPCServer(cfg, s.tlsConfig(), log)
+	service.New(service.Config{
+		Authenticator: chain,
+		Signer:        authority,
+		Metrics:       service.NewMetrics(s.registry),
+		Logger:        log.With("component", "csr"),
+		RateLimit:     cfg.CSRRateLimit,
+		Burst:         cfg.CSRBurst,
+	}).Register(s.grpc)
+	return s, nil
+}
+
+// NewCA builds the CA istiod signs with from cfg, so that every command
+// that signs (istiod itself, mint-cert) finds the same key material.
+func NewCA(cfg Config, log *slog.Logger) (*ca.CA, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	keyType, err := ca.ParseKeyType(cfg.CAKeyType)
+	if err != nil {
+		return nil, fmt.Errorf("ca key type: %w", err)
+	}
+	authority, err := ca.New(ca.Config{
+		TrustDomain: spiffeid.RequireTrustDomainFromString(cfg.TrustDomain),
+		KeyType:     keyType,
+		RootTTL:     cfg.RootTTL,
+		CACertsDir:  cfg.CACertsDir,
+		Store:       ca.NewDirStore(cfg.StateDir),
+		DefaultTTL:  cfg.DefaultCertTTL,
+		MaxTTL:      cfg.MaxCertTTL,
+		Logger:      log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ca: %w", err)
+	}
+	return authority, nil
+}
+
+// authenticators builds the chain in its fixed order: client certificate,
+// then OIDC JWT if a rule is set, then Kubernetes JWT in Kubernetes mode.
+func authenticators(cfg Config, td spiffeid.TrustDomain, authority *ca.CA, log *slog.Logger) (authn.Chain, error) {
+	roots := func() *x509.CertPool {
+		if b := authority.Current(); b != nil {
+			return b.Pool()
+		}
+		return x509.NewCertPool()
+	}
+	chain := authn.Chain{authn.NewClientCert(td, roots, time.Now)}
+	if cfg.JWTRule != "" {
+		rule, err := authn.ParseJWTRule(cfg.JWTRule)
+		if err != nil {
+			return nil, fmt.Errorf("jwt rule: %w", err)
+		}
+		client, err := jwtHTTPClient(cfg.JWTCAFile)
+		if err != nil {
+			return nil, err
+		}
+		chain = append(chain, authn.NewOIDC(authn.OIDCConfig{TrustDomain: td, Rule: rule, HTTPClient: client}))
+		log.Info("OIDC JWT authentication enabled", "issuer", rule.Issuer)
+	}
+	if cfg.KubernetesMode() {
+		client, err := kubeClient(cfg)
+		if err != nil {
+			return nil, err
+		}
+		chain = append(chain, authn.NewKubeJWT(authn.KubeJWTConfig{
+			TrustDomain:     td,
+			Reviewer:        authn.NewClientGoReviewer(client),
+			Audiences:       cfg.TokenAudiences,
+			RequirePodBound: cfg.RequirePodBoundTokens,
+		}))
+	}
+	return chain, nil
+}
+
+func kubeClient(cfg Config) (kubernetes.Interface, error) {
+	var rc *rest.Config
+	var err error
+	if cfg.Kubeconfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+	} else {
+		rc, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client config: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return client, nil
+}
+
+func newRegistry(authority *ca.CA) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "citadel_server_root_cert_expiry_timestamp",
+			Help: "Unix time at which the earliest-expiring root of the trust bundle expires.",
+		}, func() float64 {
+			b := authority.Current()
+			if b == nil || len(b.Roots) == 0 {
+				return 0
+			}
+			earliest := b.Roots[0].NotAfter
+			for _, r := range b.Roots[1:] {
+				if r.NotAfter.Before(earliest) {
+					earliest = r.NotAfter
+				}
+			}
+			return float64(earliest.Unix())
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "citadel_server_cert_chain_expiry_timestamp",
+			Help: "Unix time at which the CA's signing certificate expires.",
+		}, func() float64 {
+			if c := authority.SigningCert(); c != nil {
+				return float64(c.NotAfter.Unix())
+			}
+			return 0
+		}),
+	)
+	return reg
+}
+
+// Run starts every component and blocks until ctx is cancelled or one fails.
+// On cancellation, in-flight RPCs get GracePeriod to finish.
+func (s *Server) Run(ctx context.Context) error {
+	if err := os.MkdirAll(s.cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	secure, err := listen(s.cfg.SecureGRPCAddr, s.cfg.MaxConnections)
+	if err != nil {
+		return err
+	}
+	httpLn, err := listen(s.cfg.HTTPAddr, 0)
+	if err != nil {
+		secure.Close()
+		return err
+	}
+	monLn, err := listen(s.cfg.MonitoringAddr, 0)
+	if err != nil {
+		secure.Close()
+		httpLn.Close()
+		return err
+	}
+	webhookLn, err := listen(s.cfg.HTTPSAddr, 0)
+	if err != nil {
+		secure.Close()
+		httpLn.Close()
+		monLn.Close()
+		return err
+	}
+	s.log.Info("istiod starting", "mode", s.mode(), "trust_domain", s.cfg.TrustDomain,
+		"secure_grpc", secure.Addr().String(), "http", httpLn.Addr().String(), "monitoring", monLn.Addr().String(), "webhooks", webhookLn.Addr().String(),
+		"state_dir", s.cfg.StateDir, "cacerts_dir", s.cfg.CACertsDir)
+
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return serveHTTP(ctx, httpLn, s.readyHandler(), s.cfg.GracePeriod) })
+	g.Go(func() error { return serveHTTP(ctx, monLn, s.monitoringHandler(), s.cfg.GracePeriod) })
+	g.Go(func() error { return s.ca.Run(ctx) })
+	g.Go(func() error { return s.serving.Run(ctx) })
+	g.Go(func() error { return s.serveGRPC(ctx, secure) })
+	g.Go(func() error { return s.injector.Run(ctx) })
+	g.Go(func() error { return s.serveWebhooks(ctx, webhookLn) })
+	err = g.Wait()
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	s.log.Info("istiod stopped")
+	return nil
+}
+
+// serveGRPC serves the secure port once the serving certificate exists, and
+// drains in-flight RPCs on shutdown.
+func (s *Server) serveGRPC(ctx context.Context, ln net.Listener) error {
+	select {
+	case <-ctx.Done():
+		ln.Close()
+		return nil
+	case <-s.serving.Ready():
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- s.grpc.Serve(ln) }()
+	s.grpcServing.Store(true)
+	s.log.Info("secure gRPC serving", "addr", ln.Addr().String())
+
+	select {
+	case err := <-errc:
+		return fmt.Errorf("secure gRPC: %w", err)
+	case <-ctx.Done():
+	}
+	s.grpcServing.Store(false)
+	drained := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(s.cfg.GracePeriod):
+		s.log.Warn("grace period over, closing remaining RPCs", "grace_period", s.cfg.GracePeriod)
+		s.grpc.Stop()
+		<-drained
+	}
+	return nil
+}
+
+// Ready reports whether istiod can serve: the CA is loaded and the secure
+// gRPC server serves with a certificate.
+func (s *Server) Ready() bool { return s.ca.Ready() && s.grpcServing.Load() }
+
+func (s *Server) mode() string {
+	if s.cfg.KubernetesMode() {
+		return "kubernetes"
+	}
+	return "local"
+}
+
+// listen binds addr; maxConns > 0 bounds the open connections.
+func listen(addr string, maxConns int) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", addr, err)
+	}
+	if maxConns > 0 {
+		ln = limitListener(ln, maxConns)
+	}
+	return ln, nil
+}
+
+func serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, grace time.Duration) error {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	_ = srv.Shutdown(sctx)
+	return nil
+}

@@ -1,0 +1,37 @@
+package bootstrap
+
+import (
+	"context"
+	"crypto/tls"
+	"log/slog"
+	"net"
+	"net/http"
+
+	"github.com/bulwark-mesh/bulwark/pkg/inject"
+)
+
+// webhookHandler routes the admission webhooks served on the HTTPS port.
+func webhookHandler(store *inject.Store, log *slog.Logger) http.Handler {
+	injector := inject.NewHandler(store, log)
+	mux := http.NewServeMux()
+	mux.Handle("/inject", injector)
+	mux.Handle("/inject/", injector)
+	return mux
+}
+
+// serveWebhooks serves the admission webhooks over TLS with istiod's serving
+// certificate, once it exists.
+func (s *Server) serveWebhooks(ctx context.Context, ln net.Listener) error {
+	select {
+	case <-ctx.Done():
+		ln.Close()
+		return nil
+	case <-s.serving.Ready():
+	}
+	tlsLn := tls.NewListener(ln, &tls.Config{
+		MinVersion:     tls.VersionTLS12,
+		GetCertificate: s.serving.GetCertificate,
+		NextProtos:     []string{"h2", "http/1.1"},
+	})
+	return serveHTTP(ctx, tlsLn, s.webhooks, s.cfg.GracePeriod)
+}
