@@ -6,38 +6,40 @@ import (
 	"time"
 )
 
-// reviewCache is a bounded least-recently-used cache of successful token
-// reviews, each valid until its own expiry.
-type reviewCache struct {
+// expiringCache is a bounded least-recently-used cache keyed by a hash,
+// each entry valid until its own expiry. It holds successful token reviews
+// and verified client-certificate chains.
+type expiringCache[V any] struct {
 	mu      sync.Mutex
 	size    int
 	order   *list.List // front: most recently used; values are *cacheEntry
 	entries map[[32]byte]*list.Element
 }
 
-type cacheEntry struct {
+type cacheEntry[V any] struct {
 	key     [32]byte
-	result  reviewResult
+	result  V
 	expires time.Time
 }
 
-func newReviewCache(size int) *reviewCache {
-	return &reviewCache{size: size, order: list.New(), entries: make(map[[32]byte]*list.Element)}
+func newExpiringCache[V any](size int) *expiringCache[V] {
+	return &expiringCache[V]{size: size, order: list.New(), entries: make(map[[32]byte]*list.Element)}
 }
 
 // get returns the entry for key if it has not expired at now.
-func (c *reviewCache) get(key [32]byte, now time.Time) (reviewResult, bool) {
+func (c *expiringCache[V]) get(key [32]byte, now time.Time) (V, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	var zero V
 	el, ok := c.entries[key]
 	if !ok {
-		return reviewResult{}, false
+		return zero, false
 	}
-	e := el.Value.(*cacheEntry)
+	e := el.Value.(*cacheEntry[V])
 	if !now.Before(e.expires) {
 		c.order.Remove(el)
 		delete(c.entries, key)
-		return reviewResult{}, false
+		return zero, false
 	}
 	c.order.MoveToFront(el)
 	return e.result, true
@@ -45,11 +47,11 @@ func (c *reviewCache) get(key [32]byte, now time.Time) (reviewResult, bool) {
 
 // put stores result until expires, evicting the least recently used entry
 // when the cache is full.
-func (c *reviewCache) put(key [32]byte, result reviewResult, expires time.Time) {
+func (c *expiringCache[V]) put(key [32]byte, result V, expires time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.entries[key]; ok {
-		e := el.Value.(*cacheEntry)
+		e := el.Value.(*cacheEntry[V])
 		e.result, e.expires = result, expires
 		c.order.MoveToFront(el)
 		return
@@ -57,13 +59,13 @@ func (c *reviewCache) put(key [32]byte, result reviewResult, expires time.Time) 
 	for c.order.Len() >= c.size {
 		oldest := c.order.Back()
 		c.order.Remove(oldest)
-		delete(c.entries, oldest.Value.(*cacheEntry).key)
+		delete(c.entries, oldest.Value.(*cacheEntry[V]).key)
 	}
-	c.entries[key] = c.order.PushFront(&cacheEntry{key: key, result: result, expires: expires})
+	c.entries[key] = c.order.PushFront(&cacheEntry[V]{key: key, result: result, expires: expires})
 }
 
 // len returns the number of entries, expired ones included.
-func (c *reviewCache) len() int {
+func (c *expiringCache[V]) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.order.Len()

@@ -9,7 +9,7 @@ func TestReviewCache(t *testing.T) {
 	key := func(b byte) [32]byte { return [32]byte{b} }
 	res := func(name string) reviewResult { return reviewResult{pod: &Pod{Name: name}} }
 
-	c := newReviewCache(2)
+	c := newExpiringCache[reviewResult](2)
 	c.put(key(1), res("one"), t0.Add(time.Minute))
 	c.put(key(2), res("two"), t0.Add(time.Minute))
 	if _, ok := c.get(key(1), t0); !ok { // 1 is now the most recent

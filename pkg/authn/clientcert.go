@@ -2,6 +2,7 @@ package authn
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/x509"
 	"fmt"
 	"time"
@@ -14,12 +15,27 @@ import (
 // maxPeerChain bounds the certificates a peer may present (leaf included).
 const maxPeerChain = 8
 
+// verifiedCacheSize bounds the remembered verifications. Every agent keeps
+// one certificate per connection, so this covers many thousands of agents.
+const verifiedCacheSize = 16384
+
 // ClientCert authenticates callers by the X.509-SVID they presented in the
 // TLS handshake.
 type ClientCert struct {
 	td    spiffeid.TrustDomain
 	roots func() *x509.CertPool
 	clock func() time.Time
+	// verified remembers chains already verified against a trust bundle, so
+	// an agent's repeated requests on one connection cost no signature check.
+	verified *expiringCache[verification]
+}
+
+// verification is a chain verified against one trust bundle, valid from
+// notBefore until the cache entry's expiry (the chain's earliest NotAfter).
+type verification struct {
+	roots     *x509.CertPool
+	notBefore time.Time
+	id        spiffeid.ID
 }
 
 var _ Authenticator = (*ClientCert)(nil)
@@ -33,7 +49,7 @@ func NewClientCert(td spiffeid.TrustDomain, roots func() *x509.CertPool, clock f
 	if clock == nil {
 		clock = time.Now
 	}
-	return &ClientCert{td: td, roots: roots, clock: clock}
+	return &ClientCert{td: td, roots: roots, clock: clock, verified: newExpiringCache[verification](verifiedCacheSize)}
 }
 
 // Kind implements Authenticator.
@@ -79,7 +95,8 @@ func peerChain(ctx context.Context) ([]*x509.Certificate, error) {
 }
 
 // verify checks the chain against the current roots and returns the leaf's
-// SPIFFE ID.
+// SPIFFE ID. A chain verified before against the same trust bundle, and
+// still within its validity, is not verified again.
 func (c *ClientCert) verify(chain []*x509.Certificate) (spiffeid.ID, error) {
 	if len(chain) > maxPeerChain {
 		return spiffeid.ID{}, fmt.Errorf("verify client certificate: %d certificates presented, limit %d: %w", len(chain), maxPeerChain, ErrInvalidCertificate)
@@ -95,19 +112,35 @@ func (c *ClientCert) verify(chain []*x509.Certificate) (spiffeid.ID, error) {
 	if roots == nil {
 		return spiffeid.ID{}, fmt.Errorf("verify client certificate: no trust bundle: %w", ErrInvalidCertificate)
 	}
+	now := c.clock()
+	key := chainKey(chain)
+	if v, ok := c.verified.get(key, now); ok && v.roots == roots && !now.Before(v.notBefore) {
+		return v.id, nil
+	}
 	intermediates := x509.NewCertPool()
 	for _, cert := range chain[1:] {
 		intermediates.AddCert(cert)
 	}
-	_, err := leaf.Verify(x509.VerifyOptions{
+	verifiedChains, err := leaf.Verify(x509.VerifyOptions{
 		Roots:         roots,
 		Intermediates: intermediates,
-		CurrentTime:   c.clock(),
+		CurrentTime:   now,
 		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	})
 	if err != nil {
 		return spiffeid.ID{}, fmt.Errorf("verify client certificate: %w: %w", ErrInvalidCertificate, err)
 	}
+	id, err := leafIdentity(c.td, leaf)
+	if err != nil {
+		return spiffeid.ID{}, err
+	}
+	notBefore, notAfter := validity(verifiedChains[0])
+	c.verified.put(key, verification{roots: roots, notBefore: notBefore, id: id}, notAfter)
+	return id, nil
+}
+
+// leafIdentity is the one SPIFFE ID a workload certificate names.
+func leafIdentity(td spiffeid.TrustDomain, leaf *x509.Certificate) (spiffeid.ID, error) {
 	if len(leaf.URIs) != 1 {
 		return spiffeid.ID{}, fmt.Errorf("verify client certificate: %d URI SANs, want 1: %w", len(leaf.URIs), ErrInvalidIdentity)
 	}
@@ -115,8 +148,33 @@ func (c *ClientCert) verify(chain []*x509.Certificate) (spiffeid.ID, error) {
 	if err != nil {
 		return spiffeid.ID{}, fmt.Errorf("verify client certificate: URI SAN: %w: %w", ErrInvalidIdentity, err)
 	}
-	if err := checkWorkloadID(c.td, id); err != nil {
+	if err := checkWorkloadID(td, id); err != nil {
 		return spiffeid.ID{}, fmt.Errorf("verify client certificate: %w", err)
 	}
 	return id, nil
+}
+
+// chainKey identifies a presented chain by the hash of its certificates.
+func chainKey(chain []*x509.Certificate) [32]byte {
+	h := sha256.New()
+	for _, c := range chain {
+		h.Write(c.Raw)
+	}
+	var key [32]byte
+	h.Sum(key[:0])
+	return key
+}
+
+// validity is the window in which every certificate of chain is valid.
+func validity(chain []*x509.Certificate) (notBefore, notAfter time.Time) {
+	notBefore, notAfter = chain[0].NotBefore, chain[0].NotAfter
+	for _, c := range chain[1:] {
+		if c.NotBefore.After(notBefore) {
+			notBefore = c.NotBefore
+		}
+		if c.NotAfter.Before(notAfter) {
+			notAfter = c.NotAfter
+		}
+	}
+	return notBefore, notAfter
 }

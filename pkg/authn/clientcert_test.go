@@ -287,3 +287,46 @@ func TestClientCertWithoutBundleFails(t *testing.T) {
 		t.Fatalf("error = %v, want %v", err, ErrInvalidCertificate)
 	}
 }
+
+func TestClientCertRemembersVerificationsOnlyWhileValid(t *testing.T) {
+	ca := newTestCA(t, "root")
+	cert, _ := ca.sign(t, workloadTemplate(t, workloadID))
+	roots := ca.pool()
+	clock := newFakeClock(t0)
+	a := NewClientCert(testTD, func() *x509.CertPool { return roots }, clock.Now)
+	ctx := tlsPeerContext(context.Background(), cert)
+
+	for range 3 {
+		caller, err := a.Authenticate(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := caller.Identities[0].String(); got != workloadID {
+			t.Fatalf("identity = %s, want %s", got, workloadID)
+		}
+	}
+	if n := a.verified.len(); n != 1 {
+		t.Fatalf("%d remembered verifications, want 1", n)
+	}
+
+	// Past the leaf's NotAfter the remembered verification is gone and the
+	// chain is verified afresh, which fails.
+	clock.Advance(2 * time.Hour)
+	if _, err := a.Authenticate(ctx); !errors.Is(err, ErrInvalidCertificate) {
+		t.Fatalf("expired certificate: error = %v, want %v", err, ErrInvalidCertificate)
+	}
+}
+
+func BenchmarkClientCert(b *testing.B) {
+	ca := newTestCA(b, "root")
+	cert, _ := ca.sign(b, workloadTemplate(b, workloadID))
+	roots := ca.pool()
+	a := NewClientCert(testTD, func() *x509.CertPool { return roots }, func() time.Time { return t0 })
+	ctx := tlsPeerContext(context.Background(), cert)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := a.Authenticate(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

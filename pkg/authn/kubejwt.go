@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"golang.org/x/sync/singleflight"
 )
 
 // Defaults for KubeJWTConfig.
@@ -49,8 +50,14 @@ type KubeJWTConfig struct {
 // reviewed by the API server.
 type KubeJWT struct {
 	cfg   KubeJWTConfig
-	cache *reviewCache
+	cache *expiringCache[reviewResult]
+	// inflight shares one review among concurrent requests with one token,
+	// so a burst of agents restarting together costs one API call each.
+	inflight singleflight.Group
 }
+
+// reviewTimeout bounds a TokenReview shared by concurrent requests.
+const reviewTimeout = 10 * time.Second
 
 // reviewResult is what a successful review proves.
 type reviewResult struct {
@@ -76,7 +83,7 @@ func NewKubeJWT(cfg KubeJWTConfig) *KubeJWT {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
-	return &KubeJWT{cfg: cfg, cache: newReviewCache(cfg.CacheSize)}
+	return &KubeJWT{cfg: cfg, cache: newExpiringCache[reviewResult](cfg.CacheSize)}
 }
 
 // Kind implements Authenticator.
@@ -117,6 +124,25 @@ func (k *KubeJWT) authenticateToken(ctx context.Context, token string) (reviewRe
 	if k.cfg.Reviewer == nil {
 		return reviewResult{}, fmt.Errorf("review token: no reviewer configured: %w", ErrUnavailable)
 	}
+	// The shared review must not end with the first caller's context.
+	ch := k.inflight.DoChan(string(key[:]), func() (any, error) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reviewTimeout)
+		defer cancel()
+		return k.review(rctx, key, token)
+	})
+	select {
+	case <-ctx.Done():
+		return reviewResult{}, fmt.Errorf("review token: %w: %w", ErrUnavailable, ctx.Err())
+	case r := <-ch:
+		if r.Err != nil {
+			return reviewResult{}, r.Err
+		}
+		return r.Val.(reviewResult).clone(), nil
+	}
+}
+
+// review asks the API server about token and caches a success.
+func (k *KubeJWT) review(ctx context.Context, key [32]byte, token string) (reviewResult, error) {
 	review, err := k.cfg.Reviewer.Review(ctx, token, slices.Clone(k.cfg.Audiences))
 	if err != nil {
 		return reviewResult{}, fmt.Errorf("review token: %w: %w", ErrUnavailable, err)

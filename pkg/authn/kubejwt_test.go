@@ -395,3 +395,58 @@ func TestKubeJWTConcurrentRequests(t *testing.T) {
 		t.Errorf("cache holds %d entries, bound 4", n)
 	}
 }
+
+// gatedReviewer holds every review until release is closed.
+type gatedReviewer struct {
+	fakeReviewer
+	started chan struct{}
+	release chan struct{}
+}
+
+func (g *gatedReviewer) Review(ctx context.Context, token string, audiences []string) (*TokenReview, error) {
+	select {
+	case g.started <- struct{}{}:
+	default:
+	}
+	<-g.release
+	return g.fakeReviewer.Review(ctx, token, audiences)
+}
+
+func TestKubeJWTSharesOneReviewAmongConcurrentRequests(t *testing.T) {
+	// No exp claim: nothing is cached, so only sharing can save reviews.
+	token := unsignedJWT(t, map[string]any{"sub": "x"})
+	r := &gatedReviewer{fakeReviewer: fakeReviewer{review: goodReview()}, started: make(chan struct{}, 1), release: make(chan struct{})}
+	a := NewKubeJWT(KubeJWTConfig{TrustDomain: testTD, Reviewer: r, Clock: func() time.Time { return t0 }})
+
+	const n = 16
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			_, err := a.Authenticate(bearerContext(token))
+			errs <- err
+		}()
+	}
+	<-r.started
+	time.Sleep(50 * time.Millisecond) // let the others join the review in flight
+	close(r.release)
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if calls := r.Calls(); calls >= n {
+		t.Fatalf("%d reviews for %d concurrent requests with one token; want them shared", calls, n)
+	}
+}
+
+func TestKubeJWTWaiterGivesUpWithItsOwnContext(t *testing.T) {
+	token := unsignedJWT(t, map[string]any{"sub": "x"})
+	r := &gatedReviewer{fakeReviewer: fakeReviewer{review: goodReview()}, started: make(chan struct{}, 1), release: make(chan struct{})}
+	defer close(r.release)
+	a := NewKubeJWT(KubeJWTConfig{TrustDomain: testTD, Reviewer: r, Clock: func() time.Time { return t0 }})
+	ctx, cancel := context.WithCancel(bearerContext(token))
+	cancel()
+	if _, err := a.Authenticate(ctx); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("error = %v, want %v", err, ErrUnavailable)
+	}
+}
