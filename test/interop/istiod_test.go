@@ -1,0 +1,289 @@
+package interop
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// trustDomain is the trust domain every istiod in these tests runs with.
+const trustDomain = "cluster.local"
+
+const (
+	readyTimeout = 60 * time.Second
+	stopTimeout  = 10 * time.Second
+)
+
+// repoRoot is the root module, which holds cmd/istiod.
+var repoRoot = func() string {
+	dir, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		panic(err)
+	}
+	return dir
+}()
+
+// istiodBuild is the binary TestMain builds for every test of this package.
+var istiodBuild struct {
+	dir  string
+	path string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if !testing.Short() {
+		// Built before m.Run starts the -timeout clock: a cold -race build
+		// of istiod takes minutes on a busy two-core machine.
+		istiodBuild.dir, istiodBuild.path, istiodBuild.err = buildIstiod()
+	}
+	code := m.Run()
+	if istiodBuild.dir != "" {
+		os.RemoveAll(istiodBuild.dir)
+	}
+	os.Exit(code)
+}
+
+// buildIstiod builds cmd/istiod from the root module into a new temporary
+// directory. Under -race the product is built with -race too, so a data race
+// that Istio's clients provoke fails the test that provoked it.
+func buildIstiod() (dir, path string, err error) {
+	dir, err = os.MkdirTemp("", "bulwark-interop-")
+	if err != nil {
+		return "", "", fmt.Errorf("build istiod: %w", err)
+	}
+	path = filepath.Join(dir, "istiod")
+	args := []string{"build", "-o", path}
+	if raceEnabled {
+		args = append(args, "-race")
+	}
+	args = append(args, "github.com/bulwark-mesh/bulwark/cmd/istiod")
+	cmd := exec.Command("go", args...)
+	cmd.Dir = repoRoot
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return dir, "", fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	return dir, path, nil
+}
+
+// istiodBinary returns the path of the istiod TestMain built. Tests that run
+// real processes are skipped under -short.
+func istiodBinary(t testing.TB) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("interop tests run real processes; skipped with -short")
+	}
+	if istiodBuild.err != nil {
+		t.Fatalf("build istiod: %v", istiodBuild.err)
+	}
+	return istiodBuild.path
+}
+
+// istiod is one running `istiod discovery` process in local mode.
+type istiod struct {
+	StateDir       string
+	SecureGRPCAddr string // CSR API and xDS over TLS (15012)
+	HTTPAddr       string // /ready (8080)
+	MonitoringAddr string // /metrics (15014)
+	HTTPSAddr      string // admission webhooks (15017)
+
+	bin  string
+	logs *syncBuffer
+}
+
+// startIstiod runs `istiod discovery` on free loopback ports with a fresh
+// state directory and the given extra flags, and waits until /ready answers
+// 200. The process is stopped when the test ends; its output is logged if
+// the test failed.
+func startIstiod(t *testing.T, extraArgs ...string) *istiod {
+	t.Helper()
+	p := &istiod{
+		StateDir:       t.TempDir(),
+		SecureGRPCAddr: freeAddr(t),
+		HTTPAddr:       freeAddr(t),
+		MonitoringAddr: freeAddr(t),
+		HTTPSAddr:      freeAddr(t),
+		bin:            istiodBinary(t),
+		logs:           &syncBuffer{},
+	}
+	args := append([]string{
+		"discovery",
+		"--state-dir", p.StateDir,
+		"--trust-domain", trustDomain,
+		"--secureGRPCAddr", p.SecureGRPCAddr,
+		"--httpAddr", p.HTTPAddr,
+		"--monitoringAddr", p.MonitoringAddr,
+		"--httpsAddr", p.HTTPSAddr,
+	}, extraArgs...)
+	cmd := exec.Command(p.bin, args...)
+	cmd.Env = isolatedEnv()
+	cmd.Stdout = p.logs
+	cmd.Stderr = p.logs
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start istiod: %v", err)
+	}
+	exited := make(chan struct{})
+	var waitErr error
+	go func() {
+		waitErr = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		stopProcess(t, cmd, exited)
+		if strings.Contains(p.logs.String(), "WARNING: DATA RACE") {
+			t.Errorf("istiod reported a data race")
+		}
+		if t.Failed() {
+			t.Logf("istiod %s\n--- istiod output ---\n%s--- end of istiod output ---", strings.Join(args, " "), p.logs.String())
+		}
+	})
+
+	if err := p.waitReady(exited); err != nil {
+		if errors.Is(err, errExited) {
+			err = fmt.Errorf("%w: %v", err, waitErr)
+		}
+		t.Fatalf("istiod not ready: %v", err)
+	}
+	return p
+}
+
+var errExited = errors.New("istiod exited")
+
+func (p *istiod) waitReady(exited <-chan struct{}) error {
+	url := "http://" + p.HTTPAddr + "/ready"
+	client := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(readyTimeout)
+	last := errors.New("no answer yet")
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return errExited
+		default:
+		}
+		resp, err := client.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
+		last = err
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("after %v: %w", readyTimeout, last)
+}
+
+// mintedCert is what `istiod mint-cert` writes: Istio's agent file layout.
+type mintedCert struct {
+	Dir       string
+	CertChain string // cert-chain.pem: leaf first, then the chain
+	Key       string // key.pem
+	Root      string // root-cert.pem: the trust bundle
+}
+
+// MintCert issues a client certificate for spiffe://cluster.local/ns/NS/sa/SA
+// from this istiod's CA with `istiod mint-cert`.
+func (p *istiod) MintCert(t *testing.T, namespace, serviceAccount string) mintedCert {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "certs")
+	args := []string{
+		"mint-cert",
+		"--state-dir", p.StateDir,
+		"--trust-domain", trustDomain,
+		"--namespace", namespace,
+		"--service-account", serviceAccount,
+		"--out-dir", out,
+		"--ttl", "1h",
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, p.bin, args...)
+	cmd.Env = isolatedEnv()
+	if output, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("istiod %s: %v\n%s", strings.Join(args, " "), err, output)
+	}
+	return mintedCert{
+		Dir:       out,
+		CertChain: filepath.Join(out, "cert-chain.pem"),
+		Key:       filepath.Join(out, "key.pem"),
+		Root:      filepath.Join(out, "root-cert.pem"),
+	}
+}
+
+// stopProcess sends SIGTERM, and SIGKILL if the process outlives stopTimeout.
+func stopProcess(t *testing.T, cmd *exec.Cmd, exited <-chan struct{}) {
+	select {
+	case <-exited:
+		return
+	default:
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Logf("signal istiod: %v", err)
+	}
+	select {
+	case <-exited:
+	case <-time.After(stopTimeout):
+		t.Errorf("istiod did not exit %v after SIGTERM; killing it", stopTimeout)
+		cmd.Process.Kill()
+		<-exited
+	}
+}
+
+// isolatedEnv is the test's environment without the variables istiod reads
+// to find a cluster, so every process runs in local mode.
+func isolatedEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		switch name {
+		case "KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT",
+			"POD_NAMESPACE", "CLUSTER_ID", "REVISION", "TRUST_DOMAIN", "JWT_RULE", "TOKEN_AUDIENCES":
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// freeAddr returns a loopback address whose port was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("find a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// syncBuffer collects a process's output from its copying goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
