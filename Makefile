@@ -8,7 +8,7 @@ LDFLAGS := -X main.version=$(VERSION)
 BENCH_COUNT ?= 5
 BENCHSTAT := $(GO) run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 
-.PHONY: run test bench build lint certs unit interop clean
+.PHONY: run test bench build lint certs unit interop testenv clean
 
 ## build: the istiod binary into bin/
 build:
@@ -21,7 +21,11 @@ run: build
 	$(BIN)/istiod discovery --state-dir $(STATE_DIR)
 
 ## test: every test: lint, unit and end-to-end tests with -race, the interop module
-test: lint unit interop
+test: lint testenv unit interop
+
+## testenv: a real kube-apiserver and etcd, built once from their Go modules into .cache/testenv/bin
+testenv:
+	hack/testenv/build.sh
 
 unit:
 	$(GO) test -race -shuffle=on -count=1 ./...
