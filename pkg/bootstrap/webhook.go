@@ -8,14 +8,19 @@ import (
 	"net/http"
 
 	"github.com/bulwark-mesh/bulwark/pkg/inject"
+	"github.com/bulwark-mesh/bulwark/pkg/inject/validate"
 )
 
-// webhookHandler routes the admission webhooks served on the HTTPS port.
+// webhookHandler routes the admission webhooks served on the HTTPS port:
+// sidecar injection and validation of the security resources.
 func webhookHandler(store *inject.Store, log *slog.Logger) http.Handler {
 	injector := inject.NewHandler(store, log)
+	validator := validate.NewHandler(log)
 	mux := http.NewServeMux()
 	mux.Handle("/inject", injector)
 	mux.Handle("/inject/", injector)
+	mux.Handle("/validate", validator)
+	mux.Handle("/validate/", validator)
 	return mux
 }
 

@@ -56,3 +56,44 @@ func TestInjectWebhookServesOverTLS(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateWebhookRefusesAnInvalidPolicy posts an AuthorizationPolicy
+// whose DENY has no rules, which Istio refuses, to /validate.
+func TestValidateWebhookRefusesAnInvalidPolicy(t *testing.T) {
+	t.Parallel()
+	state := filepath.Join(t.TempDir(), "state")
+	p := startIstiod(t, state)
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(mustRead(t, mint(t, state, "default", "demo").path("root-cert.pem")))
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: roots, ServerName: "istiod.istio-system.svc", MinVersion: tls.VersionTLS12,
+	}}}
+	review := `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
+	  "uid":"e2e-2","kind":{"group":"security.istio.io","version":"v1","kind":"AuthorizationPolicy"},
+	  "resource":{"group":"security.istio.io","version":"v1","resource":"authorizationpolicies"},"operation":"CREATE","namespace":"shop",
+	  "object":{"apiVersion":"security.istio.io/v1","kind":"AuthorizationPolicy","metadata":{"name":"deny-nothing","namespace":"shop"},
+	    "spec":{"action":"DENY"}}}}`
+	resp, err := client.Post("https://"+p.webhook+"/validate", "application/json", strings.NewReader(review))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Response struct {
+			UID     string `json:"uid"`
+			Allowed bool   `json:"allowed"`
+			Result  struct {
+				Message string `json:"message"`
+			} `json:"status"`
+		} `json:"response"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Response.UID != "e2e-2" || out.Response.Allowed {
+		t.Fatalf("uid=%q allowed=%t, want a refusal", out.Response.UID, out.Response.Allowed)
+	}
+	if out.Response.Result.Message == "" {
+		t.Error("refusal carries no reason")
+	}
+}

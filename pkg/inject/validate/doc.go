@@ -1,0 +1,68 @@
+// Package validate is istiod's /validate admission webhook for the security
+// resources Bulwark reads: PeerAuthentication, AuthorizationPolicy and
+// RequestAuthentication (security.istio.io v1 and v1beta1) and
+// DestinationRule (networking.istio.io v1, v1beta1 and v1alpha3).
+//
+// A spec is decoded strictly into the istio.io/api messages (an unknown
+// field is refused) and then checked field by field. A refusal names the
+// field, for example
+//
+//	AuthorizationPolicy ns/deny-all: spec.rules[0].from[0].source.principals[1]: ...
+//
+// DELETE and CONNECT operations, writes to subresources (status), other
+// kinds and other versions are allowed without looking at them. The HTTP handling (POST only, application/json
+// only, a bounded body, malformed reviews answered 400, panics recovered)
+// is the same as the /inject webhook's.
+//
+// # What follows Istio
+//
+// The checks follow istiod's own validation of these kinds: workload
+// selectors without an empty key; at most one of selector, targetRef and
+// targetRefs; PeerAuthentication portLevelMtls only with a non-empty
+// selector and ports 1–65535; AuthorizationPolicy CUSTOM only with
+// provider.name and rules, provider only with CUSTOM, the source fields and
+// when keys CUSTOM cannot use, DENY and CUSTOM without rules refused,
+// `from`/`to` lists that are empty or hold an empty source/operation
+// refused, when keys from Istio's attribute set with their value checks,
+// IP blocks as addresses or CIDRs, path templates ({*} and {**}, {**}
+// last); RequestAuthentication issuer required and no empty audience,
+// header, parameter or cookie names, outputClaimToHeaders with valid header
+// names, timeouts of at least 1ms in whole milliseconds; DestinationRule
+// host a (wildcard) DNS name, a trafficPolicy or portLevelSettings entry
+// with at least one field and a port, the client TLS rules (credentialName
+// excludes file certificates; MUTUAL without credentialName needs a client
+// certificate and key; insecureSkipVerify excludes CA settings), unique
+// DNS-label subset names.
+//
+// A DENY policy whose rule is empty (`rules: [{}]`) matches every request
+// and so denies everything in its scope. Istio accepts it as the way to say
+// "deny all", and so does this webhook.
+//
+// # Deliberate differences (stricter than Istio)
+//
+//   - Selector keys and values must be valid Kubernetes label keys and
+//     values; Istio only refuses an empty key and `*`.
+//   - principals and notPrincipals must be `<trust-domain>/ns/<ns>/sa/<sa>`
+//     or `*`, where a `*` may replace whole leading segments (`*/ns/foo/sa/bar`)
+//     or whole trailing segments (`cluster.local/ns/foo/*`). Istio accepts any
+//     non-empty string and treats a leading or trailing `*` as a
+//     suffix/prefix match, so `cluster.local/ns/foo/sa/app-*` or
+//     `spiffe://cluster.local/...` (which never matches) pass there.
+//   - ports, notPorts and destination.port values must be 1–65535; Istio
+//     also accepts 0, which matches nothing.
+//   - methods must be HTTP tokens, and namespaces and notNamespaces
+//     namespace names (optionally with a leading or trailing `*`); Istio
+//     only refuses empty strings.
+//   - jwksUri must be an https URL with a host; Istio also accepts http.
+//     jwks and jwksUri may not both be set (Istio lets jwks win), and jwks
+//     must be a JSON object with a "keys" array (Istio parses the keys).
+//   - A null rule, jwtRule or portLevelMtls value is refused rather than
+//     skipped.
+//   - credentialName is refused unless tls.mode is SIMPLE or MUTUAL; Istio
+//     ignores it for DISABLE and ISTIO_MUTUAL.
+//   - Enum fields must hold a defined value; protojson accepts any number.
+//
+// Load balancer, connection pool and outlier detection settings of a
+// DestinationRule are decoded strictly but their values are not checked:
+// they do not affect security, and Envoy's own validation refuses bad ones.
+package validate

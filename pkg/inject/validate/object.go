@@ -1,0 +1,163 @@
+package validate
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	networking "istio.io/api/networking/v1alpha3"
+	security "istio.io/api/security/v1beta1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+const (
+	groupSecurity   = "security.istio.io"
+	groupNetworking = "networking.istio.io"
+)
+
+// kind is one resource kind this webhook validates.
+type kind struct {
+	name string
+	// newSpec returns an empty spec message to decode into.
+	newSpec func() proto.Message
+	// check validates the decoded spec; raw is the spec's JSON, for the
+	// few checks protobuf cannot see (an explicitly empty list).
+	check func(p *problems, meta *metav1.ObjectMeta, spec proto.Message, raw []byte)
+}
+
+var kinds = map[string]kind{
+	"PeerAuthentication": {
+		name:    "PeerAuthentication",
+		newSpec: func() proto.Message { return &security.PeerAuthentication{} },
+		check: func(p *problems, _ *metav1.ObjectMeta, m proto.Message, _ []byte) {
+			checkPeerAuthentication(p, m.(*security.PeerAuthentication))
+		},
+	},
+	"AuthorizationPolicy": {
+		name:    "AuthorizationPolicy",
+		newSpec: func() proto.Message { return &security.AuthorizationPolicy{} },
+		check: func(p *problems, meta *metav1.ObjectMeta, m proto.Message, raw []byte) {
+			ap := m.(*security.AuthorizationPolicy)
+			checkDryRun(p, meta, ap)
+			checkEmptyRuleLists(p, raw)
+			checkAuthorizationPolicy(p, ap)
+		},
+	},
+	"RequestAuthentication": {
+		name:    "RequestAuthentication",
+		newSpec: func() proto.Message { return &security.RequestAuthentication{} },
+		check: func(p *problems, _ *metav1.ObjectMeta, m proto.Message, _ []byte) {
+			checkRequestAuthentication(p, m.(*security.RequestAuthentication))
+		},
+	},
+	"DestinationRule": {
+		name:    "DestinationRule",
+		newSpec: func() proto.Message { return &networking.DestinationRule{} },
+		check: func(p *problems, _ *metav1.ObjectMeta, m proto.Message, _ []byte) {
+			checkDestinationRule(p, m.(*networking.DestinationRule))
+		},
+	},
+}
+
+// lookupKind reports whether group/version/kind is one this webhook
+// validates.
+func lookupKind(group, version, name string) (kind, bool) {
+	k, ok := kinds[name]
+	if !ok {
+		return kind{}, false
+	}
+	switch {
+	case group == groupSecurity && name != "DestinationRule" && (version == "v1" || version == "v1beta1"):
+	case group == groupNetworking && name == "DestinationRule" &&
+		(version == "v1" || version == "v1beta1" || version == "v1alpha3"):
+	default:
+		return kind{}, false
+	}
+	return k, true
+}
+
+// object is the Kubernetes envelope of an Istio resource.
+type object struct {
+	Metadata metav1.ObjectMeta `json:"metadata"`
+	Spec     json.RawMessage   `json:"spec"`
+}
+
+// validateObject decodes raw as an object of kind k and checks its spec.
+func validateObject(k kind, raw []byte) error {
+	if len(raw) == 0 {
+		return fmt.Errorf("%s: no object in the request", k.name)
+	}
+	var obj object
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return fmt.Errorf("%s: decode object: %w", k.name, err)
+	}
+	ref := k.name + " " + objectRef(&obj.Metadata)
+	spec := k.newSpec()
+	rawSpec := bytes.TrimSpace(obj.Spec)
+	if len(rawSpec) != 0 && !bytes.Equal(rawSpec, []byte("null")) {
+		if err := (protojson.UnmarshalOptions{DiscardUnknown: false}).Unmarshal(rawSpec, spec); err != nil {
+			return fmt.Errorf("%s: spec: %s", ref, cleanProtoError(err))
+		}
+	} else {
+		rawSpec = nil
+	}
+	var p problems
+	k.check(&p, &obj.Metadata, spec, rawSpec)
+	if err := p.err(); err != nil {
+		return fmt.Errorf("%s: %w", ref, err)
+	}
+	return nil
+}
+
+func objectRef(m *metav1.ObjectMeta) string {
+	name := m.Name
+	if name == "" {
+		name = m.GenerateName + "*"
+	}
+	if m.Namespace == "" {
+		return name
+	}
+	return m.Namespace + "/" + name
+}
+
+// cleanProtoError drops protobuf's "proto:" prefix and the non-breaking
+// spaces it puts in messages on purpose, so the reason reads plainly.
+func cleanProtoError(err error) string {
+	s := strings.ReplaceAll(err.Error(), "\u00a0", " ")
+	s = strings.TrimPrefix(s, "proto: ")
+	return strings.TrimPrefix(s, "proto:")
+}
+
+const maxProblems = 10
+
+// problems collects the reasons an object is refused, each naming a field.
+type problems struct {
+	list []string
+	more int
+}
+
+func (p *problems) addf(path, format string, args ...any) {
+	if len(p.list) >= maxProblems {
+		p.more++
+		return
+	}
+	p.list = append(p.list, path+": "+fmt.Sprintf(format, args...))
+}
+
+func (p *problems) err() error {
+	if len(p.list) == 0 {
+		return nil
+	}
+	msg := strings.Join(p.list, "; ")
+	if p.more > 0 {
+		msg += fmt.Sprintf("; and %d more", p.more)
+	}
+	return errors.New(msg)
+}
+
+// at appends an index to a field path.
+func at(path string, i int) string { return fmt.Sprintf("%s[%d]", path, i) }

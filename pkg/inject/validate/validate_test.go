@@ -1,0 +1,287 @@
+package validate
+
+import (
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+)
+
+type specCase struct {
+	kind gvk
+	spec string
+	// refused is a substring of the refusal; empty means allowed.
+	refused string
+}
+
+func runSpecCases(t *testing.T, cases map[string]specCase) {
+	t.Helper()
+	h := NewHandler(testLogger(t))
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			out := admitBody(t, h, reviewFor(t, apiVersionV1, tc.kind, admissionv1.Create, objectJSON(tc.kind, tc.spec)))
+			msg := ""
+			if out.Response.Result != nil {
+				msg = out.Response.Result.Message
+			}
+			switch {
+			case tc.refused == "" && !out.Response.Allowed:
+				t.Fatalf("refused: %s", msg)
+			case tc.refused != "" && out.Response.Allowed:
+				t.Fatalf("allowed, want refused with %q", tc.refused)
+			case tc.refused != "" && !strings.Contains(msg, tc.refused):
+				t.Fatalf("refused with %q, want it to contain %q", msg, tc.refused)
+			}
+		})
+	}
+}
+
+func TestPeerAuthentication(t *testing.T) {
+	runSpecCases(t, map[string]specCase{
+		"a namespace-wide STRICT policy is allowed": {
+			kind: peerAuthn, spec: `{"mtls":{"mode":"STRICT"}}`,
+		},
+		"an empty spec is allowed": {kind: peerAuthn, spec: `{}`},
+		"port-level mTLS with a selector is allowed": {
+			kind: peerAuthn,
+			spec: `{"selector":{"matchLabels":{"app":"web"}},"mtls":{"mode":"STRICT"},"portLevelMtls":{"8080":{"mode":"DISABLE"}}}`,
+		},
+		"port-level mTLS without a selector is refused": {
+			kind: peerAuthn, spec: `{"portLevelMtls":{"8080":{"mode":"DISABLE"}}}`,
+			refused: "spec.portLevelMtls: requires a selector",
+		},
+		"port-level mTLS with an empty selector is refused": {
+			kind: peerAuthn, spec: `{"selector":{},"portLevelMtls":{"8080":{"mode":"DISABLE"}}}`,
+			refused: "spec.portLevelMtls: requires a selector",
+		},
+		"port 0 is refused": {
+			kind: peerAuthn, spec: `{"selector":{"matchLabels":{"app":"web"}},"portLevelMtls":{"0":{"mode":"DISABLE"}}}`,
+			refused: "spec.portLevelMtls[0]: port 0 is not in 1-65535",
+		},
+		"port 65536 is refused": {
+			kind: peerAuthn, spec: `{"selector":{"matchLabels":{"app":"web"}},"portLevelMtls":{"65536":{"mode":"DISABLE"}}}`,
+			refused: "spec.portLevelMtls[65536]",
+		},
+		"an unknown mode name is refused": {
+			kind: peerAuthn, spec: `{"mtls":{"mode":"MAYBE"}}`, refused: "spec:",
+		},
+		"an undefined mode number is refused": {
+			kind: peerAuthn, spec: `{"mtls":{"mode":9}}`, refused: "spec.mtls.mode: 9 is not one of",
+		},
+		"an unknown field is refused": {
+			kind: peerAuthn, spec: `{"mtls":{"mode":"STRICT"},"mTLS":{}}`, refused: "unknown field",
+		},
+		"an empty selector key is refused": {
+			kind: peerAuthn, spec: `{"selector":{"matchLabels":{"":"x"}}}`,
+			refused: "spec.selector.matchLabels: empty key",
+		},
+		"a wildcard selector value is refused": {
+			kind: peerAuthn, spec: `{"selector":{"matchLabels":{"app":"*"}}}`,
+			refused: "spec.selector.matchLabels[app]",
+		},
+		"an invalid selector key is refused": {
+			kind: peerAuthn, spec: `{"selector":{"matchLabels":{"bad key":"x"}}}`,
+			refused: "is not a valid label key",
+		},
+	})
+}
+
+func TestRequestAuthentication(t *testing.T) {
+	runSpecCases(t, map[string]specCase{
+		"a JWT rule with an https jwksUri is allowed": {
+			kind: requestAuthn,
+			spec: `{"selector":{"matchLabels":{"app":"web"}},"jwtRules":[{"issuer":"https://issuer.example.com",
+				"jwksUri":"https://issuer.example.com/jwks","audiences":["web"],"fromHeaders":[{"name":"x-jwt","prefix":"Bearer "}],
+				"outputClaimToHeaders":[{"header":"x-sub","claim":"sub"}],"timeout":"5s"}]}`,
+		},
+		"a JWT rule with inline jwks is allowed": {
+			kind: requestAuthn, spec: `{"jwtRules":[{"issuer":"i","jwks":"{\"keys\":[]}"}]}`,
+		},
+		"a rule without an issuer is refused": {
+			kind: requestAuthn, spec: `{"jwtRules":[{"jwksUri":"https://a/jwks"}]}`, refused: "spec.jwtRules[0].issuer: must be set",
+		},
+		"an http jwksUri is refused": {
+			kind: requestAuthn, spec: `{"jwtRules":[{"issuer":"i","jwksUri":"http://a/jwks"}]}`,
+			refused: "spec.jwtRules[0].jwksUri: \"http://a/jwks\" is not an https URL",
+		},
+		"a jwksUri without a host is refused": {
+			kind: requestAuthn, spec: `{"jwtRules":[{"issuer":"i","jwksUri":"https:///jwks"}]}`,
+			refused: "has no host",
+		},
+		"jwks and jwksUri together are refused": {
+			kind: requestAuthn, spec: `{"jwtRules":[{"issuer":"i","jwksUri":"https://a/jwks","jwks":"{\"keys\":[]}"}]}`,
+			refused: "set jwks or jwksUri, not both",
+		},
+		"jwks that is not a key set is refused": {
+			kind: requestAuthn, spec: `{"jwtRules":[{"issuer":"i","jwks":"not json"}]}`,
+			refused: "spec.jwtRules[0].jwks",
+		},
+		"an empty audience is refused": {
+			kind: requestAuthn, spec: `{"jwtRules":[{"issuer":"i","audiences":["a",""]}]}`,
+			refused: "spec.jwtRules[0].audiences[1]: must not be empty",
+		},
+		"an empty header name is refused": {
+			kind: requestAuthn, spec: `{"jwtRules":[{"issuer":"i","fromHeaders":[{"prefix":"Bearer "}]}]}`,
+			refused: "spec.jwtRules[0].fromHeaders[0].name: must not be empty",
+		},
+		"an invalid output header is refused": {
+			kind: requestAuthn, spec: `{"jwtRules":[{"issuer":"i","outputClaimToHeaders":[{"header":"x sub","claim":"sub"}]}]}`,
+			refused: "outputClaimToHeaders[0].header",
+		},
+		"a sub-millisecond timeout is refused": {
+			kind: requestAuthn, spec: `{"jwtRules":[{"issuer":"i","timeout":"0.0001s"}]}`,
+			refused: "spec.jwtRules[0].timeout: must be at least 1ms",
+		},
+		"a null rule is refused": {
+			kind: requestAuthn, spec: `{"jwtRules":[null]}`, refused: "spec",
+		},
+	})
+}
+
+func TestDestinationRule(t *testing.T) {
+	runSpecCases(t, map[string]specCase{
+		"ISTIO_MUTUAL with a port-level override is allowed": {
+			kind: destRule,
+			spec: `{"host":"reviews.default.svc.cluster.local","trafficPolicy":{"tls":{"mode":"ISTIO_MUTUAL"},
+				"portLevelSettings":[{"port":{"number":9080},"tls":{"mode":"DISABLE"}}]},
+				"subsets":[{"name":"v1","labels":{"version":"v1"}}]}`,
+		},
+		"SIMPLE with a credentialName is allowed": {
+			kind: destRule, spec: `{"host":"*.example.com","trafficPolicy":{"tls":{"mode":"SIMPLE","credentialName":"ca"}}}`,
+		},
+		"MUTUAL with files is allowed": {
+			kind: destRule,
+			spec: `{"host":"db","trafficPolicy":{"tls":{"mode":"MUTUAL","clientCertificate":"/c.pem","privateKey":"/k.pem"}}}`,
+		},
+		"a host with a partial wildcard label is allowed": {
+			kind: destRule, spec: `{"host":"*-api.example.com","trafficPolicy":{"tls":{"mode":"ISTIO_MUTUAL"}}}`,
+		},
+		"a host with a wildcard after the first label is refused": {
+			kind: destRule, spec: `{"host":"api.*.example.com"}`, refused: "spec.host",
+		},
+		"a missing host is refused": {
+			kind: destRule, spec: `{"trafficPolicy":{"tls":{"mode":"ISTIO_MUTUAL"}}}`, refused: "spec.host: must not be empty",
+		},
+		"an invalid host is refused": {
+			kind: destRule, spec: `{"host":"bad_host!"}`, refused: "spec.host",
+		},
+		"an unknown tls mode is refused": {
+			kind: destRule, spec: `{"host":"a","trafficPolicy":{"tls":{"mode":"STRICT"}}}`, refused: "spec:",
+		},
+		"an undefined tls mode number is refused": {
+			kind: destRule, spec: `{"host":"a","trafficPolicy":{"tls":{"mode":12}}}`,
+			refused: "spec.trafficPolicy.tls.mode: 12 is not one of",
+		},
+		"credentialName with ISTIO_MUTUAL is refused": {
+			kind: destRule, spec: `{"host":"a","trafficPolicy":{"tls":{"mode":"ISTIO_MUTUAL","credentialName":"c"}}}`,
+			refused: "spec.trafficPolicy.tls.credentialName: may only be set with mode SIMPLE or MUTUAL",
+		},
+		"credentialName with a client certificate is refused": {
+			kind: destRule, spec: `{"host":"a","trafficPolicy":{"tls":{"mode":"MUTUAL","credentialName":"c","clientCertificate":"/c.pem"}}}`,
+			refused: "spec.trafficPolicy.tls.credentialName: cannot be set with clientCertificate",
+		},
+		"MUTUAL without certificates is refused": {
+			kind: destRule, spec: `{"host":"a","trafficPolicy":{"tls":{"mode":"MUTUAL"}}}`,
+			refused: "spec.trafficPolicy.tls.clientCertificate: must be set",
+		},
+		"insecureSkipVerify with caCertificates is refused": {
+			kind: destRule, spec: `{"host":"a","trafficPolicy":{"tls":{"mode":"SIMPLE","caCertificates":"/ca.pem","insecureSkipVerify":true}}}`,
+			refused: "spec.trafficPolicy.tls.insecureSkipVerify",
+		},
+		"a port-level setting without a port is refused": {
+			kind: destRule, spec: `{"host":"a","trafficPolicy":{"portLevelSettings":[{"tls":{"mode":"DISABLE"}}]}}`,
+			refused: "spec.trafficPolicy.portLevelSettings[0].port: must be set",
+		},
+		"a port-level setting on port 0 is refused": {
+			kind: destRule, spec: `{"host":"a","trafficPolicy":{"portLevelSettings":[{"port":{"number":0},"tls":{"mode":"DISABLE"}}]}}`,
+			refused: "spec.trafficPolicy.portLevelSettings[0].port.number: port 0",
+		},
+		"a port-level setting with only a port is refused": {
+			kind: destRule, spec: `{"host":"a","trafficPolicy":{"portLevelSettings":[{"port":{"number":80}}]}}`,
+			refused: "must set at least one field besides port",
+		},
+		"an empty traffic policy is refused": {
+			kind: destRule, spec: `{"host":"a","trafficPolicy":{}}`, refused: "spec.trafficPolicy: must set at least one field",
+		},
+		"a subset credentialName with DISABLE is refused": {
+			kind: destRule, spec: `{"host":"a","subsets":[{"name":"v1","trafficPolicy":{"tls":{"mode":"DISABLE","credentialName":"c"}}}]}`,
+			refused: "spec.subsets[0].trafficPolicy.tls.credentialName",
+		},
+		"duplicate subset names are refused": {
+			kind: destRule, spec: `{"host":"a","subsets":[{"name":"v1"},{"name":"v1"}]}`,
+			refused: "spec.subsets[1].name",
+		},
+		"an unknown field in the traffic policy is refused": {
+			kind: destRule, spec: `{"host":"a","trafficPolicy":{"tlsMode":"SIMPLE"}}`, refused: "unknown field",
+		},
+	})
+}
+
+func TestOperationsAndKindsOutsideScopeAreAllowed(t *testing.T) {
+	h := NewHandler(testLogger(t))
+	invalid := objectJSON(authzPolicy, `{"action":"DENY"}`)
+	for name, tc := range map[string]struct {
+		k  gvk
+		op admissionv1.Operation
+	}{
+		"a DELETE of an invalid policy":        {authzPolicy, admissionv1.Delete},
+		"a CONNECT":                            {authzPolicy, admissionv1.Connect},
+		"a v1alpha1 security kind":             {gvk{"security.istio.io", "v1alpha1", "AuthorizationPolicy"}, admissionv1.Create},
+		"a kind of another group":              {gvk{"example.com", "v1", "AuthorizationPolicy"}, admissionv1.Create},
+		"a VirtualService":                     {gvk{"networking.istio.io", "v1", "VirtualService"}, admissionv1.Create},
+		"a DestinationRule in the wrong group": {gvk{"security.istio.io", "v1", "DestinationRule"}, admissionv1.Create},
+	} {
+		t.Run(name, func(t *testing.T) {
+			out := admitBody(t, h, reviewFor(t, apiVersionV1, tc.k, tc.op, invalid))
+			if !out.Response.Allowed {
+				t.Fatalf("refused: %+v", out.Response.Result)
+			}
+		})
+	}
+}
+
+func TestStatusWritesAreAllowed(t *testing.T) {
+	body := reviewFor(t, apiVersionV1, authzPolicy, admissionv1.Update, objectJSON(authzPolicy, `{"action":"DENY"}`))
+	body = []byte(strings.Replace(string(body), `"operation":"UPDATE"`, `"operation":"UPDATE","subResource":"status"`, 1))
+	out := admitBody(t, NewHandler(testLogger(t)), body)
+	if !out.Response.Allowed {
+		t.Fatalf("status write refused: %+v", out.Response.Result)
+	}
+}
+
+func TestVersionsAreValidated(t *testing.T) {
+	h := NewHandler(testLogger(t))
+	for name, k := range map[string]gvk{
+		"security v1beta1":    {"security.istio.io", "v1beta1", "AuthorizationPolicy"},
+		"networking v1beta1":  {"networking.istio.io", "v1beta1", "DestinationRule"},
+		"networking v1alpha3": {"networking.istio.io", "v1alpha3", "DestinationRule"},
+		"security v1":         {"security.istio.io", "v1", "RequestAuthentication"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			spec := `{"action":"DENY"}`
+			switch k.kind {
+			case "DestinationRule":
+				spec = `{}`
+			case "RequestAuthentication":
+				spec = `{"jwtRules":[{}]}`
+			}
+			out := admitBody(t, h, reviewFor(t, apiVersionV1beta1, k, admissionv1.Update, objectJSON(k, spec)))
+			if out.Response.Allowed {
+				t.Fatal("invalid object allowed")
+			}
+			if out.APIVersion != apiVersionV1beta1 || out.Response.UID != "uid-1" {
+				t.Errorf("apiVersion %q uid %q not echoed", out.APIVersion, out.Response.UID)
+			}
+		})
+	}
+}
+
+func TestRefusalIsBounded(t *testing.T) {
+	principals := strings.Repeat(`"",`, 200) + `""`
+	out := admitBody(t, NewHandler(testLogger(t)), reviewFor(t, apiVersionV1, authzPolicy, admissionv1.Create,
+		objectJSON(authzPolicy, `{"rules":[{"from":[{"source":{"principals":[`+principals+`]}}]}]}`)))
+	msg := out.Response.Result.Message
+	if out.Response.Allowed || !strings.Contains(msg, "and 191 more") {
+		t.Fatalf("message %q, want the first %d problems and a count", msg, maxProblems)
+	}
+}
