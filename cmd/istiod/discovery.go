@@ -47,6 +47,7 @@ func discovery(ctx context.Context, args []string, getenv func(string) string, s
 		return usageError{fmt.Errorf("unexpected arguments %q", fs.Args())}
 	}
 	cfg.InCluster = cfg.Kubeconfig == "" && getenv("KUBERNETES_SERVICE_HOST") != ""
+	cfg.PodName = getenv("POD_NAME")
 	cfg.TokenAudiences = splitList(*audiences)
 	cfg.ExtraDNSNames = splitList(*extraNames)
 

@@ -27,6 +27,9 @@ type Config struct {
 	InCluster  bool
 	ClusterID  string
 	Revision   string
+	// PodName names this replica in leader election (POD_NAME); empty
+	// means the host name.
+	PodName string
 
 	// StateDir keeps the self-signed CA in local mode.
 	StateDir string
@@ -185,12 +188,27 @@ func (c *Config) Validate() error {
 	return nil
 }
 
+// revisionSuffix is "-<rev>" for a non-default revision, else empty.
+func (c *Config) revisionSuffix() string {
+	if c.Revision == "" || c.Revision == "default" {
+		return ""
+	}
+	return "-" + c.Revision
+}
+
+// mutatingWebhookName is Istio's name of the injector's configuration.
+func (c *Config) mutatingWebhookName() string {
+	return "istio-sidecar-injector" + c.revisionSuffix()
+}
+
+// validatingWebhookName is Istio's name of the validator's configuration.
+func (c *Config) validatingWebhookName() string {
+	return "istio-validator" + c.revisionSuffix() + "-" + c.Namespace
+}
+
 // dnsNames are istiod's serving certificate names, as Istio's agents dial it.
 func (c *Config) dnsNames() []string {
-	svc := "istiod"
-	if c.Revision != "" && c.Revision != "default" {
-		svc += "-" + c.Revision
-	}
+	svc := "istiod" + c.revisionSuffix()
 	names := []string{
 		svc + "." + c.Namespace + ".svc",
 		svc + "." + c.Namespace + ".svc.cluster.local",

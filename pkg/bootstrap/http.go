@@ -19,7 +19,7 @@ func (s *Server) readyHandler() http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if !s.Ready() {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "not ready: ca loaded=%t, secure grpc serving=%t\n", s.ca.Ready(), s.grpcServing.Load())
+			fmt.Fprintf(w, "not ready: ca loaded=%t, secure grpc serving=%t, kubernetes synced=%t\n", s.ca.Ready(), s.grpcServing.Load(), s.kubeSynced())
 			return
 		}
 		fmt.Fprintln(w, "ok")

@@ -17,9 +17,6 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/bulwark-mesh/bulwark/pkg/authn"
 	"github.com/bulwark-mesh/bulwark/pkg/ca"
@@ -37,8 +34,11 @@ type Server struct {
 	serving     *servingcert.Rotator
 	grpc        *grpc.Server
 	grpcServing atomic.Bool // the secure gRPC server is serving
-	injector    *inject.FileSource
-	webhooks    http.Handler
+	// webhooksServing: the admission webhooks answer on the HTTPS port.
+	webhooksServing atomic.Bool
+	injector        *inject.FileSource
+	webhooks        http.Handler
+	kube            *kubeParts // nil in local mode
 }
 
 // New wires istiod from cfg. It does no I/O and starts nothing.
@@ -49,9 +49,21 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	td := spiffeid.RequireTrustDomainFromString(cfg.TrustDomain)
 
-	authority, err := NewCA(cfg, log)
+	var kube *kubeParts
+	if cfg.KubernetesMode() {
+		var err error
+		if kube, err = newKubeParts(cfg, cfg.PodName, log); err != nil {
+			return nil, err
+		}
+	}
+	authority, err := newCA(cfg, caStore(cfg, kube), log)
 	if err != nil {
 		return nil, err
+	}
+	if kube != nil {
+		if err := kube.distributeRoots(authority); err != nil {
+			return nil, err
+		}
 	}
 	rotator, err := servingcert.New(servingcert.Config{
 		Issuer:   authority,
@@ -63,15 +75,18 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("serving certificate: %w", err)
 	}
-	chain, err := authenticators(cfg, td, authority, log)
+	chain, err := authenticators(cfg, td, authority, kube, log)
 	if err != nil {
 		return nil, err
 	}
 
-	s := &Server{cfg: cfg, log: log, registry: newRegistry(authority), ca: authority, serving: rotator}
+	s := &Server{cfg: cfg, log: log, registry: newRegistry(authority), ca: authority, serving: rotator, kube: kube}
 	injectStore := inject.NewStore()
 	s.injector = inject.NewFileSource(cfg.InjectConfigDir, injectStore, log.With("component", "inject"))
 	s.webhooks = webhookHandler(injectStore, log.With("component", "webhook"))
+	if kube != nil {
+		kube.keepWebhooks(cfg, authority, s.webhooksServing.Load)
+	}
 	s.grpc = newGRPCServer(cfg, s.tlsConfig(), log)
 	service.New(service.Config{
 		Authenticator: chain,
@@ -87,6 +102,11 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 // NewCA builds the CA istiod signs with from cfg, so that every command
 // that signs (istiod itself, mint-cert) finds the same key material.
 func NewCA(cfg Config, log *slog.Logger) (*ca.CA, error) {
+	return newCA(cfg, ca.NewDirStore(cfg.StateDir), log)
+}
+
+// newCA builds the CA with its self-signed root kept in store.
+func newCA(cfg Config, store ca.Store, log *slog.Logger) (*ca.CA, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
@@ -100,7 +120,7 @@ func NewCA(cfg Config, log *slog.Logger) (*ca.CA, error) {
 		KeyType:     keyType,
 		RootTTL:     cfg.RootTTL,
 		CACertsDir:  cfg.CACertsDir,
-		Store:       ca.NewDirStore(cfg.StateDir),
+		Store:       store,
 		DefaultTTL:  cfg.DefaultCertTTL,
 		MaxTTL:      cfg.MaxCertTTL,
 		Logger:      log,
@@ -113,7 +133,7 @@ func NewCA(cfg Config, log *slog.Logger) (*ca.CA, error) {
 
 // authenticators builds the chain in its fixed order: client certificate,
 // then OIDC JWT if a rule is set, then Kubernetes JWT in Kubernetes mode.
-func authenticators(cfg Config, td spiffeid.TrustDomain, authority *ca.CA, log *slog.Logger) (authn.Chain, error) {
+func authenticators(cfg Config, td spiffeid.TrustDomain, authority *ca.CA, kube *kubeParts, log *slog.Logger) (authn.Chain, error) {
 	roots := func() *x509.CertPool {
 		if b := authority.Current(); b != nil {
 			return b.Pool()
@@ -133,37 +153,15 @@ func authenticators(cfg Config, td spiffeid.TrustDomain, authority *ca.CA, log *
 		chain = append(chain, authn.NewOIDC(authn.OIDCConfig{TrustDomain: td, Rule: rule, HTTPClient: client}))
 		log.Info("OIDC JWT authentication enabled", "issuer", rule.Issuer)
 	}
-	if cfg.KubernetesMode() {
-		client, err := kubeClient(cfg)
-		if err != nil {
-			return nil, err
-		}
+	if kube != nil {
 		chain = append(chain, authn.NewKubeJWT(authn.KubeJWTConfig{
 			TrustDomain:     td,
-			Reviewer:        authn.NewClientGoReviewer(client),
+			Reviewer:        authn.NewClientGoReviewer(kube.client),
 			Audiences:       cfg.TokenAudiences,
 			RequirePodBound: cfg.RequirePodBoundTokens,
 		}))
 	}
 	return chain, nil
-}
-
-func kubeClient(cfg Config) (kubernetes.Interface, error) {
-	var rc *rest.Config
-	var err error
-	if cfg.Kubeconfig != "" {
-		rc, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
-	} else {
-		rc, err = rest.InClusterConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client config: %w", err)
-	}
-	client, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	return client, nil
 }
 
 func newRegistry(authority *ca.CA) *prometheus.Registry {
@@ -235,7 +233,10 @@ func (s *Server) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serveHTTP(ctx, httpLn, s.readyHandler(), s.cfg.GracePeriod) })
 	g.Go(func() error { return serveHTTP(ctx, monLn, s.monitoringHandler(), s.cfg.GracePeriod) })
-	g.Go(func() error { return s.ca.Run(ctx) })
+	g.Go(func() error { return s.runCA(ctx) })
+	if s.kube != nil {
+		g.Go(func() error { return s.kube.run(ctx) })
+	}
 	g.Go(func() error { return s.serving.Run(ctx) })
 	g.Go(func() error { return s.serveGRPC(ctx, secure) })
 	g.Go(func() error { return s.injector.Run(ctx) })
@@ -280,9 +281,10 @@ func (s *Server) serveGRPC(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-// Ready reports whether istiod can serve: the CA is loaded and the secure
-// gRPC server serves with a certificate.
-func (s *Server) Ready() bool { return s.ca.Ready() && s.grpcServing.Load() }
+// Ready reports whether istiod can serve: the CA is loaded, the secure
+// gRPC server serves with a certificate and, in Kubernetes mode, the
+// caches are synced.
+func (s *Server) Ready() bool { return s.ca.Ready() && s.grpcServing.Load() && s.kubeSynced() }
 
 func (s *Server) mode() string {
 	if s.cfg.KubernetesMode() {

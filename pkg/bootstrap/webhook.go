@@ -38,5 +38,7 @@ func (s *Server) serveWebhooks(ctx context.Context, ln net.Listener) error {
 		GetCertificate: s.serving.GetCertificate,
 		NextProtos:     []string{"h2", "http/1.1"},
 	})
+	s.webhooksServing.Store(true)
+	defer s.webhooksServing.Store(false)
 	return serveHTTP(ctx, tlsLn, s.webhooks, s.cfg.GracePeriod)
 }

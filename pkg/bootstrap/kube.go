@@ -1,0 +1,213 @@
+package bootstrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/bulwark-mesh/bulwark/pkg/ca"
+	"github.com/bulwark-mesh/bulwark/pkg/ca/rootcert"
+	"github.com/bulwark-mesh/bulwark/pkg/ca/secretstore"
+	"github.com/bulwark-mesh/bulwark/pkg/inject/webhookconfig"
+)
+
+// Client-side rate limits towards the API server. client-go's defaults (5
+// QPS, burst 10) would take minutes to write a ConfigMap into a few
+// thousand namespaces; these are Istio's istiod defaults.
+const (
+	kubeQPS   = 80
+	kubeBurst = 160
+)
+
+// caLoadBackoff spaces the attempts to load the CA while the API server
+// cannot be reached or refuses: from first to max, doubling, with jitter.
+type caLoadBackoff struct {
+	first, max time.Duration
+	// attemptTimeout bounds one attempt.
+	attemptTimeout time.Duration
+}
+
+var defaultCALoadBackoff = caLoadBackoff{first: 500 * time.Millisecond, max: 30 * time.Second, attemptTimeout: 15 * time.Second}
+
+// kubeParts are istiod's Kubernetes-mode components: the client, the CA
+// store in istio-ca-secret and, once the CA exists, the root certificate
+// distribution.
+type kubeParts struct {
+	client    kubernetes.Interface
+	store     *secretstore.Store
+	rootCerts *rootcert.Controller
+	webhooks  *webhookconfig.Controller
+	identity  string
+	namespace string
+	log       *slog.Logger
+	backoff   caLoadBackoff
+}
+
+// newKubeParts builds the client and the CA store. It reads the kubeconfig
+// file (or the in-cluster service account) but does not contact the API
+// server. identity names this replica in leader election; empty means the
+// host name.
+func newKubeParts(cfg Config, identity string, log *slog.Logger) (*kubeParts, error) {
+	rc, err := kubeRESTConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return newKubePartsWithClient(client, cfg.Namespace, identity, log), nil
+}
+
+func newKubePartsWithClient(client kubernetes.Interface, namespace, identity string, log *slog.Logger) *kubeParts {
+	if identity == "" {
+		identity, _ = os.Hostname()
+	}
+	if identity == "" {
+		identity = "istiod"
+	}
+	return &kubeParts{
+		client:    client,
+		store:     secretstore.New(client.CoreV1(), namespace),
+		identity:  identity,
+		namespace: namespace,
+		log:       log,
+		backoff:   defaultCALoadBackoff,
+	}
+}
+
+// kubeRESTConfig returns the API server's address and credentials: the
+// kubeconfig file when one is named, else the pod's service account.
+func kubeRESTConfig(cfg Config) (*rest.Config, error) {
+	var rc *rest.Config
+	var err error
+	if cfg.Kubeconfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+	} else {
+		rc, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client config: %w", err)
+	}
+	rc.UserAgent = "istiod" // also the field manager of its writes
+	rc.QPS, rc.Burst = kubeQPS, kubeBurst
+	return rc, nil
+}
+
+// distributeRoots builds the controller that publishes bundles to every
+// namespace as istio-ca-root-cert.
+func (k *kubeParts) distributeRoots(bundles rootcert.BundleSource) error {
+	c, err := rootcert.New(rootcert.Config{
+		Client:    k.client,
+		Namespace: k.namespace,
+		Identity:  k.identity,
+		Bundles:   bundles,
+		Logger:    k.log,
+	})
+	if err != nil {
+		return fmt.Errorf("root cert distribution: %w", err)
+	}
+	k.rootCerts = c
+	return nil
+}
+
+// keepWebhooks builds the controller that keeps the webhook configurations'
+// caBundle equal to the trust bundle and switches validation to fail closed
+// once istiod answers (ready).
+func (k *kubeParts) keepWebhooks(cfg Config, bundles webhookconfig.Bundles, ready func() bool) {
+	k.webhooks = webhookconfig.New(webhookconfig.Config{
+		Client:         k.client,
+		Bundles:        bundles,
+		MutatingName:   cfg.mutatingWebhookName(),
+		ValidatingName: cfg.validatingWebhookName(),
+		Ready:          ready,
+		Logger:         k.log.With("component", "webhookconfig"),
+	})
+}
+
+// synced reports whether the Kubernetes caches are filled.
+func (k *kubeParts) synced() bool { return k.rootCerts == nil || k.rootCerts.HasSynced() }
+
+// run runs the root certificate distribution and the webhook configuration
+// controller until ctx is done.
+func (k *kubeParts) run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	if k.rootCerts != nil {
+		g.Go(func() error { return k.rootCerts.Run(ctx) })
+	}
+	if k.webhooks != nil {
+		g.Go(func() error { return k.webhooks.Run(ctx) })
+	}
+	g.Go(func() error { <-ctx.Done(); return nil })
+	return g.Wait()
+}
+
+// caRunner is the part of *ca.CA that runCA drives.
+type caRunner interface {
+	Load(ctx context.Context) error
+	Run(ctx context.Context) error
+}
+
+var _ caRunner = (*ca.CA)(nil)
+
+// runCA loads the CA, retrying while the API server is unreachable or
+// refuses (istiod stays unready meanwhile, rather than exiting), then runs
+// it until ctx is done.
+func (k *kubeParts) runCA(ctx context.Context, authority caRunner) error {
+	delay := k.backoff.first
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, k.backoff.attemptTimeout)
+		err := authority.Load(actx)
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		wait := delay/2 + rand.N(delay/2+1) // jitter: [delay/2, delay]
+		k.log.Warn("cannot load the CA; istiod stays unready and retries", "component", "ca",
+			"namespace", k.namespace, "secret", secretstore.SecretName, "attempt", attempt, "retry_in", wait, "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		delay = min(delay*2, k.backoff.max)
+	}
+	if err := authority.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// caStore is where the self-signed root lives: istio-ca-secret in
+// Kubernetes mode, the state directory otherwise.
+func caStore(cfg Config, kube *kubeParts) ca.Store {
+	if kube != nil {
+		return kube.store
+	}
+	return ca.NewDirStore(cfg.StateDir)
+}
+
+// runCA runs the CA; in Kubernetes mode it first waits out an unreachable
+// API server instead of failing.
+func (s *Server) runCA(ctx context.Context) error {
+	if s.kube != nil {
+		return s.kube.runCA(ctx, s.ca)
+	}
+	return s.ca.Run(ctx)
+}
+
+// kubeSynced reports whether the Kubernetes caches are filled; true in
+// local mode.
+func (s *Server) kubeSynced() bool { return s.kube == nil || s.kube.synced() }
