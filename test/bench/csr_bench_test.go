@@ -38,6 +38,7 @@ func BenchmarkCreateCertificate(b *testing.B) {
 	for _, keyType := range []string{"ecdsa-p256", "rsa-2048"} {
 		b.Run("ca="+keyType, func(b *testing.B) {
 			srv := start(b, bin, "--ca-key-type", keyType, "--csr-rate-limit", "0")
+			srv.mint(b, bin)
 			conns := make([]pb.IstioCertificateServiceClient, clients)
 			for i := range conns {
 				conns[i] = srv.client(b)
@@ -46,47 +47,35 @@ func BenchmarkCreateCertificate(b *testing.B) {
 			for i := range csrs {
 				csrs[i] = newCSR(b)
 			}
-			// Warm up: every connection handshakes and signs once.
-			runLoad(b, conns, csrs, clients)
-
-			cpuBefore := srv.cpuTime(b)
-			b.ResetTimer()
-			start := time.Now()
-			lat := runLoad(b, conns, csrs, b.N)
-			elapsed := time.Since(start)
-			b.StopTimer()
-			cpu := srv.cpuTime(b) - cpuBefore
-
-			slices.Sort(lat)
-			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "certs/s")
-			b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "server-cpu-ms/cert")
-			b.ReportMetric(ms(lat[len(lat)/2]), "p50-ms")
-			b.ReportMetric(ms(lat[len(lat)*99/100]), "p99-ms")
+			measure(b, srv, clients, func(i, _ int) error {
+				_, err := conns[i].CreateCertificate(context.Background(),
+					&pb.IstioCertificateRequest{Csr: csrs[i], ValidityDuration: 3600})
+				return err
+			})
 		})
 	}
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// runLoad sends n CreateCertificate calls spread over the clients and
-// returns each call's latency.
-func runLoad(b *testing.B, conns []pb.IstioCertificateServiceClient, csrs []string, n int) []time.Duration {
+// runLoad makes n calls spread over `clients` goroutines and returns each
+// call's latency; call gets the goroutine's index and the call's number.
+func runLoad(b *testing.B, clients, n int, call func(client, j int) error) []time.Duration {
 	lat := make([]time.Duration, n)
 	var next atomic.Int64
 	var failed atomic.Value
 	var wg sync.WaitGroup
-	for i, c := range conns {
+	for i := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req := &pb.IstioCertificateRequest{Csr: csrs[i], ValidityDuration: 3600}
 			for {
 				j := int(next.Add(1)) - 1
 				if j >= n {
 					return
 				}
 				t0 := time.Now()
-				if _, err := c.CreateCertificate(context.Background(), req); err != nil {
+				if err := call(i, j); err != nil {
 					failed.Store(err)
 					return
 				}
@@ -96,9 +85,28 @@ func runLoad(b *testing.B, conns []pb.IstioCertificateServiceClient, csrs []stri
 	}
 	wg.Wait()
 	if err, ok := failed.Load().(error); ok {
-		b.Fatalf("CreateCertificate: %v", err)
+		b.Fatalf("call: %v", err)
 	}
 	return lat
+}
+
+// measure runs n calls after a warm-up and reports throughput, the server's
+// CPU per call and latency percentiles.
+func measure(b *testing.B, srv *server, clients int, call func(client, j int) error) {
+	runLoad(b, clients, clients, call) // warm up: every connection handshakes once
+	cpuBefore := srv.cpuTime(b)
+	b.ResetTimer()
+	start := time.Now()
+	lat := runLoad(b, clients, b.N, call)
+	elapsed := time.Since(start)
+	b.StopTimer()
+	cpu := srv.cpuTime(b) - cpuBefore
+
+	slices.Sort(lat)
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "certs/s")
+	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "server-cpu-ms/cert")
+	b.ReportMetric(ms(lat[len(lat)/2]), "p50-ms")
+	b.ReportMetric(ms(lat[len(lat)*99/100]), "p99-ms")
 }
 
 // istiodBinary is $ISTIOD_BIN, or istiod built into a temp dir.
@@ -118,16 +126,16 @@ func istiodBinary(b *testing.B) string {
 type server struct {
 	cmd   *exec.Cmd
 	addr  string
+	state string
 	creds string
 	log   *bytes.Buffer
 }
 
 func start(b *testing.B, bin string, extra ...string) *server {
 	b.Helper()
-	state := filepath.Join(b.TempDir(), "state")
-	s := &server{addr: freePort(b), log: new(bytes.Buffer), creds: filepath.Join(b.TempDir(), "creds")}
+	s := &server{addr: freePort(b), log: new(bytes.Buffer), state: filepath.Join(b.TempDir(), "state")}
 	httpAddr := freePort(b)
-	args := append([]string{"discovery", "--state-dir", state, "--secureGRPCAddr", s.addr,
+	args := append([]string{"discovery", "--state-dir", s.state, "--secureGRPCAddr", s.addr,
 		"--httpAddr", httpAddr, "--monitoringAddr", freePort(b), "--httpsAddr", freePort(b), "--log-level", "warn"}, extra...)
 	s.cmd = exec.Command(bin, args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
@@ -149,12 +157,18 @@ func start(b *testing.B, bin string, extra ...string) *server {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	mint := exec.Command(bin, "mint-cert", "--state-dir", state, "--namespace", "bench",
+	return s
+}
+
+// mint issues the benchmark's client certificate from a local-mode CA.
+func (s *server) mint(b *testing.B, bin string) {
+	b.Helper()
+	s.creds = filepath.Join(b.TempDir(), "creds")
+	mint := exec.Command(bin, "mint-cert", "--state-dir", s.state, "--namespace", "bench",
 		"--service-account", "load", "--out-dir", s.creds)
 	if o, err := mint.CombinedOutput(); err != nil {
 		b.Fatalf("mint-cert: %v\n%s", err, o)
 	}
-	return s
 }
 
 func (s *server) client(b *testing.B) pb.IstioCertificateServiceClient {
