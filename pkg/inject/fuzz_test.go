@@ -2,9 +2,11 @@ package inject
 
 import (
 	"encoding/json"
-	corev1 "k8s.io/api/core/v1"
 	"net/http"
 	"testing"
+
+	"github.com/bulwark-mesh/bulwark/pkg/inject/admission"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // FuzzInject drives arbitrary AdmissionReview bytes through the handler and
@@ -12,7 +14,7 @@ import (
 // panic, and an injected pod always has exactly one istio-proxy with the
 // restricted security context.
 func FuzzInject(f *testing.F) {
-	f.Add(reviewBody(f, apiVersionV1, appPod(nil, nil)), uint8(0), "docker.io/istio/proxyv2:1.28.0")
+	f.Add(reviewBody(f, admission.APIVersionV1, appPod(nil, nil)), uint8(0), "docker.io/istio/proxyv2:1.28.0")
 	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1beta1","kind":"AdmissionReview","request":{"uid":"1","kind":{"kind":"Pod"},"object":{"spec":{"containers":[{"name":"a","readinessProbe":{"tcpSocket":{"port":"x"}}}]}}}}`), uint8(11), "concurrency: 2")
 	f.Add([]byte("{not json"), uint8(1), "1\nsecurityContext:\n  privileged: true")
 	h := NewHandler(NewStore(), nil)
@@ -27,7 +29,7 @@ func FuzzInject(f *testing.F) {
 			t.Fatalf("handler panicked or failed on %q", body)
 		}
 		if rec.Code == http.StatusOK {
-			var out review
+			var out admission.Review
 			if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || out.Response == nil {
 				t.Fatalf("200 without a response: %v", err)
 			}

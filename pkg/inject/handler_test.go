@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bulwark-mesh/bulwark/pkg/inject/admission"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -61,12 +62,12 @@ func post(t testing.TB, h http.Handler, path, contentType string, body []byte) *
 	return rec
 }
 
-func decodeResponse(t testing.TB, rec *httptest.ResponseRecorder) review {
+func decodeResponse(t testing.TB, rec *httptest.ResponseRecorder) admission.Review {
 	t.Helper()
 	if rec.Code != http.StatusOK {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body)
 	}
-	var out review
+	var out admission.Review
 	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
 		t.Fatalf("decode response: %v", err)
 	}
@@ -78,7 +79,7 @@ func decodeResponse(t testing.TB, rec *httptest.ResponseRecorder) review {
 
 func TestHandlerInjects(t *testing.T) {
 	h := NewHandler(NewStore(), testLogger(t))
-	for _, version := range []string{apiVersionV1, apiVersionV1beta1} {
+	for _, version := range []string{admission.APIVersionV1, admission.APIVersionV1beta1} {
 		for _, path := range []string{"/inject", "/inject/", "/inject/cluster/east/net/net1"} {
 			t.Run(version+path, func(t *testing.T) {
 				pod := appPod(map[string]string{"example.com/owner~team": "a/b"}, nil)
@@ -131,7 +132,7 @@ func TestHandlerInjects(t *testing.T) {
 func TestHandlerDeniesInvalidAnnotation(t *testing.T) {
 	h := NewHandler(NewStore(), testLogger(t))
 	pod := appPod(map[string]string{AnnotationProxyMemory: "1\nsecurityContext:\n  privileged: true"}, nil)
-	out := decodeResponse(t, post(t, h, "/inject", "application/json", reviewBody(t, apiVersionV1, pod)))
+	out := decodeResponse(t, post(t, h, "/inject", "application/json", reviewBody(t, admission.APIVersionV1, pod)))
 	r := out.Response
 	if r.Allowed || r.Patch != nil || r.Result == nil || !strings.Contains(r.Result.Message, AnnotationProxyMemory) {
 		t.Fatalf("response = %+v", r)
@@ -152,7 +153,7 @@ func TestHandlerAllowsWithoutPatch(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			pod := appPod(nil, nil)
 			mutate(pod)
-			r := decodeResponse(t, post(t, h, "/inject", "application/json", reviewBody(t, apiVersionV1, pod))).Response
+			r := decodeResponse(t, post(t, h, "/inject", "application/json", reviewBody(t, admission.APIVersionV1, pod))).Response
 			if !r.Allowed || r.Patch != nil {
 				t.Fatalf("response = %+v", r)
 			}
@@ -162,7 +163,7 @@ func TestHandlerAllowsWithoutPatch(t *testing.T) {
 
 func TestHandlerRejectsBadRequests(t *testing.T) {
 	h := NewHandler(NewStore(), testLogger(t))
-	good := reviewBody(t, apiVersionV1, appPod(nil, nil))
+	good := reviewBody(t, admission.APIVersionV1, appPod(nil, nil))
 	big := append([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"`),
 		bytes.Repeat([]byte("a"), MaxRequestBytes)...)
 	cases := map[string]struct {
@@ -202,7 +203,7 @@ func TestHandlerRecoversFromPanics(t *testing.T) {
 	h := NewHandler(NewStore(), testLogger(t), WithNamespaceLabels(func(string) map[string]string {
 		panic("informer exploded")
 	}))
-	rec := post(t, h, "/inject", "application/json", reviewBody(t, apiVersionV1, appPod(nil, nil)))
+	rec := post(t, h, "/inject", "application/json", reviewBody(t, admission.APIVersionV1, appPod(nil, nil)))
 	if rec.Code != http.StatusInternalServerError || strings.Contains(rec.Body.String(), "exploded") {
 		t.Fatalf("status %d body %q", rec.Code, rec.Body)
 	}
@@ -212,7 +213,7 @@ func TestHandlerUsesNamespaceLabels(t *testing.T) {
 	h := NewHandler(NewStore(), testLogger(t), WithNamespaceLabels(func(ns string) map[string]string {
 		return map[string]string{"istio-injection": "disabled"}
 	}))
-	r := decodeResponse(t, post(t, h, "/inject", "application/json", reviewBody(t, apiVersionV1, appPod(nil, nil)))).Response
+	r := decodeResponse(t, post(t, h, "/inject", "application/json", reviewBody(t, admission.APIVersionV1, appPod(nil, nil)))).Response
 	if !r.Allowed || r.Patch != nil {
 		t.Fatalf("response = %+v", r)
 	}
@@ -238,7 +239,7 @@ func bigPod(n int) *corev1.Pod {
 func TestHandlerThousandContainers(t *testing.T) {
 	h := NewHandler(NewStore(), testLogger(t))
 	pod := bigPod(1000)
-	body := reviewBody(t, apiVersionV1, pod)
+	body := reviewBody(t, admission.APIVersionV1, pod)
 	if len(body) > MaxRequestBytes {
 		t.Fatalf("test body %d bytes is over the limit", len(body))
 	}
@@ -271,7 +272,7 @@ func TestHandlerThousandContainers(t *testing.T) {
 
 func BenchmarkHandlerThousandContainers(b *testing.B) {
 	h := NewHandler(NewStore(), nil)
-	body := reviewBody(b, apiVersionV1, bigPod(1000))
+	body := reviewBody(b, admission.APIVersionV1, bigPod(1000))
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bulwark-mesh/bulwark/pkg/inject/admission"
 	admissionv1 "k8s.io/api/admission/v1"
 )
 
@@ -174,7 +175,7 @@ func TestAuthorizationPolicyDryRunAnnotation(t *testing.T) {
 			if tc.action != "CUSTOM" {
 				obj = strings.Replace(obj, `"provider":{"name":"x"},`, "", 1)
 			}
-			out := admitBody(t, h, reviewFor(t, apiVersionV1, authzPolicy, admissionv1.Create, []byte(obj)))
+			out := admitBody(t, h, reviewFor(t, admission.APIVersionV1, authzPolicy, admissionv1.Create, []byte(obj)))
 			if out.Response.Allowed != tc.allowed {
 				t.Fatalf("allowed = %v, want %v (%+v)", out.Response.Allowed, tc.allowed, out.Response.Result)
 			}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"testing"
+
+	"github.com/bulwark-mesh/bulwark/pkg/inject/admission"
 )
 
 // FuzzValidate drives arbitrary AdmissionReview bodies through the handler
@@ -28,7 +30,7 @@ func FuzzValidate(f *testing.F) {
 			t.Fatalf("handler panicked or failed on %q", body)
 		}
 		if rec.Code == http.StatusOK {
-			var in, out review
+			var in, out admission.Review
 			if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || out.Response == nil {
 				t.Fatalf("200 without a response: %v", err)
 			}

@@ -7,12 +7,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bulwark-mesh/bulwark/pkg/inject/admission"
 	admissionv1 "k8s.io/api/admission/v1"
 )
 
 func TestHandlerRefusesBadRequests(t *testing.T) {
 	h := NewHandler(testLogger(t))
-	valid := reviewFor(t, apiVersionV1, peerAuthn, admissionv1.Create, objectJSON(peerAuthn, `{}`))
+	valid := reviewFor(t, admission.APIVersionV1, peerAuthn, admissionv1.Create, objectJSON(peerAuthn, `{}`))
 	for name, tc := range map[string]struct {
 		method, path, contentType string
 		body                      []byte
@@ -62,7 +63,7 @@ func TestHandlerRefusesBadRequests(t *testing.T) {
 
 func TestHandlerEchoesUIDAndVersion(t *testing.T) {
 	h := NewHandler(testLogger(t))
-	for name, v := range map[string]string{"v1 is echoed": apiVersionV1, "v1beta1 is echoed": apiVersionV1beta1} {
+	for name, v := range map[string]string{"v1 is echoed": admission.APIVersionV1, "v1beta1 is echoed": admission.APIVersionV1beta1} {
 		t.Run(name, func(t *testing.T) {
 			out := admitBody(t, h, reviewFor(t, v, peerAuthn, admissionv1.Create, objectJSON(peerAuthn, `{}`)))
 			if out.APIVersion != v || out.Kind != "AdmissionReview" || out.Response.UID != "uid-1" || !out.Response.Allowed {
@@ -80,14 +81,14 @@ func TestHandlerRefusesUndecodableObjects(t *testing.T) {
 		"metadata of the wrong type": `{"metadata":[],"spec":{}}`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			out := admitBody(t, h, reviewFor(t, apiVersionV1, authzPolicy, admissionv1.Create, []byte(raw)))
+			out := admitBody(t, h, reviewFor(t, admission.APIVersionV1, authzPolicy, admissionv1.Create, []byte(raw)))
 			if out.Response.Allowed || out.Response.Result == nil || !strings.Contains(out.Response.Result.Message, "AuthorizationPolicy") {
 				t.Fatalf("response %+v", out.Response)
 			}
 		})
 	}
 	t.Run("a create without an object", func(t *testing.T) {
-		out := admitBody(t, h, reviewFor(t, apiVersionV1, authzPolicy, admissionv1.Create, nil))
+		out := admitBody(t, h, reviewFor(t, admission.APIVersionV1, authzPolicy, admissionv1.Create, nil))
 		if out.Response.Allowed {
 			t.Fatal("allowed")
 		}
@@ -99,7 +100,7 @@ func TestHandlerRecoversPanics(t *testing.T) {
 	h := NewHandler(testLogger(t)).(*handler)
 	h.validate = func(kind, []byte) error { panic("boom") }
 	rec := post(t, h, "/validate", "application/json",
-		reviewFor(t, apiVersionV1, peerAuthn, admissionv1.Create, objectJSON(peerAuthn, `{}`)))
+		reviewFor(t, admission.APIVersionV1, peerAuthn, admissionv1.Create, objectJSON(peerAuthn, `{}`)))
 	if rec.Code != http.StatusInternalServerError {
 		t.Fatalf("status %d, want 500: %s", rec.Code, rec.Body.String())
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bulwark-mesh/bulwark/pkg/inject/admission"
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -77,13 +78,13 @@ func post(t testing.TB, h http.Handler, path, contentType string, body []byte) *
 }
 
 // admitBody posts body and returns the decoded response.
-func admitBody(t testing.TB, h http.Handler, body []byte) review {
+func admitBody(t testing.TB, h http.Handler, body []byte) admission.Review {
 	t.Helper()
 	rec := post(t, h, "/validate", "application/json", body)
 	if rec.Code != http.StatusOK {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body.String())
 	}
-	var out review
+	var out admission.Review
 	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || out.Response == nil {
 		t.Fatalf("decode response %q: %v", rec.Body.String(), err)
 	}

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bulwark-mesh/bulwark/pkg/inject/admission"
 	admissionv1 "k8s.io/api/admission/v1"
 )
 
@@ -19,7 +20,7 @@ func runSpecCases(t *testing.T, cases map[string]specCase) {
 	h := NewHandler(testLogger(t))
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			out := admitBody(t, h, reviewFor(t, apiVersionV1, tc.kind, admissionv1.Create, objectJSON(tc.kind, tc.spec)))
+			out := admitBody(t, h, reviewFor(t, admission.APIVersionV1, tc.kind, admissionv1.Create, objectJSON(tc.kind, tc.spec)))
 			msg := ""
 			if out.Response.Result != nil {
 				msg = out.Response.Result.Message
@@ -232,7 +233,7 @@ func TestOperationsAndKindsOutsideScopeAreAllowed(t *testing.T) {
 		"a DestinationRule in the wrong group": {gvk{"security.istio.io", "v1", "DestinationRule"}, admissionv1.Create},
 	} {
 		t.Run(name, func(t *testing.T) {
-			out := admitBody(t, h, reviewFor(t, apiVersionV1, tc.k, tc.op, invalid))
+			out := admitBody(t, h, reviewFor(t, admission.APIVersionV1, tc.k, tc.op, invalid))
 			if !out.Response.Allowed {
 				t.Fatalf("refused: %+v", out.Response.Result)
 			}
@@ -241,7 +242,7 @@ func TestOperationsAndKindsOutsideScopeAreAllowed(t *testing.T) {
 }
 
 func TestStatusWritesAreAllowed(t *testing.T) {
-	body := reviewFor(t, apiVersionV1, authzPolicy, admissionv1.Update, objectJSON(authzPolicy, `{"action":"DENY"}`))
+	body := reviewFor(t, admission.APIVersionV1, authzPolicy, admissionv1.Update, objectJSON(authzPolicy, `{"action":"DENY"}`))
 	body = []byte(strings.Replace(string(body), `"operation":"UPDATE"`, `"operation":"UPDATE","subResource":"status"`, 1))
 	out := admitBody(t, NewHandler(testLogger(t)), body)
 	if !out.Response.Allowed {
@@ -265,11 +266,11 @@ func TestVersionsAreValidated(t *testing.T) {
 			case "RequestAuthentication":
 				spec = `{"jwtRules":[{}]}`
 			}
-			out := admitBody(t, h, reviewFor(t, apiVersionV1beta1, k, admissionv1.Update, objectJSON(k, spec)))
+			out := admitBody(t, h, reviewFor(t, admission.APIVersionV1beta1, k, admissionv1.Update, objectJSON(k, spec)))
 			if out.Response.Allowed {
 				t.Fatal("invalid object allowed")
 			}
-			if out.APIVersion != apiVersionV1beta1 || out.Response.UID != "uid-1" {
+			if out.APIVersion != admission.APIVersionV1beta1 || out.Response.UID != "uid-1" {
 				t.Errorf("apiVersion %q uid %q not echoed", out.APIVersion, out.Response.UID)
 			}
 		})
@@ -278,7 +279,7 @@ func TestVersionsAreValidated(t *testing.T) {
 
 func TestRefusalIsBounded(t *testing.T) {
 	principals := strings.Repeat(`"",`, 200) + `""`
-	out := admitBody(t, NewHandler(testLogger(t)), reviewFor(t, apiVersionV1, authzPolicy, admissionv1.Create,
+	out := admitBody(t, NewHandler(testLogger(t)), reviewFor(t, admission.APIVersionV1, authzPolicy, admissionv1.Create,
 		objectJSON(authzPolicy, `{"rules":[{"from":[{"source":{"principals":[`+principals+`]}}]}]}`)))
 	msg := out.Response.Result.Message
 	if out.Response.Allowed || !strings.Contains(msg, "and 191 more") {
