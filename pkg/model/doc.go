@@ -1,0 +1,33 @@
+// Package model is the mesh model the xDS generators read: services, their
+// endpoints, and the security and traffic policies that apply to them.
+//
+// A Snapshot is immutable and built once per change; every proxy's
+// generation shares it. A Store holds the current snapshot and announces new
+// ones. Sources publish snapshots into a Store: FileSource reads a directory
+// of YAML manifests (the embedded default, without Kubernetes); a Kubernetes
+// informer source is another implementation of the same Publisher contract.
+//
+// # File format
+//
+// Every *.yaml, *.yml or *.json file of the directory (not its
+// sub-directories; names starting with "." are skipped, so Kubernetes'
+// ..data links are followed through their targets only once) holds one or
+// more Kubernetes-style documents separated by "---". Recognised kinds:
+//
+//   - v1 Service: metadata.name/namespace, spec.selector and spec.ports
+//     (name, port, targetPort as a number, appProtocol). Its hostname is
+//     <name>.<namespace>.svc.<domain> (domain defaults to cluster.local).
+//   - networking.istio.io/v1 WorkloadEntry: one workload instance. spec
+//     (istio.io/api networking/v1) gives address, ports (service port name →
+//     the workload's port), labels, serviceAccount, locality and weight. A
+//     workload is an endpoint of every Service of its namespace whose
+//     selector its labels match. Its label security.istio.io/tlsMode=istio
+//     says it accepts Istio mTLS.
+//   - security.istio.io/v1 PeerAuthentication and AuthorizationPolicy.
+//   - networking.istio.io/v1 DestinationRule (host and trafficPolicy.tls).
+//
+// Specs are decoded strictly: an unknown field, a duplicate key, a wrong type
+// or an unknown kind rejects the whole directory read, which is logged, and
+// the last good snapshot stays in force. A file may hold at most
+// MaxFileBytes, the directory at most MaxFiles files.
+package model

@@ -1,0 +1,186 @@
+package model
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+
+	networkingv1 "istio.io/api/networking/v1"
+	securityv1 "istio.io/api/security/v1"
+)
+
+// Defaults for a Snapshot built without explicit options.
+const (
+	DefaultDomain        = "cluster.local"
+	DefaultRootNamespace = "istio-system"
+	// TLSModeLabel marks a workload that accepts Istio mTLS when "istio".
+	TLSModeLabel = "security.istio.io/tlsMode"
+)
+
+// Meta names a configuration object.
+type Meta struct {
+	Name      string
+	Namespace string
+}
+
+// Service is a Kubernetes-style service.
+type Service struct {
+	Meta
+	// Hostname is <name>.<namespace>.svc.<domain>.
+	Hostname string
+	Selector map[string]string
+	Ports    []Port
+	// Endpoints are the workloads selected, by service port number.
+	Endpoints map[uint32][]Endpoint
+}
+
+// Port is a service port.
+type Port struct {
+	Name       string
+	Port       uint32
+	TargetPort uint32 // 0 means Port
+	Protocol   string
+}
+
+// Endpoint is one workload instance behind a service port.
+type Endpoint struct {
+	Address        string
+	Port           uint32
+	Locality       string
+	ServiceAccount string
+	Namespace      string
+	Labels         map[string]string
+	Weight         uint32
+}
+
+// TLSMode is the endpoint's security.istio.io/tlsMode label.
+func (e Endpoint) TLSMode() string { return e.Labels[TLSModeLabel] }
+
+// Workload is one workload instance (a WorkloadEntry).
+type Workload struct {
+	Meta
+	Spec *networkingv1.WorkloadEntry
+}
+
+// PeerAuthentication is a named PeerAuthentication.
+type PeerAuthentication struct {
+	Meta
+	Spec *securityv1.PeerAuthentication
+}
+
+// AuthorizationPolicy is a named AuthorizationPolicy.
+type AuthorizationPolicy struct {
+	Meta
+	Spec *securityv1.AuthorizationPolicy
+}
+
+// DestinationRule is a named DestinationRule.
+type DestinationRule struct {
+	Meta
+	Spec *networkingv1.DestinationRule
+}
+
+// Resources are the inputs of a Snapshot.
+type Resources struct {
+	Services              []*Service // Endpoints are computed by Build
+	Workloads             []*Workload
+	PeerAuthentications   []*PeerAuthentication
+	AuthorizationPolicies []*AuthorizationPolicy
+	DestinationRules      []*DestinationRule
+}
+
+// Options shape how a Snapshot reads its resources.
+type Options struct {
+	Domain        string // DNS domain of service hostnames
+	RootNamespace string // namespace of mesh-wide policies
+}
+
+// Snapshot is an immutable view of the mesh. Callers must not modify it or
+// anything reachable from it.
+type Snapshot struct {
+	// Version identifies the content: equal versions mean equal content.
+	Version string
+	Options Options
+
+	services []*Service // sorted by hostname
+	byHost   map[string]*Service
+	res      Resources
+}
+
+// Services returns the services sorted by hostname.
+func (s *Snapshot) Services() []*Service { return s.services }
+
+// Service returns the service of hostname, or nil.
+func (s *Snapshot) Service(hostname string) *Service { return s.byHost[hostname] }
+
+// Resources returns the snapshot's inputs.
+func (s *Snapshot) Resources() *Resources { return &s.res }
+
+// Build makes a snapshot of res, computing each service's endpoints. It takes
+// ownership of res.
+func Build(version string, opts Options, res Resources) *Snapshot {
+	if opts.Domain == "" {
+		opts.Domain = DefaultDomain
+	}
+	if opts.RootNamespace == "" {
+		opts.RootNamespace = DefaultRootNamespace
+	}
+	s := &Snapshot{Version: version, Options: opts, byHost: make(map[string]*Service), res: res}
+	for _, svc := range res.Services {
+		svc.Hostname = svc.Name + "." + svc.Namespace + ".svc." + opts.Domain
+		svc.Endpoints = endpointsOf(svc, res.Workloads)
+		s.byHost[svc.Hostname] = svc
+		s.services = append(s.services, svc)
+	}
+	slices.SortFunc(s.services, func(a, b *Service) int { return cmp.Compare(a.Hostname, b.Hostname) })
+	return s
+}
+
+// endpointsOf selects the workloads of svc's namespace that its selector
+// matches. A service without a selector has no endpoints.
+func endpointsOf(svc *Service, workloads []*Workload) map[uint32][]Endpoint {
+	out := make(map[uint32][]Endpoint, len(svc.Ports))
+	if len(svc.Selector) == 0 {
+		return out
+	}
+	for _, w := range workloads {
+		if w.Namespace != svc.Namespace || !Matches(svc.Selector, w.Spec.GetLabels()) {
+			continue
+		}
+		for _, p := range svc.Ports {
+			port := p.TargetPort
+			if port == 0 {
+				port = p.Port
+			}
+			if wp, ok := w.Spec.GetPorts()[p.Name]; ok && p.Name != "" {
+				port = wp
+			}
+			out[p.Port] = append(out[p.Port], Endpoint{
+				Address:        w.Spec.GetAddress(),
+				Port:           port,
+				Locality:       w.Spec.GetLocality(),
+				ServiceAccount: cmp.Or(w.Spec.GetServiceAccount(), "default"),
+				Namespace:      w.Namespace,
+				Labels:         maps.Clone(w.Spec.GetLabels()),
+				Weight:         w.Spec.GetWeight(),
+			})
+		}
+	}
+	for port := range out {
+		slices.SortFunc(out[port], func(a, b Endpoint) int {
+			return cmp.Or(cmp.Compare(a.Address, b.Address), cmp.Compare(a.Port, b.Port))
+		})
+	}
+	return out
+}
+
+// Matches reports whether labels carry every key/value of selector. An empty
+// selector matches everything.
+func Matches(selector, labels map[string]string) bool {
+	for k, v := range selector {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}

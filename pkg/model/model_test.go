@@ -1,0 +1,202 @@
+package model
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const service = `
+apiVersion: v1
+kind: Service
+metadata: {name: echo, namespace: app}
+spec:
+  selector: {app: echo}
+  ports: [{name: grpc, port: 8080, targetPort: 9000}, {name: admin, port: 8081}]
+`
+
+const workload = `
+apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: echo-1, namespace: app}
+spec:
+  address: 10.0.0.2
+  labels: {app: echo}
+  serviceAccount: echo
+  ports: {grpc: 9443}
+`
+
+func writeDir(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func TestLoadDir(t *testing.T) {
+	tests := map[string]struct {
+		files map[string]string
+		err   bool
+	}{
+		"services and workloads in separate files load":          {files: map[string]string{"a.yaml": service, "b.yml": workload}},
+		"several documents in one file load":                     {files: map[string]string{"a.yaml": service + "---" + workload}},
+		"files of other extensions and hidden files are skipped": {files: map[string]string{"a.yaml": service, "notes.txt": "junk", ".x.yaml": "junk: ["}},
+		"an unknown spec field is rejected": {err: true, files: map[string]string{"a.yaml": `
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: x, namespace: app}
+spec: {mtls: {mode: STRICT}, mtlsTypo: 1}`}},
+		"an unknown Service field is rejected": {err: true, files: map[string]string{"a.yaml": strings.Replace(service, "selector:", "selectr:", 1)}},
+		"a duplicate key is rejected":          {err: true, files: map[string]string{"a.yaml": "apiVersion: v1\nkind: Service\nkind: Service\nmetadata: {name: x}\n"}},
+		"an unknown kind is rejected":          {err: true, files: map[string]string{"a.yaml": "apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n"}},
+		"a wrongly typed field is rejected": {err: true, files: map[string]string{"a.yaml": `
+apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: x}
+spec: {address: 10.0.0.1, ports: {grpc: "many"}}`}},
+		"a WorkloadEntry without address is rejected": {err: true, files: map[string]string{"a.yaml": "apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: x}\nspec: {}\n"}},
+		"a file over the size limit is rejected":      {err: true, files: map[string]string{"a.yaml": "#" + strings.Repeat("x", MaxFileBytes)}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			_, err := LoadDir(writeDir(t, tc.files), Options{})
+			if (err != nil) != tc.err {
+				t.Fatalf("err = %v, want error %t", err, tc.err)
+			}
+			if err != nil && !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error %v is not ErrInvalid", err)
+			}
+		})
+	}
+}
+
+func TestEndpoints(t *testing.T) {
+	snap, err := LoadDir(writeDir(t, map[string]string{"a.yaml": service + "---" + workload}), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := snap.Service("echo.app.svc.cluster.local")
+	if svc == nil {
+		t.Fatal("no service")
+	}
+	// The WorkloadEntry's port for the port name wins; else the target port
+	// or the service port.
+	if eps := svc.Endpoints[8080]; len(eps) != 1 || eps[0].Port != 9443 || eps[0].ServiceAccount != "echo" {
+		t.Errorf("grpc endpoints %+v", eps)
+	}
+	if eps := svc.Endpoints[8081]; len(eps) != 1 || eps[0].Port != 8081 {
+		t.Errorf("admin endpoints %+v", eps)
+	}
+}
+
+func TestMTLSMode(t *testing.T) {
+	pa := func(ns, name, body string) string {
+		return "\n---\napiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: " + name + ", namespace: " + ns + "}\nspec: " + body + "\n"
+	}
+	echo := map[string]string{"app": "echo"}
+	tests := map[string]struct {
+		policies string
+		port     uint32
+		want     MTLSMode
+	}{
+		"without policies the mode is PERMISSIVE": {want: MTLSPermissive},
+		"the mesh policy applies":                 {policies: pa("istio-system", "mesh", "{mtls: {mode: STRICT}}"), want: MTLSStrict},
+		"the namespace policy overrides the mesh": {
+			policies: pa("istio-system", "mesh", "{mtls: {mode: STRICT}}") + pa("app", "ns", "{mtls: {mode: DISABLE}}"),
+			want:     MTLSDisable,
+		},
+		"a workload policy overrides the namespace": {
+			policies: pa("app", "ns", "{mtls: {mode: DISABLE}}") + pa("app", "w", "{selector: {matchLabels: {app: echo}}, mtls: {mode: STRICT}}"),
+			want:     MTLSStrict,
+		},
+		"UNSET inherits from the namespace": {
+			policies: pa("app", "ns", "{mtls: {mode: STRICT}}") + pa("app", "w", "{selector: {matchLabels: {app: echo}}, mtls: {mode: UNSET}}"),
+			want:     MTLSStrict,
+		},
+		"a port-level setting applies to its port only": {
+			policies: pa("app", "w", "{selector: {matchLabels: {app: echo}}, mtls: {mode: STRICT}, portLevelMtls: {9000: {mode: DISABLE}}}"),
+			port:     9000, want: MTLSDisable,
+		},
+		"a workload policy of another workload does not apply": {
+			policies: pa("app", "w", "{selector: {matchLabels: {app: other}}, mtls: {mode: STRICT}}"),
+			want:     MTLSPermissive,
+		},
+		"a namespace policy of another namespace does not apply": {
+			policies: pa("other", "ns", "{mtls: {mode: STRICT}}"),
+			want:     MTLSPermissive,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			snap, err := LoadDir(writeDir(t, map[string]string{"a.yaml": service + tc.policies}), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := snap.MTLSMode("app", echo, cmpOr(tc.port, 8080)); got != tc.want {
+				t.Fatalf("mode %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func cmpOr(a, b uint32) uint32 {
+	if a != 0 {
+		return a
+	}
+	return b
+}
+
+func TestFileSourceKeepsLastGoodSnapshot(t *testing.T) {
+	dir := writeDir(t, map[string]string{"a.yaml": service})
+	store := NewStore()
+	var logs bytes.Buffer
+	src := NewFileSource(FileConfig{Dir: dir, Publisher: store, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	src.Reload()
+	good := store.Current()
+	if good.Service("echo.app.svc.cluster.local") == nil {
+		t.Fatal("service not loaded")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "b.yaml"), []byte("kind: [broken"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	src.Reload()
+	if store.Current() != good {
+		t.Fatal("a bad file replaced the snapshot")
+	}
+	if !strings.Contains(logs.String(), "b.yaml") {
+		t.Errorf("the bad file is not named in the log: %s", logs.String())
+	}
+}
+
+func TestFileSourceWatches(t *testing.T) {
+	dir := t.TempDir()
+	store := NewStore()
+	updates, cancel := store.Subscribe()
+	defer cancel()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		_ = NewFileSource(FileConfig{Dir: dir, Publisher: store, Debounce: 10 * time.Millisecond}).Run(ctx)
+		close(done)
+	}()
+	defer func() { stop(); <-done }()
+	<-updates // the empty directory
+	if err := os.WriteFile(filepath.Join(dir, "a.yaml"), []byte(service), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for snap := range updates {
+		if snap.Service("echo.app.svc.cluster.local") != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,139 @@
+package model
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+
+	securityv1 "istio.io/api/security/v1"
+	betav1 "istio.io/api/security/v1beta1"
+)
+
+// MTLSMode is the effective PeerAuthentication mode of a workload port.
+type MTLSMode int
+
+// Modes, from least to most strict.
+const (
+	MTLSDisable MTLSMode = iota
+	MTLSPermissive
+	MTLSStrict
+)
+
+func (m MTLSMode) String() string {
+	switch m {
+	case MTLSDisable:
+		return "DISABLE"
+	case MTLSStrict:
+		return "STRICT"
+	default:
+		return "PERMISSIVE"
+	}
+}
+
+// MTLSMode is the effective PeerAuthentication mode for the workload of
+// namespace and labels on port: a workload policy (selector matching, its
+// port-level setting first) over the namespace policy over the mesh policy
+// (root namespace, no selector); UNSET inherits; the default is PERMISSIVE.
+// Among several policies of one level the oldest name wins, as the
+// alphabetically first (the model has no creation times).
+func (s *Snapshot) MTLSMode(namespace string, labels map[string]string, port uint32) MTLSMode {
+	var workload, ns, mesh *PeerAuthentication
+	for _, pa := range s.sortedPeerAuthentications() {
+		hasSelector := len(pa.Spec.GetSelector().GetMatchLabels()) > 0
+		switch {
+		case pa.Namespace == namespace && hasSelector:
+			if workload == nil && Matches(pa.Spec.GetSelector().GetMatchLabels(), labels) {
+				workload = pa
+			}
+		case pa.Namespace == namespace && !hasSelector:
+			if ns == nil {
+				ns = pa
+			}
+		case pa.Namespace == s.Options.RootNamespace && !hasSelector:
+			if mesh == nil {
+				mesh = pa
+			}
+		}
+	}
+	if workload != nil {
+		if m := workload.Spec.GetPortLevelMtls()[port]; m != nil && m.GetMode() != betav1.PeerAuthentication_MutualTLS_UNSET {
+			return fromPA(m.GetMode())
+		}
+	}
+	for _, pa := range []*PeerAuthentication{workload, ns, mesh} {
+		if pa == nil {
+			continue
+		}
+		if m := pa.Spec.GetMtls().GetMode(); m != betav1.PeerAuthentication_MutualTLS_UNSET {
+			return fromPA(m)
+		}
+	}
+	return MTLSPermissive
+}
+
+func fromPA(m securityv1.PeerAuthentication_MutualTLS_Mode) MTLSMode {
+	switch m {
+	case betav1.PeerAuthentication_MutualTLS_DISABLE:
+		return MTLSDisable
+	case betav1.PeerAuthentication_MutualTLS_STRICT:
+		return MTLSStrict
+	default:
+		return MTLSPermissive
+	}
+}
+
+func (s *Snapshot) sortedPeerAuthentications() []*PeerAuthentication {
+	return s.res.PeerAuthentications // sorted by Build's caller (FileSource sorts)
+}
+
+// AuthorizationPolicies returns the policies that apply to the workload of
+// namespace and labels: those of its namespace and of the root namespace
+// whose selector (if any) matches, sorted by namespace and name.
+func (s *Snapshot) AuthorizationPolicies(namespace string, labels map[string]string) []*AuthorizationPolicy {
+	var out []*AuthorizationPolicy
+	for _, p := range s.res.AuthorizationPolicies {
+		if p.Namespace != namespace && p.Namespace != s.Options.RootNamespace {
+			continue
+		}
+		if !Matches(p.Spec.GetSelector().GetMatchLabels(), labels) {
+			continue
+		}
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b *AuthorizationPolicy) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	return out
+}
+
+// DestinationRule returns the rule for hostname seen from clientNamespace:
+// a rule of the client's namespace first, then of the service's, then of
+// the root namespace. A rule's host is the FQDN or a short name resolved in
+// the rule's namespace. Wildcard hosts are not supported.
+func (s *Snapshot) DestinationRule(hostname, clientNamespace string) *DestinationRule {
+	svc := s.byHost[hostname]
+	order := []string{clientNamespace}
+	if svc != nil {
+		order = append(order, svc.Namespace)
+	}
+	order = append(order, s.Options.RootNamespace)
+	for _, ns := range order {
+		for _, dr := range s.res.DestinationRules {
+			if dr.Namespace == ns && s.resolveHost(dr.Spec.GetHost(), dr.Namespace) == hostname {
+				return dr
+			}
+		}
+	}
+	return nil
+}
+
+// resolveHost expands a short host name: "svc" and "svc.ns" to the FQDN.
+func (s *Snapshot) resolveHost(host, namespace string) string {
+	switch strings.Count(host, ".") {
+	case 0:
+		return host + "." + namespace + ".svc." + s.Options.Domain
+	case 1:
+		return host + ".svc." + s.Options.Domain
+	}
+	return host
+}

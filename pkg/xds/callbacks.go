@@ -1,0 +1,200 @@
+package xds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
+)
+
+// Errors returned to proxies: opaque, with details in the log.
+var (
+	errRateLimited     = status.Error(codes.ResourceExhausted, "too many new streams")
+	errUnauthenticated = status.Error(codes.Unauthenticated, "authentication failed")
+	errForbidden       = status.Error(codes.PermissionDenied, "node identity does not match the caller")
+)
+
+// ErrIdentityMismatch is logged when node metadata names another identity
+// than the authenticated caller's.
+var ErrIdentityMismatch = errors.New("node identity does not match the caller")
+
+// callbacks implements go-control-plane's server callbacks. Its state of
+// the world and incremental servers number their streams separately, so
+// incremental streams are keyed by their negated ID.
+type callbacks struct{ s *Server }
+
+func (c callbacks) OnStreamOpen(ctx context.Context, id int64, typeURL string) error {
+	s := c.s
+	if !s.limiter.Allow() {
+		return errRateLimited
+	}
+	p := newProxy(s, id)
+	p.ctx = ctx
+	s.mu.Lock()
+	s.streams[id] = p
+	s.mu.Unlock()
+	return nil
+}
+
+func (c callbacks) OnStreamClosed(id int64, _ *core.Node) {
+	s := c.s
+	s.mu.Lock()
+	p := s.streams[id]
+	delete(s.streams, id)
+	if p != nil {
+		p.mu.Lock()
+		if p.node != nil {
+			delete(s.byNode, p.node)
+			s.metrics.proxies.Dec()
+		}
+		p.mu.Unlock()
+	}
+	s.mu.Unlock()
+}
+
+func (c callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error {
+	if len(req.GetResourceNames()) > DefaultMaxNames {
+		return status.Errorf(codes.InvalidArgument, "more than %d resource names", DefaultMaxNames)
+	}
+	node, err := c.request(id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail())
+	req.Node = node // the authenticated node, whatever later requests claim
+	return err
+}
+
+func (c callbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
+	if len(req.GetResourceNamesSubscribe())+len(req.GetResourceNamesUnsubscribe())+len(req.GetInitialResourceVersions()) > DefaultMaxNames {
+		return status.Errorf(codes.InvalidArgument, "more than %d resource names", DefaultMaxNames)
+	}
+	node, err := c.request(-id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail())
+	req.Node = node
+	return err
+}
+
+// request authenticates the stream's first node and records the ACK or
+// NACK a request carries. It returns the authenticated node.
+func (c callbacks) request(id int64, node *core.Node, typeURL, nonce string, detail *rpcstatus.Status) (*core.Node, error) {
+	s := c.s
+	s.mu.Lock()
+	p := s.streams[id]
+	s.mu.Unlock()
+	if p == nil {
+		return nil, status.Error(codes.Internal, "unknown stream")
+	}
+	p.mu.Lock()
+	authenticated := p.node
+	p.mu.Unlock()
+	if authenticated == nil {
+		if err := c.authenticate(p, node); err != nil {
+			return nil, err
+		}
+		p.mu.Lock()
+		authenticated = p.node
+		p.mu.Unlock()
+	}
+	nack, acked, conv := p.received(typeURL, nonce, detail)
+	switch {
+	case nack == nackRepeated:
+		s.metrics.rejects.WithLabelValues(shortType(typeURL)).Inc()
+	case nack != "":
+		s.metrics.rejects.WithLabelValues(shortType(typeURL)).Inc()
+		s.log.Warn("proxy rejected configuration", "node", authenticated.GetId(), "type", typeURL, "err", nack)
+	case acked && conv > 0:
+		s.metrics.convergence.Observe(conv.Seconds())
+	}
+	return authenticated, nil
+}
+
+// authenticate checks the first node against the caller's identity.
+func (c callbacks) authenticate(p *proxy, node *core.Node) error {
+	s := c.s
+	meta, err := ParseNode(node)
+	if err != nil {
+		s.log.Warn("proxy rejected", "node", node.GetId(), "err", err)
+		return status.Error(codes.InvalidArgument, "invalid node metadata")
+	}
+	caller, err := s.cfg.Authenticator.Authenticate(p.ctx)
+	if err != nil {
+		s.log.Warn("proxy authentication failed", "node", node.GetId(), "err", err)
+		return errUnauthenticated
+	}
+	want, err := meta.Identity(s.cfg.TrustDomain)
+	if err != nil || !slices.Contains(caller.Identities, want) {
+		s.log.Warn("proxy rejected", "node", node.GetId(), "claimed", want.String(),
+			"authenticated", fmt.Sprint(caller.Identities), "err", ErrIdentityMismatch)
+		return errForbidden
+	}
+	p.mu.Lock()
+	p.node = node
+	p.gp = &grpcgen.Proxy{Namespace: meta.Namespace, Labels: meta.Labels}
+	p.mu.Unlock()
+	s.mu.Lock()
+	s.byNode[node] = p
+	s.mu.Unlock()
+	s.metrics.proxies.Inc()
+	s.log.Info("proxy connected", "node", node.GetId(), "identity", want.String(), "authenticator", caller.Authenticator)
+	return nil
+}
+
+func (c callbacks) OnStreamResponse(_ context.Context, id int64, _ *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {
+	s := c.s
+	s.mu.Lock()
+	p := s.streams[id]
+	s.mu.Unlock()
+	if p != nil {
+		p.responded(resp)
+		s.metrics.pushes.WithLabelValues(shortType(resp.GetTypeUrl())).Inc()
+	}
+}
+
+func (c callbacks) OnDeltaStreamOpen(ctx context.Context, id int64, typeURL string) error {
+	return c.OnStreamOpen(ctx, -id, typeURL)
+}
+
+func (c callbacks) OnDeltaStreamClosed(id int64, node *core.Node) { c.OnStreamClosed(-id, node) }
+
+func (c callbacks) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
+	s := c.s
+	s.mu.Lock()
+	p := s.streams[-id]
+	s.mu.Unlock()
+	if p != nil {
+		p.respondedDelta(resp)
+		s.metrics.pushes.WithLabelValues(shortType(resp.GetTypeUrl())).Inc()
+	}
+}
+
+func (c callbacks) OnFetchRequest(context.Context, *discovery.DiscoveryRequest) error {
+	return status.Error(codes.Unimplemented, "REST xDS is not supported")
+}
+func (c callbacks) OnFetchResponse(*discovery.DiscoveryRequest, *discovery.DiscoveryResponse) {}
+
+// knownTypes are the types generated; others are ignored.
+var knownTypes = map[string]bool{typeListener: true, typeRoute: true, typeCluster: true, typeEndpoint: true}
+
+// CreateWatch implements cache.ConfigWatcher.
+func (s *Server) CreateWatch(req *cache.Request, sub cache.Subscription, ch chan cache.Response) (func(), error) {
+	s.mu.Lock()
+	p := s.byNode[req.GetNode()]
+	s.mu.Unlock()
+	if p == nil {
+		return nil, errUnauthenticated
+	}
+	if !knownTypes[req.GetTypeUrl()] {
+		return func() {}, nil
+	}
+	return p.open(req.GetTypeUrl(), &watch{req: req, sub: sub, ch: ch}), nil
+}
+
+// Fetch implements cache.ConfigFetcher.
+func (s *Server) Fetch(context.Context, *cache.Request) (cache.Response, error) {
+	return nil, status.Error(codes.Unimplemented, "REST xDS is not supported")
+}

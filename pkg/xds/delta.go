@@ -1,0 +1,104 @@
+package xds
+
+import (
+	"slices"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+)
+
+// deltaWatch is an open incremental request waiting for a response.
+type deltaWatch struct {
+	req *cache.DeltaRequest
+	sub cache.Subscription
+	ch  chan cache.DeltaResponse
+}
+
+// CreateDeltaWatch implements cache.ConfigWatcher for incremental xDS.
+func (s *Server) CreateDeltaWatch(req *cache.DeltaRequest, sub cache.Subscription, ch chan cache.DeltaResponse) (func(), error) {
+	s.mu.Lock()
+	p := s.byNode[req.GetNode()]
+	s.mu.Unlock()
+	if p == nil {
+		return nil, errUnauthenticated
+	}
+	if !knownTypes[req.GetTypeUrl()] {
+		return func() {}, nil
+	}
+	return p.openDelta(req.GetTypeUrl(), &deltaWatch{req: req, sub: sub, ch: ch}), nil
+}
+
+func (p *proxy) openDelta(typeURL string, w *deltaWatch) func() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.deltaWatches[typeURL] = w
+	p.respondDeltaLocked(typeURL, w, p.srv.state.Load())
+	return func() {
+		p.mu.Lock()
+		if p.deltaWatches[typeURL] == w {
+			delete(p.deltaWatches, typeURL)
+		}
+		p.mu.Unlock()
+	}
+}
+
+// respondDeltaLocked sends the resources whose version differs from what
+// the client holds, and the names it holds that are gone. The client's
+// holdings are what it was sent, acknowledged or not, so a NACKed version
+// is not sent again until it changes.
+func (p *proxy) respondDeltaLocked(typeURL string, w *deltaWatch, st *pushState) {
+	start := p.srv.cfg.Clock()
+	names := make([]string, 0, len(w.sub.SubscribedResources()))
+	for n := range w.sub.SubscribedResources() {
+		names = append(names, n)
+	}
+	held := w.sub.ReturnedResources()
+	next := make(map[string]string, len(held))
+	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: typeURL}
+	size := 0
+	for _, r := range p.srv.gen.Generate(st.snap, p.gp, typeURL, names, w.sub.IsWildcard()) {
+		b, err := st.resource(r)
+		if err != nil {
+			p.srv.log.Error("generating resource; leaving it out", "type", shortType(typeURL), "name", r.Name, "err", err)
+			continue
+		}
+		next[r.Name] = b.hash
+		if held[r.Name] != b.hash {
+			resp.Resources = append(resp.Resources, &discovery.Resource{Name: r.Name, Version: b.hash, Resource: b.any})
+			size += len(b.any.Value)
+		}
+	}
+	for name := range held {
+		if _, ok := next[name]; !ok {
+			resp.RemovedResources = append(resp.RemovedResources, name)
+		}
+	}
+	slices.Sort(resp.RemovedResources)
+	first := !p.deltaAnswered[typeURL] && w.sub.IsWildcard()
+	if len(resp.Resources) == 0 && len(resp.RemovedResources) == 0 && !first {
+		return
+	}
+	resp.SystemVersionInfo = st.snap.Version
+	select {
+	case w.ch <- &cache.DeltaPassthroughResponse{DeltaRequest: w.req, NextVersionMap: next, DeltaDiscoveryResponse: resp}:
+	default:
+		p.srv.log.Error("response channel full; retrying on the next push", "node", p.node.GetId(), "type", shortType(typeURL))
+		return
+	}
+	p.deltaAnswered[typeURL] = true
+	delete(p.deltaWatches, typeURL)
+	p.pending[typeURL] = sent{changedAt: st.changedAt}
+	t := shortType(typeURL)
+	p.srv.metrics.pushTime.WithLabelValues(t).Observe(p.srv.cfg.Clock().Sub(start).Seconds())
+	p.srv.metrics.configSize.WithLabelValues(t).Observe(float64(size))
+}
+
+// respondedDelta records an incremental response the stream is sending.
+func (p *proxy) respondedDelta(resp *discovery.DeltaDiscoveryResponse) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.pending[resp.GetTypeUrl()]
+	delete(p.pending, resp.GetTypeUrl())
+	s.version, s.nonce = resp.GetSystemVersionInfo(), resp.GetNonce()
+	p.sent[resp.GetTypeUrl()] = s
+}

@@ -1,0 +1,135 @@
+package xds
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
+)
+
+type deltaStream = discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
+
+func (h *harness) deltaStream(id string) deltaStream {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	h.t.Cleanup(cancel)
+	ctx = metadata.AppendToOutgoingContext(ctx, "x-id", id)
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(h.conn).DeltaAggregatedResources(ctx)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return st
+}
+
+func recvDelta(t *testing.T, st deltaStream) *discovery.DeltaDiscoveryResponse {
+	t.Helper()
+	ch := make(chan *discovery.DeltaDiscoveryResponse, 1)
+	go func() {
+		r, err := st.Recv()
+		if err != nil {
+			t.Errorf("recv: %v", err)
+		}
+		ch <- r
+	}()
+	select {
+	case r := <-ch:
+		if r == nil {
+			t.FailNow()
+		}
+		return r
+	case <-time.After(10 * time.Second):
+		t.Fatal("no response")
+	}
+	return nil
+}
+
+func TestDelta(t *testing.T) {
+	h := newHarness(t, testModel(t, baseManifests), nil)
+	st := h.deltaStream(clientID)
+	send := func(r *discovery.DeltaDiscoveryRequest) {
+		t.Helper()
+		if err := st.Send(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// probe subscribes to a cluster name and expects the next response to
+	// be CDS: nothing else was queued before it.
+	probes := 0
+	probe := func() {
+		t.Helper()
+		probes++
+		send(&discovery.DeltaDiscoveryRequest{TypeUrl: grpcgen.ClusterType, ResourceNamesSubscribe: []string{echoCluster}})
+		if probes == 1 {
+			if r := recvDelta(t, st); r.GetTypeUrl() != grpcgen.ClusterType {
+				t.Fatalf("got an unexpected %s response", r.GetTypeUrl())
+			}
+		}
+	}
+
+	send(&discovery.DeltaDiscoveryRequest{Node: testNode("app", "client", nil), TypeUrl: grpcgen.EndpointType, ResourceNamesSubscribe: []string{echoCluster}})
+	first := recvDelta(t, st)
+	if len(first.GetResources()) != 1 || first.GetResources()[0].GetName() != echoCluster {
+		t.Fatalf("first response: %v", first)
+	}
+	send(&discovery.DeltaDiscoveryRequest{TypeUrl: grpcgen.EndpointType, ResponseNonce: first.GetNonce()})
+
+	// A change sends only what changed.
+	h.store.Publish(testModel(t, baseManifests+`---
+apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: echo-2, namespace: app}
+spec: {address: 10.0.0.3, labels: {app: echo}, serviceAccount: echo}
+`))
+	second := recvDelta(t, st)
+	if second.GetTypeUrl() != grpcgen.EndpointType || len(second.GetResources()) != 1 ||
+		second.GetResources()[0].GetVersion() == first.GetResources()[0].GetVersion() {
+		t.Fatalf("push: %v", second)
+	}
+
+	// A NACK is recorded and not answered with the same resource again.
+	send(&discovery.DeltaDiscoveryRequest{TypeUrl: grpcgen.EndpointType, ResponseNonce: second.GetNonce(), ErrorDetail: &status.Status{Message: "bad endpoints"}})
+	probe()
+	if ps := h.srv.Proxies(); len(ps) != 1 || ps[0].Rejected[grpcgen.EndpointType] != "bad endpoints" {
+		t.Fatalf("proxy status after NACK: %+v", ps)
+	}
+
+	// Unsubscribing sends nothing; the resource is no longer pushed.
+	send(&discovery.DeltaDiscoveryRequest{TypeUrl: grpcgen.EndpointType, ResourceNamesUnsubscribe: []string{echoCluster}})
+	send(&discovery.DeltaDiscoveryRequest{TypeUrl: grpcgen.RouteType, ResourceNamesSubscribe: []string{echoListener}})
+	if r := recvDelta(t, st); r.GetTypeUrl() != grpcgen.RouteType { // the unsubscription is processed
+		t.Fatalf("got an unexpected %s response", r.GetTypeUrl())
+	}
+	next := testModel(t, baseManifests)
+	h.store.Publish(next)
+	h.srv.push(next, time.Time{}) // synchronously: a response it queues comes before the next one
+	send(&discovery.DeltaDiscoveryRequest{TypeUrl: grpcgen.ListenerType, ResourceNamesSubscribe: []string{echoListener}})
+	if r := recvDelta(t, st); r.GetTypeUrl() != grpcgen.ListenerType {
+		t.Fatalf("an unsubscribed %s resource was pushed: %v", r.GetTypeUrl(), r)
+	}
+}
+
+// TestDeltaAndStateOfTheWorldStreamsCoexist checks that streams of both
+// kinds, whose servers number them independently, keep separate state.
+func TestDeltaAndStateOfTheWorldStreamsCoexist(t *testing.T) {
+	h := newHarness(t, testModel(t, baseManifests), nil)
+	sotw := h.stream(clientID)
+	if err := sotw.Send(&discovery.DiscoveryRequest{Node: testNode("app", "client", nil), TypeUrl: grpcgen.ListenerType, ResourceNames: []string{echoListener}}); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, sotw)
+	delta := h.deltaStream(clientID)
+	if err := delta.Send(&discovery.DeltaDiscoveryRequest{Node: testNode("app", "client", nil), TypeUrl: grpcgen.ListenerType, ResourceNamesSubscribe: []string{echoListener}}); err != nil {
+		t.Fatal(err)
+	}
+	if r := recvDelta(t, delta); len(r.GetResources()) != 1 {
+		t.Fatalf("delta response: %v", r)
+	}
+	if n := len(h.srv.Proxies()); n != 2 {
+		t.Fatalf("%d proxies, want 2", n)
+	}
+}

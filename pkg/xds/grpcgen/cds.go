@@ -1,0 +1,89 @@
+package grpcgen
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"google.golang.org/protobuf/proto"
+	networkingv1 "istio.io/api/networking/v1"
+
+	"github.com/bulwark-mesh/bulwark/pkg/model"
+)
+
+func (g *Generator) cluster(snap *model.Snapshot, p *Proxy, name string) *Resource {
+	host, portNum, ok := parseClusterName(name)
+	if !ok {
+		return nil
+	}
+	svc, port, ok := lookup(snap, hostPort(host, portNum))
+	if !ok {
+		return nil
+	}
+	sans, mtls := g.upstreamMTLS(snap, p, svc, port)
+	key := fmt.Sprintf("cds|%s|%t|%s", name, mtls, strings.Join(sans, ","))
+	return &Resource{Name: name, Key: key, Build: func() (proto.Message, error) {
+		c := &cluster.Cluster{
+			Name:                 name,
+			ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
+			EdsClusterConfig:     &cluster.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: name},
+			LbPolicy:             cluster.Cluster_ROUND_ROBIN,
+		}
+		if mtls {
+			ts, err := upstreamTLS(sans)
+			if err != nil {
+				return nil, fmt.Errorf("cluster %s: %w", name, err)
+			}
+			c.TransportSocket = ts
+		}
+		return c, nil
+	}}
+}
+
+// upstreamMTLS decides whether the client uses Istio mTLS toward svc:port
+// and which SPIFFE IDs the server may present. A DestinationRule's
+// ISTIO_MUTUAL or DISABLE decides; otherwise auto-mTLS: mTLS when an
+// endpoint is labelled tlsMode=istio and its PeerAuthentication is not
+// DISABLE. gRPC sets TLS per cluster, not per endpoint, so a cluster mixing
+// both kinds uses mTLS and fails closed toward plaintext-only endpoints.
+func (g *Generator) upstreamMTLS(snap *model.Snapshot, p *Proxy, svc *model.Service, port model.Port) ([]string, bool) {
+	eps := svc.Endpoints[port.Port]
+	sans := make([]string, 0, len(eps))
+	for _, ep := range eps {
+		id, err := spiffeid.FromSegments(g.TrustDomain, "ns", ep.Namespace, "sa", ep.ServiceAccount)
+		if err == nil {
+			sans = append(sans, id.String())
+		}
+	}
+	slices.Sort(sans)
+	sans = slices.Compact(sans)
+	if dr := snap.DestinationRule(svc.Hostname, p.Namespace); dr != nil {
+		if tls := drTLS(dr.Spec, port.Port); tls != nil {
+			switch tls.GetMode() {
+			case networkingv1.ClientTLSSettings_ISTIO_MUTUAL:
+				return sans, true
+			case networkingv1.ClientTLSSettings_DISABLE:
+				return nil, false
+			}
+		}
+	}
+	for _, ep := range eps {
+		if ep.TLSMode() == "istio" && snap.MTLSMode(ep.Namespace, ep.Labels, ep.Port) != model.MTLSDisable {
+			return sans, true
+		}
+	}
+	return nil, false
+}
+
+// drTLS is the rule's TLS setting for port: port-level first.
+func drTLS(dr *networkingv1.DestinationRule, port uint32) *networkingv1.ClientTLSSettings {
+	tp := dr.GetTrafficPolicy()
+	for _, pl := range tp.GetPortLevelSettings() {
+		if pl.GetPort().GetNumber() == port && pl.GetTls() != nil {
+			return pl.GetTls()
+		}
+	}
+	return tp.GetTls()
+}

@@ -1,0 +1,189 @@
+// Package grpcgen generates xDS resources for proxyless gRPC workloads with
+// Istio's naming conventions, so Istio's pilot-agent bootstrap and existing
+// applications work unchanged:
+//
+//   - client side, for target xds:///<host>:<port>: an API listener named
+//     "<host>:<port>" (HCM with RDS), a route configuration of the same
+//     name, and an EDS cluster "outbound|<port>||<host>" whose load
+//     assignment has the same name;
+//   - server side: a listener "xds.istio.io/grpc/lds/inbound/<ip>:<port>"
+//     whose address is that ip:port, with an inline route using
+//     NonForwardingAction and RBAC filters from AuthorizationPolicies.
+//
+// TLS refers only to certificate-provider instances, named as pilot-agent's
+// gRPC bootstrap names them: "default" for the workload certificate and its
+// roots (certificate name "ROOTCA").
+package grpcgen
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/bulwark-mesh/bulwark/pkg/model"
+)
+
+// Type URLs of the resources generated.
+const (
+	ListenerType = "type.googleapis.com/envoy.config.listener.v3.Listener"
+	RouteType    = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+	ClusterType  = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+	EndpointType = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+)
+
+// InboundPrefix starts the name of a server listener, as pilot-agent's
+// server_listener_resource_name_template writes it.
+const InboundPrefix = "xds.istio.io/grpc/lds/inbound/"
+
+// Certificate-provider instance and certificate names.
+const (
+	ProviderInstance = "default"
+	IdentityCertName = "default"
+	RootCertName     = "ROOTCA"
+)
+
+// Proxy is what generation needs to know of the requesting workload.
+type Proxy struct {
+	Namespace string
+	Labels    map[string]string
+}
+
+// Resource is one generated resource. Key identifies its content within a
+// model snapshot: two resources of one snapshot with equal keys are equal,
+// so Build runs once per key and snapshot however many proxies ask.
+type Resource struct {
+	Name  string
+	Key   string
+	Build func() (proto.Message, error)
+}
+
+// Generator generates resources for proxyless gRPC.
+type Generator struct {
+	TrustDomain spiffeid.TrustDomain
+}
+
+// Generate returns the resources of typeURL that proxy asked for in names
+// (all it may see when wildcard). Names that do not exist are left out.
+// Unknown type URLs give nothing.
+func (g *Generator) Generate(snap *model.Snapshot, p *Proxy, typeURL string, names []string, wildcard bool) []Resource {
+	if wildcard {
+		names = append(slices.Clone(names), g.allNames(snap, typeURL)...)
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	var out []Resource
+	for _, n := range names {
+		var r *Resource
+		switch typeURL {
+		case ListenerType:
+			r = g.listener(snap, p, n)
+		case RouteType:
+			r = g.route(snap, n)
+		case ClusterType:
+			r = g.cluster(snap, p, n)
+		case EndpointType:
+			r = g.endpoints(snap, n)
+		}
+		if r != nil {
+			out = append(out, *r)
+		}
+	}
+	return out
+}
+
+// allNames lists the client-side names of every service port.
+func (g *Generator) allNames(snap *model.Snapshot, typeURL string) []string {
+	var out []string
+	for _, svc := range snap.Services() {
+		for _, port := range svc.Ports {
+			switch typeURL {
+			case ListenerType, RouteType:
+				out = append(out, hostPort(svc.Hostname, port.Port))
+			case ClusterType, EndpointType:
+				out = append(out, ClusterName(svc.Hostname, port.Port))
+			}
+		}
+	}
+	return out
+}
+
+// ClusterName is Istio's outbound cluster name.
+func ClusterName(host string, port uint32) string {
+	return "outbound|" + strconv.FormatUint(uint64(port), 10) + "||" + host
+}
+
+func hostPort(host string, port uint32) string {
+	return host + ":" + strconv.FormatUint(uint64(port), 10)
+}
+
+// parseClusterName reads "outbound|<port>||<host>"; subsets are not
+// supported.
+func parseClusterName(name string) (host string, port uint32, ok bool) {
+	parts := strings.Split(name, "|")
+	if len(parts) != 4 || parts[0] != "outbound" || parts[2] != "" {
+		return "", 0, false
+	}
+	p, err := strconv.ParseUint(parts[1], 10, 16)
+	if err != nil || p == 0 {
+		return "", 0, false
+	}
+	return parts[3], uint32(p), true
+}
+
+// lookup resolves "<host>[:<port>]" to a service and port. Without a port,
+// a service with exactly one port is meant.
+func lookup(snap *model.Snapshot, name string) (*model.Service, model.Port, bool) {
+	host, portStr, hasPort := strings.Cut(name, ":")
+	svc := snap.Service(host)
+	if svc == nil {
+		return nil, model.Port{}, false
+	}
+	if !hasPort {
+		if len(svc.Ports) != 1 {
+			return nil, model.Port{}, false
+		}
+		return svc, svc.Ports[0], true
+	}
+	p, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil {
+		return nil, model.Port{}, false
+	}
+	for _, sp := range svc.Ports {
+		if uint64(sp.Port) == p {
+			return svc, sp, true
+		}
+	}
+	return nil, model.Port{}, false
+}
+
+// parseInbound reads the ip:port of a server listener name.
+func parseInbound(name string) (netip.AddrPort, bool) {
+	rest, ok := strings.CutPrefix(name, InboundPrefix)
+	if !ok {
+		return netip.AddrPort{}, false
+	}
+	ap, err := netip.ParseAddrPort(rest)
+	if err != nil || ap.Port() == 0 {
+		return netip.AddrPort{}, false
+	}
+	return ap, true
+}
+
+// labelsKey renders labels canonically for a cache key.
+func labelsKey(labels map[string]string) string {
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%q=%q,", k, labels[k])
+	}
+	return b.String()
+}

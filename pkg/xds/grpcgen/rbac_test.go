@@ -1,0 +1,121 @@
+package grpcgen
+
+import (
+	"strings"
+	"testing"
+
+	rbacconfig "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
+	rbacfilter "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// rbacOf generates the RBAC filters for the policy manifests.
+func rbacOf(t *testing.T, policies string) []*rbacconfig.RBAC {
+	t.Helper()
+	snap := load(t, policies)
+	g := &Generator{TrustDomain: td}
+	filters, err := g.rbacFilters(snap.AuthorizationPolicies("app", map[string]string{"app": "echo"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*rbacconfig.RBAC
+	for _, f := range filters {
+		var r rbacfilter.RBAC
+		if err := f.GetTypedConfig().UnmarshalTo(&r); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.ValidateAll(); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r.GetRules())
+	}
+	return out
+}
+
+func policy(action, rules string) string {
+	return "\n---\napiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: p, namespace: app}\nspec: {action: " + action + ", rules: " + rules + "}"
+}
+
+func TestRBACTranslation(t *testing.T) {
+	tests := map[string]struct {
+		policies string
+		check    func(t *testing.T, rs []*rbacconfig.RBAC)
+	}{
+		"no policy means no filter": {
+			check: func(t *testing.T, rs []*rbacconfig.RBAC) {
+				if len(rs) != 0 {
+					t.Errorf("filters: %v", rs)
+				}
+			},
+		},
+		"an ALLOW policy without rules allows nothing": {
+			policies: policy("ALLOW", "[]"),
+			check: func(t *testing.T, rs []*rbacconfig.RBAC) {
+				if len(rs) != 1 || rs[0].GetAction() != rbacconfig.RBAC_ALLOW || len(rs[0].GetPolicies()) != 0 {
+					t.Errorf("filters: %v", rs)
+				}
+			},
+		},
+		"a DENY on principals also matches callers without an identity": {
+			policies: policy("DENY", `[{from: [{source: {principals: ["cluster.local/ns/app/sa/bad"]}}]}]`),
+			check: func(t *testing.T, rs []*rbacconfig.RBAC) {
+				p := rs[0].GetPolicies()["app/p[0]"].GetPrincipals()[0]
+				ids := p.GetOrIds().GetIds()
+				if len(ids) != 2 || ids[0].GetAuthenticated().GetPrincipalName().GetExact() != "spiffe://cluster.local/ns/app/sa/bad" ||
+					ids[1].GetNotId().GetAuthenticated() == nil || ids[1].GetNotId().GetAuthenticated().GetPrincipalName() != nil {
+					t.Errorf("principal: %v", p)
+				}
+			},
+		},
+		"an ALLOW on principals matches only that authenticated identity": {
+			policies: policy("ALLOW", `[{from: [{source: {principals: ["cluster.local/ns/app/sa/good"]}}]}]`),
+			check: func(t *testing.T, rs []*rbacconfig.RBAC) {
+				p := rs[0].GetPolicies()["app/p[0]"].GetPrincipals()[0]
+				if p.GetAuthenticated().GetPrincipalName().GetExact() != "spiffe://cluster.local/ns/app/sa/good" {
+					t.Errorf("principal: %v", p)
+				}
+			},
+		},
+		"an ALLOW rule with a field gRPC cannot check is dropped": {
+			policies: policy("ALLOW", `[{from: [{source: {ipBlocks: ["10.0.0.0/8"]}}]}]`),
+			check: func(t *testing.T, rs []*rbacconfig.RBAC) {
+				if len(rs[0].GetPolicies()) != 0 {
+					t.Errorf("policies: %v", rs[0].GetPolicies())
+				}
+			},
+		},
+		"a DENY rule with a condition gRPC cannot check denies more": {
+			policies: policy("DENY", `[{when: [{key: "request.headers[x]", values: ["y"]}]}]`),
+			check: func(t *testing.T, rs []*rbacconfig.RBAC) {
+				p := rs[0].GetPolicies()["app/p[0]"]
+				if !p.GetPrincipals()[0].GetAny() || !p.GetPermissions()[0].GetAny() {
+					t.Errorf("policy: %v", p)
+				}
+			},
+		},
+		"a CUSTOM policy denies everything": {
+			policies: policy("CUSTOM", `[{}]`),
+			check: func(t *testing.T, rs []*rbacconfig.RBAC) {
+				if rs[0].GetAction() != rbacconfig.RBAC_DENY || len(rs[0].GetPolicies()) != 1 {
+					t.Errorf("filters: %v", rs)
+				}
+			},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) { tc.check(t, rbacOf(t, tc.policies)) })
+	}
+}
+
+// TestRBACNeverUsesRegex feeds regex syntax through every identity field:
+// it must come out as literal strings.
+func TestRBACNeverUsesRegex(t *testing.T) {
+	rs := rbacOf(t, policy("DENY", `[{from: [{source: {principals: [".*"], notPrincipals: ["a|b"], namespaces: ["(x)"], serviceAccounts: ["app/.+"]}}], to: [{operation: {paths: ["/a.*b"], methods: ["P.ST"]}}]}]`)+
+		"\n---\napiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: q, namespace: app}\nspec: {rules: [{from: [{source: {principals: [\"[a-z]+\"]}}]}]}")
+	for _, r := range rs {
+		js := protojson.Format(r)
+		if strings.Contains(strings.ToLower(js), "regex") {
+			t.Errorf("regex matcher generated: %s", js)
+		}
+	}
+}

@@ -1,0 +1,56 @@
+package xds
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
+)
+
+// TestStreamBurstIsShed opens 10,000 streams at once (2,000 under the race
+// detector): those beyond the burst get ResourceExhausted, and the others
+// are served.
+func TestStreamBurstIsShed(t *testing.T) {
+	const burst = 100
+	streams := int64(10000)
+	if raceEnabled {
+		streams = 2000
+	}
+	h := newHarness(t, testModel(t, baseManifests), func(c *Config) { c.StreamRate, c.StreamBurst = 0.0001, burst })
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-id", clientID)
+	client := discovery.NewAggregatedDiscoveryServiceClient(h.conn)
+	var served, shed atomic.Int64
+	var wg sync.WaitGroup
+	for range streams {
+		wg.Go(func() {
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			st, err := client.StreamAggregatedResources(ctx)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_ = st.Send(&discovery.DiscoveryRequest{Node: testNode("app", "client", nil), TypeUrl: grpcgen.ListenerType, ResourceNames: []string{echoListener}})
+			_, err = st.Recv()
+			switch status.Code(err) {
+			case codes.OK:
+				served.Add(1)
+			case codes.ResourceExhausted:
+				shed.Add(1)
+			default:
+				t.Errorf("stream: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if served.Load() != burst || shed.Load() != streams-burst {
+		t.Fatalf("%d served and %d shed, want %d and %d", served.Load(), shed.Load(), burst, streams-burst)
+	}
+}

@@ -1,0 +1,99 @@
+package xds
+
+import (
+	"errors"
+	"fmt"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// Bounds on what a proxy may claim about itself.
+const (
+	maxNodeBytes = 64 << 10
+	maxLabels    = 256
+)
+
+// ErrBadNode marks node information of the wrong shape.
+var ErrBadNode = errors.New("invalid node")
+
+// NodeMeta is the part of Istio's node metadata (keys in brackets) that
+// generation and authorization read. A key of another JSON type than
+// declared is an error; other keys are ignored, as pilot-agent sends many.
+type NodeMeta struct {
+	Namespace      string            // NAMESPACE
+	ServiceAccount string            // SERVICE_ACCOUNT
+	Labels         map[string]string // LABELS
+	InstanceIPs    string            // INSTANCE_IPS, comma-separated
+	Generator      string            // GENERATOR
+	ClusterID      string            // CLUSTER_ID
+}
+
+// ParseNode reads and checks the node of a proxy's first request.
+func ParseNode(node *core.Node) (*NodeMeta, error) {
+	if node == nil {
+		return nil, fmt.Errorf("no node in first request: %w", ErrBadNode)
+	}
+	if n := proto.Size(node); n > maxNodeBytes {
+		return nil, fmt.Errorf("node of %d bytes, limit %d: %w", n, maxNodeBytes, ErrBadNode)
+	}
+	return ParseMetadata(node.GetMetadata())
+}
+
+// ParseMetadata decodes node metadata strictly by type. Keys are matched
+// exactly (not case-insensitively), so that no spelling variant of a key can
+// shadow the one authorization reads.
+func ParseMetadata(md *structpb.Struct) (*NodeMeta, error) {
+	f := md.GetFields()
+	var m NodeMeta
+	for key, dst := range map[string]*string{
+		"NAMESPACE": &m.Namespace, "SERVICE_ACCOUNT": &m.ServiceAccount, "INSTANCE_IPS": &m.InstanceIPs,
+		"GENERATOR": &m.Generator, "CLUSTER_ID": &m.ClusterID,
+	} {
+		v, ok := f[key]
+		if !ok {
+			continue
+		}
+		sv, ok := v.GetKind().(*structpb.Value_StringValue)
+		if !ok {
+			return nil, fmt.Errorf("node metadata: %s is not a string: %w", key, ErrBadNode)
+		}
+		*dst = sv.StringValue
+	}
+	if v, ok := f["LABELS"]; ok {
+		sv, ok := v.GetKind().(*structpb.Value_StructValue)
+		if !ok {
+			return nil, fmt.Errorf("node metadata: LABELS is not an object: %w", ErrBadNode)
+		}
+		labels := sv.StructValue.GetFields()
+		if len(labels) > maxLabels {
+			return nil, fmt.Errorf("node metadata: %d labels, limit %d: %w", len(labels), maxLabels, ErrBadNode)
+		}
+		m.Labels = make(map[string]string, len(labels))
+		for k, lv := range labels {
+			s, ok := lv.GetKind().(*structpb.Value_StringValue)
+			if !ok {
+				return nil, fmt.Errorf("node metadata: label %q is not a string: %w", k, ErrBadNode)
+			}
+			m.Labels[k] = s.StringValue
+		}
+	}
+	if m.Namespace == "" || m.ServiceAccount == "" {
+		return nil, fmt.Errorf("node metadata: NAMESPACE and SERVICE_ACCOUNT are required: %w", ErrBadNode)
+	}
+	if _, err := spiffeid.FromSegments(spiffeid.RequireTrustDomainFromString("x"), "ns", m.Namespace, "sa", m.ServiceAccount); err != nil {
+		return nil, fmt.Errorf("node metadata: NAMESPACE or SERVICE_ACCOUNT: %w: %w", ErrBadNode, err)
+	}
+	return &m, nil
+}
+
+// Identity is the SPIFFE ID the metadata claims in trust domain td.
+func (m *NodeMeta) Identity(td spiffeid.TrustDomain) (spiffeid.ID, error) {
+	id, err := spiffeid.FromSegments(td, "ns", m.Namespace, "sa", m.ServiceAccount)
+	if err != nil {
+		return spiffeid.ID{}, fmt.Errorf("node identity: %w: %w", ErrBadNode, err)
+	}
+	return id, nil
+}

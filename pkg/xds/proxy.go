@@ -1,0 +1,229 @@
+package xds
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+	"sync"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
+)
+
+// proxy is the state of one ADS stream.
+type proxy struct {
+	srv      *Server
+	streamID int64
+	ctx      context.Context // the stream's, for authentication
+
+	mu      sync.Mutex
+	node    *core.Node // the authenticated first node; nil before
+	gp      *grpcgen.Proxy
+	watches map[string]*watch
+	subs    map[string]subscription // from the last request that was not stale
+	pending map[string]sent         // enqueued, by version
+	sent    map[string]sent         // last sent, by type URL
+	acked   map[string]string
+	nacked  map[string]string
+
+	deltaWatches  map[string]*deltaWatch
+	deltaAnswered map[string]bool
+}
+
+// watch is an open request waiting for a response.
+type watch struct {
+	req *cache.Request
+	sub cache.Subscription
+	ch  chan cache.Response
+}
+
+// subscription is what a proxy asked for of one type.
+type subscription struct {
+	names    []string // sorted
+	wildcard bool
+}
+
+// sent is a response handed to the stream.
+type sent struct {
+	version   string
+	nonce     string
+	changedAt time.Time
+}
+
+func newProxy(srv *Server, id int64) *proxy {
+	return &proxy{
+		srv: srv, streamID: id,
+		watches: map[string]*watch{}, subs: map[string]subscription{}, pending: map[string]sent{}, sent: map[string]sent{},
+		acked: map[string]string{}, nacked: map[string]string{},
+		deltaWatches: map[string]*deltaWatch{}, deltaAnswered: map[string]bool{},
+	}
+}
+
+// open registers w and answers it at once if the proxy lacks something.
+func (p *proxy) open(typeURL string, w *watch) func() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	nonce := w.req.GetResponseNonce()
+	if last, ok := p.sent[typeURL]; !ok || nonce == "" || nonce == last.nonce {
+		p.subs[typeURL] = subscriptionOf(w.sub)
+	} // else stale: keep what the proxy asked for before
+	p.watches[typeURL] = w
+	delete(p.pending, typeURL) // a response queued for an older watch is dropped with it
+	p.respondLocked(typeURL, w, p.srv.state.Load())
+	return func() {
+		p.mu.Lock()
+		if p.watches[typeURL] == w {
+			delete(p.watches, typeURL)
+		}
+		p.mu.Unlock()
+	}
+}
+
+// pushAll answers every open watch that st changes.
+func (p *proxy) pushAll(st *pushState) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// Answer in Istio's order so that Envoy warms clusters first.
+	for _, t := range []string{typeCluster, typeEndpoint, typeListener, typeRoute} {
+		if w := p.watches[t]; w != nil {
+			p.respondLocked(t, w, st)
+		}
+		if w := p.deltaWatches[t]; w != nil {
+			p.respondDeltaLocked(t, w, st)
+		}
+	}
+}
+
+// respondLocked generates the response for w and sends it when its version
+// differs from the last one sent. The version covers the names asked for
+// and the content, so a NACKed response is not repeated until one changes.
+func (p *proxy) respondLocked(typeURL string, w *watch, st *pushState) {
+	start := p.srv.cfg.Clock()
+	sub := p.subs[typeURL]
+	names, wildcard := sub.names, sub.wildcard
+	h := sha256.New()
+	if wildcard {
+		h.Write([]byte("*\x00"))
+	}
+	for _, n := range names {
+		h.Write([]byte(n))
+		h.Write([]byte{0})
+	}
+	h.Write([]byte{1})
+	var resources []*anypb.Any
+	size := 0
+	for _, r := range p.srv.gen.Generate(st.snap, p.gp, typeURL, names, wildcard) {
+		b, err := st.resource(r)
+		if err != nil {
+			p.srv.log.Error("generating resource; leaving it out", "type", shortType(typeURL), "name", r.Name, "err", err)
+			continue
+		}
+		h.Write([]byte(r.Name + "\x00" + b.hash + "\x00"))
+		resources = append(resources, b.any)
+		size += len(b.any.Value)
+	}
+	version := hex.EncodeToString(h.Sum(nil)[:8])
+	if last, ok := p.sent[typeURL]; ok && last.version == version {
+		return
+	}
+	resp := &cache.PassthroughResponse{
+		Request: w.req,
+		DiscoveryResponse: &discovery.DiscoveryResponse{
+			VersionInfo: version,
+			TypeUrl:     typeURL,
+			Resources:   resources,
+		},
+	}
+	// The stream's channel holds one response per type, and a watch gets
+	// one response, so this never blocks; if it would, the watch stays open
+	// and the next push retries rather than stalling every proxy.
+	select {
+	case w.ch <- resp:
+	default:
+		p.srv.log.Error("response channel full; retrying on the next push", "node", p.node.GetId(), "type", shortType(typeURL))
+		return
+	}
+	delete(p.watches, typeURL) // one response per watch
+	p.pending[typeURL] = sent{version: version, changedAt: st.changedAt}
+	t := shortType(typeURL)
+	p.srv.metrics.pushTime.WithLabelValues(t).Observe(p.srv.cfg.Clock().Sub(start).Seconds())
+	p.srv.metrics.configSize.WithLabelValues(t).Observe(float64(size))
+}
+
+// responded records a response the stream is sending.
+func (p *proxy) responded(resp *discovery.DiscoveryResponse) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.pending[resp.GetTypeUrl()]
+	if s.version == resp.GetVersionInfo() {
+		delete(p.pending, resp.GetTypeUrl())
+	}
+	s.version, s.nonce = resp.GetVersionInfo(), resp.GetNonce()
+	p.sent[resp.GetTypeUrl()] = s
+}
+
+// nackRepeated is reported for a NACK repeating the last one's detail, so
+// that a proxy cannot flood the log.
+const nackRepeated = "\x00repeated"
+
+// received records the ACK or NACK a request carries. It reports a NACK's
+// error detail, or nackRepeated.
+func (p *proxy) received(typeURL, nonce string, detail *rpcstatus.Status) (nack string, acked bool, convergence time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s, ok := p.sent[typeURL]
+	if !ok || nonce == "" || nonce != s.nonce {
+		return "", false, 0 // first request or stale nonce
+	}
+	if detail != nil {
+		if p.nacked[typeURL] == detail.GetMessage() {
+			return nackRepeated, false, 0
+		}
+		p.nacked[typeURL] = detail.GetMessage()
+		return detail.GetMessage(), false, 0
+	}
+	delete(p.nacked, typeURL)
+	p.acked[typeURL] = s.version
+	if s.changedAt.IsZero() {
+		return "", true, 0
+	}
+	d := p.srv.cfg.Clock().Sub(s.changedAt)
+	s.changedAt = time.Time{} // observe once
+	p.sent[typeURL] = s
+	return "", true, d
+}
+
+func (p *proxy) status() (ProxyStatus, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.node == nil {
+		return ProxyStatus{}, false
+	}
+	st := ProxyStatus{NodeID: p.node.GetId(), Sent: map[string]string{}, Acked: map[string]string{}, Rejected: map[string]string{}}
+	for t, s := range p.sent {
+		st.Sent[t] = s.version
+	}
+	for t, v := range p.acked {
+		st.Acked[t] = v
+	}
+	for t, v := range p.nacked {
+		st.Rejected[t] = v
+	}
+	return st, true
+}
+
+func subscriptionOf(sub cache.Subscription) subscription {
+	names := make([]string, 0, len(sub.SubscribedResources()))
+	for n := range sub.SubscribedResources() {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return subscription{names: names, wildcard: sub.IsWildcard()}
+}

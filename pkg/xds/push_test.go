@@ -1,0 +1,101 @@
+package xds
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/genproto/googleapis/rpc/status"
+
+	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
+)
+
+// subscribeEDS opens a stream subscribed to the echo cluster's endpoints
+// and acknowledges the first response.
+func subscribeEDS(t *testing.T, h *harness) (discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient, *discovery.DiscoveryResponse) {
+	t.Helper()
+	st := h.stream(clientID)
+	if err := st.Send(&discovery.DiscoveryRequest{Node: testNode("app", "client", nil), TypeUrl: grpcgen.EndpointType, ResourceNames: []string{echoCluster}}); err != nil {
+		t.Fatal(err)
+	}
+	first := recv(t, st)
+	ackEDS(t, st, first)
+	return st, first
+}
+
+func ackEDS(t *testing.T, st discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient, r *discovery.DiscoveryResponse) {
+	t.Helper()
+	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: grpcgen.EndpointType, ResourceNames: []string{echoCluster}, VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func endpointCount(t *testing.T, r *discovery.DiscoveryResponse) int {
+	t.Helper()
+	var cla endpoint.ClusterLoadAssignment
+	if err := r.GetResources()[0].UnmarshalTo(&cla); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, l := range cla.GetEndpoints() {
+		n += len(l.GetLbEndpoints())
+	}
+	return n
+}
+
+func withWorkloads(n int) string {
+	m := baseManifests
+	for i := range n {
+		m += fmt.Sprintf("---\napiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: w-%d, namespace: app}\nspec: {address: 10.1.0.%d, labels: {app: echo}}\n", i, i+1)
+	}
+	return m
+}
+
+func TestBurstOfChangesIsPushedOnce(t *testing.T) {
+	h := newHarness(t, testModel(t, baseManifests), func(c *Config) { c.DebounceQuiet, c.DebounceMax = 100*time.Millisecond, time.Hour })
+	st, _ := subscribeEDS(t, h)
+	for i := 1; i <= 5; i++ {
+		h.store.Publish(testModel(t, withWorkloads(i)))
+	}
+	r := recv(t, st)
+	if got := endpointCount(t, r); got != 6 {
+		t.Fatalf("pushed %d endpoints, want the last snapshot's 6", got)
+	}
+	ackEDS(t, st, r)
+	noResponse(t, st, grpcgen.ClusterType)
+}
+
+func TestDebounceMaxBoundsTheWait(t *testing.T) {
+	// The quiet period never ends within the test; only the bound pushes.
+	h := newHarness(t, testModel(t, baseManifests), func(c *Config) { c.DebounceQuiet, c.DebounceMax = time.Hour, time.Nanosecond })
+	st, _ := subscribeEDS(t, h)
+	h.store.Publish(testModel(t, withWorkloads(1)))
+	h.store.Publish(testModel(t, withWorkloads(2)))
+	if got := endpointCount(t, recv(t, st)); got < 2 {
+		t.Fatalf("pushed %d endpoints", got)
+	}
+}
+
+func TestNACKStormIsNotAnswered(t *testing.T) {
+	h := newHarness(t, testModel(t, baseManifests), nil)
+	st, first := subscribeEDS(t, h)
+	h.store.Publish(testModel(t, withWorkloads(1)))
+	second := recv(t, st)
+	pushes := testutil.ToFloat64(h.srv.metrics.pushes.WithLabelValues("eds"))
+	for range 500 {
+		if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: grpcgen.EndpointType, ResourceNames: []string{echoCluster},
+			VersionInfo: first.GetVersionInfo(), ResponseNonce: second.GetNonce(), ErrorDetail: &status.Status{Message: "no"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	noResponse(t, st, grpcgen.ClusterType)
+	if got := testutil.ToFloat64(h.srv.metrics.pushes.WithLabelValues("eds")); got != pushes {
+		t.Errorf("EDS pushes went from %v to %v under NACKs", pushes, got)
+	}
+	if got := testutil.ToFloat64(h.srv.metrics.rejects.WithLabelValues("eds")); got != 500 {
+		t.Errorf("rejects %v, want 500", got)
+	}
+}

@@ -1,0 +1,229 @@
+// Package xds serves the Aggregated Discovery Service to proxies: it
+// authenticates each proxy, generates its resources from the mesh model,
+// and pushes changes after a debounce.
+//
+// The protocol handling is go-control-plane's server (state of the world
+// and incremental); this package is its ConfigWatcher and callbacks.
+// Resources are marshalled once per model snapshot and content key and
+// shared by every proxy.
+//
+// State of the world: a response is sent when what a proxy asked for
+// (names, content) differs from what it was last sent, so a NACKed version
+// is not sent again until the model or the subscription changes. Empty
+// resource names after a first request that named resources unsubscribe;
+// an empty first request is a wildcard (Envoy's LDS/CDS). Requests whose
+// nonce is not the last one sent are ignored without ending the stream, as
+// are unknown type URLs.
+//
+// Incremental: a response carries the resources whose version differs from
+// what the proxy was sent, and the names it holds that are gone.
+//
+// Every proxy gets the proxyless gRPC resources of package grpcgen; a
+// generator for Envoy sidecars is not written yet.
+package xds
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	sotw "github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"golang.org/x/time/rate"
+	"google.golang.org/grpc"
+
+	"github.com/bulwark-mesh/bulwark/pkg/authn"
+	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
+)
+
+const (
+	typeListener = grpcgen.ListenerType
+	typeRoute    = grpcgen.RouteType
+	typeCluster  = grpcgen.ClusterType
+	typeEndpoint = grpcgen.EndpointType
+)
+
+// Defaults for zero Config fields.
+const (
+	DefaultDebounceQuiet = 100 * time.Millisecond
+	DefaultDebounceMax   = 10 * time.Second
+	DefaultStreamRate    = 100 // new streams per second
+	DefaultStreamBurst   = 500
+	DefaultMaxNames      = 10000 // resource names in one request
+)
+
+// Model is the mesh model the server reads.
+type Model interface {
+	Current() *model.Snapshot
+	Subscribe() (<-chan *model.Snapshot, func())
+}
+
+// Config configures a Server.
+type Config struct {
+	Model         Model
+	Authenticator authn.Authenticator
+	TrustDomain   spiffeid.TrustDomain
+	Registerer    prometheus.Registerer
+	Logger        *slog.Logger
+	Clock         func() time.Time
+	// DebounceQuiet is how long the model must stay unchanged before a
+	// push; DebounceMax bounds how long a push waits for quiet.
+	DebounceQuiet time.Duration
+	DebounceMax   time.Duration
+	// StreamRate and StreamBurst bound how fast new streams are accepted;
+	// others get ResourceExhausted.
+	StreamRate  rate.Limit
+	StreamBurst int
+}
+
+// Server is the ADS server.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	gen     *grpcgen.Generator
+	metrics *metrics
+	limiter *rate.Limiter
+	ads     serverv3.Server
+	stop    context.CancelFunc
+
+	state atomic.Pointer[pushState]
+
+	mu      sync.Mutex
+	streams map[int64]*proxy
+	byNode  map[*core.Node]*proxy
+}
+
+// New returns a server for cfg. It does no I/O and starts nothing.
+func New(cfg Config) (*Server, error) {
+	if cfg.Model == nil || cfg.Authenticator == nil || cfg.TrustDomain.IsZero() {
+		return nil, errors.New("xds: model, authenticator and trust domain are required")
+	}
+	cfg.DebounceQuiet = cmp.Or(cfg.DebounceQuiet, DefaultDebounceQuiet)
+	cfg.DebounceMax = cmp.Or(cfg.DebounceMax, DefaultDebounceMax)
+	cfg.StreamRate = cmp.Or(cfg.StreamRate, DefaultStreamRate)
+	cfg.StreamBurst = cmp.Or(cfg.StreamBurst, DefaultStreamBurst)
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		gen:     &grpcgen.Generator{TrustDomain: cfg.TrustDomain},
+		metrics: newMetrics(cfg.Registerer),
+		limiter: rate.NewLimiter(cfg.StreamRate, cfg.StreamBurst),
+		streams: make(map[int64]*proxy),
+		byNode:  make(map[*core.Node]*proxy),
+	}
+	s.state.Store(newPushState(cfg.Model.Current(), time.Time{}))
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stop = cancel
+	s.ads = serverv3.NewServer(ctx, s, callbacks{s}, sotw.WithOrderedADS())
+	return s, nil
+}
+
+// Register adds the ADS service to r.
+func (s *Server) Register(r grpc.ServiceRegistrar) {
+	discovery.RegisterAggregatedDiscoveryServiceServer(r, s.ads)
+}
+
+// Run pushes model changes to proxies until ctx is done, then ends every
+// stream.
+func (s *Server) Run(ctx context.Context) error {
+	defer s.stop()
+	updates, cancel := s.cfg.Model.Subscribe()
+	defer cancel()
+	var (
+		pending *model.Snapshot
+		first   time.Time
+		quiet   = time.NewTimer(time.Hour)
+	)
+	quiet.Stop()
+	defer quiet.Stop()
+	push := func() {
+		s.push(pending, first)
+		pending = nil
+	}
+	// A change made between New and Subscribe is caught here.
+	if cur := s.cfg.Model.Current(); cur.Version != s.state.Load().snap.Version {
+		pending, first = cur, s.cfg.Clock()
+		push()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case snap, ok := <-updates:
+			if !ok {
+				return nil
+			}
+			if pending == nil {
+				first = s.cfg.Clock()
+			}
+			pending = snap
+			if s.cfg.Clock().Sub(first) >= s.cfg.DebounceMax {
+				quiet.Stop()
+				push()
+				continue
+			}
+			quiet.Reset(s.cfg.DebounceQuiet)
+		case <-quiet.C:
+			if pending != nil {
+				push()
+			}
+		}
+	}
+}
+
+// push makes snap current and answers every open watch it changes.
+func (s *Server) push(snap *model.Snapshot, changedAt time.Time) {
+	st := newPushState(snap, changedAt)
+	s.state.Store(st)
+	s.mu.Lock()
+	proxies := make([]*proxy, 0, len(s.streams))
+	for _, p := range s.streams {
+		proxies = append(proxies, p)
+	}
+	s.mu.Unlock()
+	s.log.Debug("pushing model", "version", snap.Version, "proxies", len(proxies))
+	for _, p := range proxies {
+		p.pushAll(st)
+	}
+}
+
+// ProxyStatus is what the server knows of one connected proxy.
+type ProxyStatus struct {
+	NodeID string
+	// Sent and Acked are the versions sent and acknowledged, by type URL.
+	Sent, Acked map[string]string
+	// Rejected is the last error detail of a NACK, by type URL.
+	Rejected map[string]string
+}
+
+// Proxies returns the status of every authenticated proxy.
+func (s *Server) Proxies() []ProxyStatus {
+	s.mu.Lock()
+	ps := make([]*proxy, 0, len(s.streams))
+	for _, p := range s.streams {
+		ps = append(ps, p)
+	}
+	s.mu.Unlock()
+	var out []ProxyStatus
+	for _, p := range ps {
+		if st, ok := p.status(); ok {
+			out = append(out, st)
+		}
+	}
+	return out
+}
