@@ -56,6 +56,10 @@ type Config struct {
 	// RequirePodBoundTokens refuses Kubernetes tokens not bound to a pod.
 	RequirePodBoundTokens bool
 
+	// ConfigDir holds the mesh model as Kubernetes-style YAML manifests
+	// (Services, WorkloadEntries, Istio security resources); watched.
+	ConfigDir string
+
 	// InjectConfigDir holds the injector's "config" and "values" files (the
 	// istio-sidecar-injector ConfigMap as mounted); watched.
 	InjectConfigDir string
@@ -124,6 +128,9 @@ func (c *Config) setDefaults() {
 	orDefault(&c.HTTPAddr, "8080")
 	orDefault(&c.MonitoringAddr, "15014")
 	orDefault(&c.HTTPSAddr, "15017")
+	if c.ConfigDir == "" && !c.KubernetesMode() {
+		c.ConfigDir = filepath.Join(c.StateDir, "config")
+	}
 	if c.InjectConfigDir == "" {
 		if c.KubernetesMode() {
 			c.InjectConfigDir = "/var/lib/istio/inject"

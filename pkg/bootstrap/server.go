@@ -23,6 +23,8 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/ca/service"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/servingcert"
 	"github.com/bulwark-mesh/bulwark/pkg/inject"
+	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds"
 )
 
 // Server is istiod: its components, wired but not started.
@@ -37,6 +39,8 @@ type Server struct {
 	// webhooksServing: the admission webhooks answer on the HTTPS port.
 	webhooksServing atomic.Bool
 	injector        *inject.FileSource
+	model           *model.FileSource // nil without a config dir
+	xds             *xds.Server
 	webhooks        http.Handler
 	kube            *kubeParts // nil in local mode
 }
@@ -88,6 +92,9 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		kube.keepWebhooks(cfg, authority, s.webhooksServing.Load)
 	}
 	s.grpc = newGRPCServer(cfg, s.tlsConfig(), log)
+	if err := s.wireXDS(chain, td); err != nil {
+		return nil, err
+	}
 	service.New(service.Config{
 		Authenticator: chain,
 		Signer:        authority,
@@ -240,6 +247,10 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error { return s.serving.Run(ctx) })
 	g.Go(func() error { return s.serveGRPC(ctx, secure) })
 	g.Go(func() error { return s.injector.Run(ctx) })
+	g.Go(func() error { return s.xds.Run(ctx) })
+	if s.model != nil {
+		g.Go(func() error { return s.model.Run(ctx) })
+	}
 	g.Go(func() error { return s.serveWebhooks(ctx, webhookLn) })
 	err = g.Wait()
 	if err != nil && !errors.Is(err, context.Canceled) {
