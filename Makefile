@@ -8,7 +8,7 @@ LDFLAGS := -X main.version=$(VERSION)
 BENCH_COUNT ?= 5
 BENCHSTAT := $(GO) run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 
-.PHONY: run test bench build lint certs unit interop testenv clean
+.PHONY: run test bench build lint certs unit interop helm testenv clean
 
 ## build: the istiod binary into bin/
 build:
@@ -21,7 +21,7 @@ run: build
 	$(BIN)/istiod discovery --state-dir $(STATE_DIR)
 
 ## test: every test: lint, unit and end-to-end tests with -race, the interop module
-test: lint testenv unit interop
+test: lint testenv unit interop helm
 
 ## testenv: a real kube-apiserver and etcd, built once from their Go modules into .cache/testenv/bin
 testenv:
@@ -32,6 +32,11 @@ unit:
 
 interop:
 	cd test/interop && $(GO) vet ./... && $(GO) test -race -count=1 ./...
+
+## helm: lint and render charts/istiod through Helm's Go module (no -race:
+## the tests run no concurrent code, and a race build of Helm costs minutes)
+helm:
+	cd test/helm && $(GO) vet ./... && $(GO) test -shuffle=on -count=1 ./...
 
 ## lint: go vet and gofmt (must print nothing)
 lint:
