@@ -60,6 +60,12 @@ type Config struct {
 	// (Services, WorkloadEntries, Istio security resources); watched.
 	ConfigDir string
 
+	// MutatingWebhookName and ValidatingWebhookName are the webhook
+	// configurations whose caBundle istiod keeps; empty means Istio's names
+	// for the revision and namespace.
+	MutatingWebhookName   string
+	ValidatingWebhookName string
+
 	// InjectConfigDir holds the injector's "config" and "values" files (the
 	// istio-sidecar-injector ConfigMap as mounted); watched.
 	InjectConfigDir string
@@ -203,13 +209,21 @@ func (c *Config) revisionSuffix() string {
 	return "-" + c.Revision
 }
 
-// mutatingWebhookName is Istio's name of the injector's configuration.
+// mutatingWebhookName is the injector's configuration: as configured, else
+// Istio's name.
 func (c *Config) mutatingWebhookName() string {
+	if c.MutatingWebhookName != "" {
+		return c.MutatingWebhookName
+	}
 	return "istio-sidecar-injector" + c.revisionSuffix()
 }
 
-// validatingWebhookName is Istio's name of the validator's configuration.
+// validatingWebhookName is the validator's configuration: as configured,
+// else Istio's name.
 func (c *Config) validatingWebhookName() string {
+	if c.ValidatingWebhookName != "" {
+		return c.ValidatingWebhookName
+	}
 	return "istio-validator" + c.revisionSuffix() + "-" + c.Namespace
 }
 

@@ -64,3 +64,18 @@ func TestServingNamesFollowNamespaceAndRevision(t *testing.T) {
 		t.Errorf("dns names = %s, want %s", got, want)
 	}
 }
+
+func TestWebhookNamesDefaultToIstiosAndCanBeSet(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Revision = "canary"
+	if got := cfg.mutatingWebhookName(); got != "istio-sidecar-injector-canary" {
+		t.Errorf("mutating = %s", got)
+	}
+	if got := cfg.validatingWebhookName(); got != "istio-validator-canary-istio-system" {
+		t.Errorf("validating = %s", got)
+	}
+	cfg.MutatingWebhookName, cfg.ValidatingWebhookName = "inj-x", "val-x"
+	if cfg.mutatingWebhookName() != "inj-x" || cfg.validatingWebhookName() != "val-x" {
+		t.Error("configured names are not used")
+	}
+}
