@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bulwark-mesh/bulwark/internal/testenv"
 )
 
 // trustDomain is the trust domain every istiod in these tests runs with.
@@ -49,7 +51,9 @@ func TestMain(m *testing.M) {
 		// of istiod takes minutes on a busy two-core machine.
 		istiodBuild.dir, istiodBuild.path, istiodBuild.err = buildIstiod()
 	}
-	code := m.Run()
+	// testenv.Run runs the tests and stops the kube-apiserver the
+	// Kubernetes-mode tests start on first use.
+	code := testenv.Run(m)
 	if istiodBuild.dir != "" {
 		os.RemoveAll(istiodBuild.dir)
 	}
