@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	appBinary = filepath.Join(dir, "app")
-	build := exec.Command("go", "build", "-o", appBinary, "./testdata/app")
+	build := exec.Command("go", "build", "-o", appBinary, "./app")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build test app:", err)

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/util/retry"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bulwark-mesh/bulwark/pkg/ca/rootcert"
@@ -53,16 +55,21 @@ func TestALeaderThatLosesTheLeaseStopsAndCampaignsAgain(t *testing.T) {
 	waitFor(t, "a to lead", c.IsLeader)
 	leases := m.client.CoordinationV1().Leases(m.leaseNS)
 
-	// Another holder takes the Lease over, as after a partition.
-	lease, err := leases.Get(context.Background(), rootcert.LeaseName, metav1.GetOptions{})
+	// Another holder takes the Lease over, as after a partition. The leader
+	// renews meanwhile, so a conflict means: read again and retry.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		lease, err := leases.Get(context.Background(), rootcert.LeaseName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		thief, long := "thief", int32(3600)
+		now := metav1.NewMicroTime(time.Now())
+		lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds = &thief, &long
+		lease.Spec.AcquireTime, lease.Spec.RenewTime = &now, &now
+		_, err = leases.Update(context.Background(), lease, metav1.UpdateOptions{})
+		return err
+	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	thief, long := "thief", int32(3600)
-	now := metav1.NewMicroTime(time.Now())
-	lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds = &thief, &long
-	lease.Spec.AcquireTime, lease.Spec.RenewTime = &now, &now
-	if _, err := leases.Update(context.Background(), lease, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("lease taken → old leader stops after %v", waitFor(t, "a to stop leading", func() bool { return !c.IsLeader() }).Round(time.Millisecond))
