@@ -35,6 +35,8 @@ const (
 	AnnotationPromMerge        = "prometheus.istio.io/merge-metrics"
 
 	LabelTLSMode           = "security.istio.io/tlsMode"
+	LabelNetwork           = "topology.istio.io/network"
+	LabelWorkloadName      = "service.istio.io/workload-name"
 	LabelCanonicalName     = "service.istio.io/canonical-name"
 	LabelCanonicalRevision = "service.istio.io/canonical-revision"
 )

@@ -43,8 +43,18 @@ func FuzzInject(f *testing.F) {
 			return
 		}
 		assertShape(t, mutated, []string{"app", "metrics"})
-		if _, err := Inject(pod, p); err != nil {
+		res, err = Inject(pod, p)
+		if err != nil {
 			t.Fatalf("Mutate succeeded but Inject failed: %v", err)
+		}
+		orig, _ := json.Marshal(pod)
+		want, _ := json.Marshal(mutated)
+		patched, err := applyPatch(orig, res.Patch)
+		if err != nil {
+			t.Fatalf("apply patch: %v", err)
+		}
+		if !jsonEqual(t, want, patched) {
+			t.Fatalf("the patch does not give the mutated pod")
 		}
 	})
 }

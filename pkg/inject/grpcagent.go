@@ -8,7 +8,7 @@ import (
 )
 
 // grpcAgentContainer is istio-proxy for proxyless gRPC: pilot-agent alone,
-// no Envoy and no traffic capture. It goes first among the containers. It serves xDS and certificates to the
+// no Envoy and no traffic capture. It serves xDS and certificates to the
 // app over files in shared volumes.
 func (b *builder) grpcAgentContainer() corev1.Container {
 	status := b.values.Global.Proxy.StatusPort
@@ -22,6 +22,7 @@ func (b *builder) grpcAgentContainer() corev1.Container {
 	env = append(env,
 		valueEnv("ISTIO_META_DNS_CAPTURE", "false"),
 		valueEnv("DISABLE_ENVOY", "true"))
+	env = append(env, b.clusterEnv()...)
 	return corev1.Container{
 		Name:  ProxyContainerName,
 		Image: b.set.image,
@@ -44,39 +45,23 @@ func (b *builder) grpcAgentContainer() corev1.Container {
 }
 
 // wireGRPCApps points every app container at the agent's bootstrap and
-// certificates.
+// certificates. It merges as Istio does: its template is laid over the
+// container, then the container's own settings are laid back over that,
+// so a variable or mount path the app sets itself keeps the app's value.
 func wireGRPCApps(pod *corev1.Pod) {
+	envKey := func(e corev1.EnvVar) string { return e.Name }
+	mountKey := func(m corev1.VolumeMount) string { return m.MountPath }
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
 		if c.Name == ProxyContainerName {
 			continue
 		}
-		c.Env = setEnv(c.Env, valueEnv("GRPC_XDS_EXPERIMENTAL_SECURITY_SUPPORT", "true"))
-		c.Env = setEnv(c.Env, valueEnv("GRPC_XDS_BOOTSTRAP", grpcBootstrap))
-		for _, m := range grpcAppMounts() {
-			if !hasMount(c.VolumeMounts, m) {
-				c.VolumeMounts = append(c.VolumeMounts, m)
-			}
-		}
+		env := mergeByKey(c.Env, []corev1.EnvVar{
+			valueEnv("GRPC_XDS_EXPERIMENTAL_SECURITY_SUPPORT", "true"),
+			valueEnv("GRPC_XDS_BOOTSTRAP", grpcBootstrap),
+		}, envKey)
+		c.Env = mergeByKey(env, c.Env, envKey)
+		mounts := mergeByKey(c.VolumeMounts, grpcAppMounts(), mountKey)
+		c.VolumeMounts = mergeByKey(mounts, c.VolumeMounts, mountKey)
 	}
-}
-
-// setEnv replaces a variable of the same name or appends it.
-func setEnv(env []corev1.EnvVar, e corev1.EnvVar) []corev1.EnvVar {
-	for i := range env {
-		if env[i].Name == e.Name {
-			env[i] = e
-			return env
-		}
-	}
-	return append(env, e)
-}
-
-func hasMount(mounts []corev1.VolumeMount, m corev1.VolumeMount) bool {
-	for _, x := range mounts {
-		if x.Name == m.Name || x.MountPath == m.MountPath {
-			return true
-		}
-	}
-	return false
 }

@@ -96,6 +96,10 @@ func Mutate(pod *corev1.Pod, p Params) (*corev1.Pod, Result, error) {
 func (b *builder) applySidecar() (status, error) {
 	pod, s := b.pod, b.set
 	proxy := b.proxyContainer()
+	// Istio's order: the Prometheus settings, then the app's probes.
+	if e, ok := prometheusMerge(pod, b.values); ok {
+		proxy.Env = append(proxy.Env, e...)
+	}
 	if s.rewriteProbes {
 		probers, err := rewriteProbes(pod, b.values.Global.Proxy.StatusPort, s)
 		if err != nil {
@@ -104,9 +108,6 @@ func (b *builder) applySidecar() (status, error) {
 		if probers != "" {
 			proxy.Env = append(proxy.Env, valueEnv(EnvAppProbers, probers))
 		}
-	}
-	if e, ok := prometheusMerge(pod, b.values); ok {
-		proxy.Env = append(proxy.Env, e...)
 	}
 
 	var st status
@@ -126,11 +127,18 @@ func (b *builder) applySidecar() (status, error) {
 			pod.Spec.Containers = append(pod.Spec.Containers, proxy)
 		}
 	}
-	if len(inits) > 0 {
+	switch {
+	case s.native:
+		// istio-init, then istio-proxy, then the pod's own: the pod's init
+		// containers run inside the mesh.
 		pod.Spec.InitContainers = append(inits, pod.Spec.InitContainers...)
+	case len(inits) > 0:
+		// istio-init last, so the pod's own init containers run before
+		// traffic is captured.
+		pod.Spec.InitContainers = append(pod.Spec.InitContainers, inits...)
 	}
 	vols := sidecarVolumes(b.values)
-	pod.Spec.Volumes = append(pod.Spec.Volumes, vols...)
+	pod.Spec.Volumes = mergeByKey(pod.Spec.Volumes, vols, volumeKey)
 	st.Volumes = volumeNames(vols)
 
 	if pod.Labels == nil {
@@ -150,9 +158,14 @@ func (b *builder) applyGRPCAgent() (status, error) {
 		agent.Env = append(agent.Env, e...)
 	}
 	wireGRPCApps(pod)
-	pod.Spec.Containers = append([]corev1.Container{agent}, pod.Spec.Containers...)
+	// Like the sidecar, the agent goes last unless the app must wait for it.
+	if b.set.proxy.hold {
+		pod.Spec.Containers = append([]corev1.Container{agent}, pod.Spec.Containers...)
+	} else {
+		pod.Spec.Containers = append(pod.Spec.Containers, agent)
+	}
 	vols := grpcAgentVolumes(b.values)
-	pod.Spec.Volumes = append(pod.Spec.Volumes, vols...)
+	pod.Spec.Volumes = mergeByKey(pod.Spec.Volumes, vols, volumeKey)
 	st.Volumes = volumeNames(vols)
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
@@ -164,11 +177,16 @@ func (b *builder) applyGRPCAgent() (status, error) {
 // applyPodMetadata sets the labels and annotations every template adds.
 func (b *builder) applyPodMetadata(cfg *Config, st status) {
 	pod, v := b.pod, b.values
-	for _, name := range v.Global.ImagePullSecrets {
-		if !hasPullSecret(pod.Spec.ImagePullSecrets, name) {
-			pod.Spec.ImagePullSecrets = append(pod.Spec.ImagePullSecrets, corev1.LocalObjectReference{Name: name})
+	if len(v.Global.ImagePullSecrets) > 0 {
+		refs := make([]corev1.LocalObjectReference, 0, len(v.Global.ImagePullSecrets))
+		for _, name := range v.Global.ImagePullSecrets {
+			if !hasPullSecret(refs, name) {
+				refs = append(refs, corev1.LocalObjectReference{Name: name})
+			}
+			st.ImagePullSecrets = append(st.ImagePullSecrets, name)
 		}
-		st.ImagePullSecrets = append(st.ImagePullSecrets, name)
+		pod.Spec.ImagePullSecrets = mergeByKey(pod.Spec.ImagePullSecrets, refs,
+			func(r corev1.LocalObjectReference) string { return r.Name })
 	}
 	st.Revision = firstNonEmpty(v.Revision, "default")
 
@@ -177,6 +195,9 @@ func (b *builder) applyPodMetadata(cfg *Config, st status) {
 	}
 	pod.Labels[LabelCanonicalName] = canonicalName(pod.Labels, b.work)
 	pod.Labels[LabelCanonicalRevision] = canonicalRevision(pod.Labels)
+	if n := b.networkName(); n != "" {
+		pod.Labels[LabelNetwork] = n
+	}
 
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
@@ -212,6 +233,8 @@ func (s status) encode() string {
 	}
 	return string(b)
 }
+
+func volumeKey(v corev1.Volume) string { return v.Name }
 
 func volumeNames(vols []corev1.Volume) []string {
 	out := make([]string, len(vols))
@@ -253,22 +276,4 @@ func checkConflicts(pod *corev1.Pod) error {
 		}
 	}
 	return nil
-}
-
-// createPatch diffs the two pods as the same Go type, so fields this
-// version of the API types does not know are never touched.
-func createPatch(orig, mutated *corev1.Pod) ([]jsonpatch.Operation, error) {
-	a, err := json.Marshal(orig)
-	if err != nil {
-		return nil, fmt.Errorf("encode pod: %w", err)
-	}
-	b, err := json.Marshal(mutated)
-	if err != nil {
-		return nil, fmt.Errorf("encode injected pod: %w", err)
-	}
-	ops, err := jsonpatch.CreatePatch(a, b)
-	if err != nil {
-		return nil, fmt.Errorf("create patch: %w", err)
-	}
-	return ops, nil
 }

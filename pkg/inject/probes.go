@@ -26,8 +26,8 @@ func appHealthPath(container, kind string) string {
 	return "/app-health/" + container + "/" + kind
 }
 
-// rewriteProbes points HTTP, TCP and gRPC probes of app containers at the
-// agent's status port and returns the originals as ISTIO_KUBE_APP_PROBERS
+// rewriteProbes points HTTP, TCP and gRPC probes (and HTTP and TCP
+// lifecycle hooks) of app containers at the agent's status port and returns the originals as ISTIO_KUBE_APP_PROBERS
 // JSON ("" when nothing was rewritten). Exec probes are left alone, and so
 // are probes on ports the sidecar does not capture.
 func rewriteProbes(pod *corev1.Pod, statusPort int32, s *settings) (string, error) {
@@ -53,6 +53,21 @@ func rewriteProbes(pod *corev1.Pod, statusPort int32, s *settings) (string, erro
 			out[path] = orig
 			*p.probe = redirectedProbe(*p.probe, path, statusPort)
 		}
+		if c.Lifecycle != nil {
+			for _, h := range []struct {
+				handler **corev1.LifecycleHandler
+				kind    string
+			}{
+				{&c.Lifecycle.PreStop, "prestopz"},
+				{&c.Lifecycle.PostStart, "poststartz"},
+			} {
+				path := appLifecyclePath(c.Name, h.kind)
+				if hook, orig, ok := redirectedHook(*h.handler, c.Ports, statusPort, path); ok && captured(proberPort(orig)) {
+					out[path] = orig
+					*h.handler = hook
+				}
+			}
+		}
 	}
 	for i := range pod.Spec.InitContainers {
 		rewrite(&pod.Spec.InitContainers[i])
@@ -68,6 +83,31 @@ func rewriteProbes(pod *corev1.Pod, statusPort int32, s *settings) (string, erro
 		return "", fmt.Errorf("encode app probers: %w", err)
 	}
 	return string(b), nil
+}
+
+// appLifecyclePath is the agent path for one lifecycle hook of one container.
+func appLifecyclePath(container, kind string) string {
+	return "/app-lifecycle/" + container + "/" + kind
+}
+
+// redirectedHook points an HTTP or TCP lifecycle hook at the agent, as
+// probes are: kubelet calls the hook from outside the mesh, so a hook on a
+// captured port would otherwise be refused under strict mTLS. Exec and
+// sleep hooks are left alone.
+func redirectedHook(h *corev1.LifecycleHandler, ports []corev1.ContainerPort, statusPort int32, path string) (*corev1.LifecycleHandler, *prober, bool) {
+	if h == nil || (h.HTTPGet == nil && h.TCPSocket == nil) {
+		return nil, nil, false
+	}
+	probe := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: h.HTTPGet, TCPSocket: h.TCPSocket}}
+	orig, ok := originalProber(probe, ports, statusPort, path)
+	if !ok {
+		return nil, nil, false
+	}
+	orig.TimeoutSeconds = 0 // hooks have none
+	out := h.DeepCopy()
+	out.TCPSocket = nil
+	out.HTTPGet = redirectedProbe(probe, path, statusPort).HTTPGet
+	return out, orig, true
 }
 
 // originalProber copies a probe for the agent with named ports resolved.

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
@@ -76,8 +77,12 @@ func fieldEnv(name, path string) corev1.EnvVar {
 	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
 }
 
+// resourceEnv exposes a container resource; the divisor is written out as
+// Istio's template writes it.
 func resourceEnv(name, res string) corev1.EnvVar {
-	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{Resource: res}}}
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{
+		Resource: res, Divisor: resource.MustParse("1"),
+	}}}
 }
 
 func valueEnv(name, value string) corev1.EnvVar { return corev1.EnvVar{Name: name, Value: value} }
@@ -101,8 +106,28 @@ func (b *builder) clusterName() string {
 	return firstNonEmpty(b.clusterID, b.values.Global.MultiCluster.ClusterName, "Kubernetes")
 }
 
+// networkName is the pod's topology.istio.io/network label, else the
+// network of the URL path, else the values', in Istio's precedence.
 func (b *builder) networkName() string {
-	return firstNonEmpty(b.network, b.values.Global.Network)
+	label := b.pod.Labels[LabelNetwork]
+	if validateLabelValue(label) != nil {
+		label = "" // not a valid label: the pod fails validation anyway
+	}
+	return firstNonEmpty(label, b.network, b.values.Global.Network)
+}
+
+// clusterEnv is what Istio's injector writes last in istio-proxy's
+// environment: the cluster and the network, when either is configured
+// rather than defaulted.
+func (b *builder) clusterEnv() []corev1.EnvVar {
+	var env []corev1.EnvVar
+	if c := firstNonEmpty(b.clusterID, b.values.Global.MultiCluster.ClusterName); c != "" {
+		env = append(env, valueEnv("ISTIO_META_CLUSTER_ID", c))
+	}
+	if n := b.networkName(); n != "" {
+		env = append(env, valueEnv("ISTIO_META_NETWORK", n))
+	}
+	return env
 }
 
 // commonEnv is shared by the sidecar and the gRPC agent; the agent alone
@@ -130,18 +155,22 @@ func (b *builder) commonEnv(sidecar bool) []corev1.EnvVar {
 			resourceEnv("GOMEMLIMIT", "limits.memory"),
 			resourceEnv("GOMAXPROCS", "limits.cpu"))
 	}
-	env = append(env,
-		valueEnv("ISTIO_META_CLUSTER_ID", b.clusterName()),
-		fieldEnv("ISTIO_META_NODE_NAME", "spec.nodeName"))
+	if firstNonEmpty(b.clusterID, b.values.Global.MultiCluster.ClusterName) == "" {
+		env = append(env, valueEnv("ISTIO_META_CLUSTER_ID", b.clusterName()))
+	}
+	env = append(env, fieldEnv("ISTIO_META_NODE_NAME", "spec.nodeName"))
 	if sidecar {
 		env = append(env, valueEnv("ISTIO_META_INTERCEPTION_MODE", b.set.proxy.mode.String()))
 	}
-	if n := b.networkName(); n != "" {
-		env = append(env, valueEnv("ISTIO_META_NETWORK", n))
-	}
 	if b.work.name != "" {
+		name := b.work.name
+		// The sidecar (not the gRPC agent) takes the workload name from
+		// the pod's service.istio.io/workload-name label, as Istio does.
+		if l := b.pod.Labels[LabelWorkloadName]; sidecar && l != "" && validateLabelValue(l) == nil {
+			name = l
+		}
 		env = append(env,
-			valueEnv("ISTIO_META_WORKLOAD_NAME", b.work.name),
+			valueEnv("ISTIO_META_WORKLOAD_NAME", name),
 			valueEnv("ISTIO_META_OWNER", b.work.owner()))
 	}
 	td := v.TrustDomain()
@@ -208,7 +237,7 @@ func (b *builder) proxyContainer() corev1.Container {
 			Name: "http-envoy-prom", ContainerPort: envoyPromPort, Protocol: corev1.ProtocolTCP,
 		}},
 		Args:            b.proxyArgs(),
-		Env:             b.commonEnv(true),
+		Env:             append(b.commonEnv(true), b.clusterEnv()...),
 		ImagePullPolicy: corev1.PullPolicy(b.values.Global.ImagePullPolicy),
 		ReadinessProbe:  b.readinessProbe(),
 		StartupProbe:    b.startupProbe(),

@@ -56,13 +56,14 @@ func (w workload) owner() string {
 	return "kubernetes://apis/" + w.apiVersion + "/namespaces/" + ns + "/" + strings.ToLower(w.kind) + "s/" + w.name
 }
 
-// canonicalName follows Istio's label precedence, truncated to 63 bytes.
+// canonicalName follows Istio's label precedence, truncated to 63 bytes
+// and trimmed of '-', '_' and '.' at both ends, as Istio's template does.
 func canonicalName(lbls map[string]string, w workload) string {
 	n := firstNonEmpty(lbls[LabelCanonicalName], lbls["app.kubernetes.io/name"], lbls["app"], w.name)
 	if len(n) > 63 {
 		n = n[:63]
 	}
-	return strings.TrimSuffix(n, "-")
+	return strings.Trim(n, "-_.")
 }
 
 func canonicalRevision(lbls map[string]string) string {
