@@ -8,7 +8,7 @@ LDFLAGS := -X main.version=$(VERSION)
 BENCH_COUNT ?= 5
 BENCHSTAT := $(GO) run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 
-.PHONY: run test bench build lint certs unit interop helm testenv clean
+.PHONY: run test bench build lint certs unit interop helm image testenv clean
 
 ## build: the istiod binary into bin/
 build:
@@ -33,10 +33,18 @@ unit:
 interop:
 	cd test/interop && $(GO) vet ./... && $(GO) test -race -count=1 ./...
 
-## helm: lint and render charts/istiod through Helm's Go module (no -race:
-## the tests run no concurrent code, and a race build of Helm costs minutes)
-helm:
-	cd test/helm && $(GO) vet ./... && $(GO) test -shuffle=on -count=1 ./...
+## helm: lint, render and install charts/istiod through Helm's Go module on
+## the real apiserver (no -race: a race build of Helm costs minutes, and the
+## product code it drives is race-tested in unit), and the image builder
+helm: testenv
+	cd test/helm && $(GO) vet ./... && $(GO) test -shuffle=on -count=1 -timeout 15m ./...
+	cd hack/image && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+## image: bin/istiod-image.tar, istiod's OCI image (no daemon, nothing pulled), tagged with the chart's appVersion
+image: build
+	cd hack/image && env -u GOOS -u GOARCH $(GO) run . -binary $(CURDIR)/$(BIN)/istiod \
+		-chart $(CURDIR)/charts/istiod/Chart.yaml -out $(CURDIR)/$(BIN)/istiod-image.tar \
+		-revision $(VERSION) -os $$($(GO) env GOOS) -arch $$($(GO) env GOARCH)
 
 ## lint: go vet and gofmt (must print nothing)
 lint:

@@ -45,8 +45,8 @@ func TestRBACGrantsWhatIstiodNeeds(t *testing.T) {
 		{"networking.istio.io", "destinationrules", "watch", ""},
 		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "watch", "istio-sidecar-injector"},
 		{"admissionregistration.k8s.io", "validatingwebhookconfigurations", "watch", "istio-validator-istio-system"},
-		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "patch", "istio-sidecar-injector"},
-		{"admissionregistration.k8s.io", "validatingwebhookconfigurations", "patch", "istio-validator-istio-system"},
+		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "update", "istio-sidecar-injector"},
+		{"admissionregistration.k8s.io", "validatingwebhookconfigurations", "update", "istio-validator-istio-system"},
 	}
 	for _, g := range cluster {
 		if !allowed(cr.Rules, g.group, g.resource, g.verb, g.name) {
@@ -57,9 +57,10 @@ func TestRBACGrantsWhatIstiodNeeds(t *testing.T) {
 		{"", "secrets", "get", ""},
 		{"", "configmaps", "patch", ""}, {"", "configmaps", "delete", ""},
 		{"", "pods", "create", ""},
-		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "patch", "someone-elses-webhook"},
+		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "update", "someone-elses-webhook"},
 		{"admissionregistration.k8s.io", "validatingwebhookconfigurations", "watch", "someone-elses-webhook"},
-		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "update", "istio-sidecar-injector"},
+		// istiod updates (pkg/inject/webhookconfig); docs/rbac.md grants no patch.
+		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "patch", "istio-sidecar-injector"},
 		{"admissionregistration.k8s.io", "validatingwebhookconfigurations", "delete", "istio-validator-istio-system"},
 	}
 	for _, g := range clusterDenied {
@@ -122,8 +123,8 @@ func TestBindingsPointAtRenderedObjects(t *testing.T) {
 					env["INJECTION_WEBHOOK_CONFIG_NAME"], env["VALIDATION_WEBHOOK_CONFIG_NAME"], mwh, validatingWebhook(t, r).Name)
 			}
 			cr := only[*rbacv1.ClusterRole](t, r, "ClusterRole")
-			if !allowed(cr.Rules, "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "patch", mwh) {
-				t.Errorf("istiod may not patch its own webhook %s", mwh)
+			if !allowed(cr.Rules, "admissionregistration.k8s.io", "mutatingwebhookconfigurations", "update", mwh) {
+				t.Errorf("istiod may not update its own webhook %s", mwh)
 			}
 		})
 	}
