@@ -165,6 +165,25 @@ func allowIssuerDiscovery(env *Env) error {
 // writeKubeconfig writes an admin kubeconfig next to the other run files.
 // JSON is YAML, so this needs no kubeconfig library.
 func writeKubeconfig(env *Env) error {
+	env.Kubeconfig = filepath.Join(env.cluster.runDir, "kubeconfig")
+	return kubeconfigFile(env, env.Kubeconfig, env.Config.BearerToken)
+}
+
+// KubeconfigForToken writes a kubeconfig for the API server that
+// authenticates with token, for running a program (istiod) as that
+// identity, and returns its path.
+func (e *Env) KubeconfigForToken(t testing.TB, token string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := kubeconfigFile(e, path, token); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// kubeconfigFile writes a kubeconfig for env's API server with token.
+// JSON is YAML, so encoding/json writes it.
+func kubeconfigFile(env *Env, path, token string) error {
 	cfg := map[string]any{
 		"apiVersion":      "v1",
 		"kind":            "Config",
@@ -174,20 +193,19 @@ func writeKubeconfig(env *Env) error {
 			"cluster": map[string]any{"server": env.URL, "certificate-authority-data": env.CAPEM},
 		}},
 		"users": []map[string]any{{
-			"name": "admin",
-			"user": map[string]any{"token": env.Config.BearerToken},
+			"name": "user",
+			"user": map[string]any{"token": token},
 		}},
 		"contexts": []map[string]any{{
 			"name":    "testenv",
-			"context": map[string]any{"cluster": "testenv", "user": "admin"},
+			"context": map[string]any{"cluster": "testenv", "user": "user"},
 		}},
 	}
 	data, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode kubeconfig: %w", err)
 	}
-	env.Kubeconfig = filepath.Join(env.cluster.runDir, "kubeconfig")
-	if err := os.WriteFile(env.Kubeconfig, data, 0o600); err != nil {
+	if err := os.WriteFile(path, data, 0o600); err != nil {
 		return fmt.Errorf("write kubeconfig: %w", err)
 	}
 	return nil

@@ -170,7 +170,7 @@ func (r *releaseRun) runIstiod(t *testing.T) {
 	dep := r.deployment
 	injectDir := writeInjectorConfig(t, r.client, dep)
 	token := r.c.env.ServiceAccountToken(t, r.ns, dep.Spec.Template.Spec.ServiceAccountName, nil, nil)
-	kubeconfig := kubeconfigForToken(t, r.c.env, token)
+	kubeconfig := r.c.env.KubeconfigForToken(t, token)
 	buildIstiod(t) // not part of the start-up time below
 	started := time.Now()
 	r.istiod = startIstiod(t, dep, kubeconfig, injectDir, r.webhookAddr)

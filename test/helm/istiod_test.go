@@ -2,7 +2,6 @@ package helm
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -18,8 +17,6 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-
-	"github.com/bulwark-mesh/bulwark/internal/testenv"
 )
 
 // istiodBinary is the real istiod, built once per test binary from the
@@ -236,29 +233,6 @@ func (p *istiodProcess) forbiddenLines(max int) []string {
 		}
 	}
 	return out
-}
-
-// kubeconfigForToken writes a kubeconfig that authenticates with token.
-// JSON is YAML, so encoding/json writes it.
-func kubeconfigForToken(t *testing.T, env *testenv.Env, token string) string {
-	t.Helper()
-	cfg := map[string]any{
-		"apiVersion":      "v1",
-		"kind":            "Config",
-		"current-context": "istiod",
-		"clusters":        []any{map[string]any{"name": "testenv", "cluster": map[string]any{"server": env.URL, "certificate-authority-data": env.CAPEM}}},
-		"users":           []any{map[string]any{"name": "istiod", "user": map[string]any{"token": token}}},
-		"contexts":        []any{map[string]any{"name": "istiod", "context": map[string]any{"cluster": "testenv", "user": "istiod"}}},
-	}
-	data, err := json.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 func freeAddr(t *testing.T) string {

@@ -2,9 +2,7 @@ package kube
 
 import (
 	"context"
-	"encoding/json"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -26,7 +24,7 @@ var yamlBlock = regexp.MustCompile("(?s)```yaml\n(.*?)```")
 func istiodKubeconfig(t *testing.T, env *testenv.Env, ns string) string {
 	t.Helper()
 	token := env.ServiceAccountToken(t, ns, "istiod", nil, nil)
-	return writeKubeconfig(t, env, token)
+	return env.KubeconfigForToken(t, token)
 }
 
 // grantIstiodRBAC grants the ServiceAccount istiod in ns the manifests of
@@ -86,27 +84,4 @@ func mustUnmarshal(t *testing.T, manifest string, into any) {
 	if err := yaml.UnmarshalStrict([]byte(manifest), into); err != nil {
 		t.Fatalf("%s: %v", rbacDoc, err)
 	}
-}
-
-// writeKubeconfig writes a kubeconfig for the API server that
-// authenticates with token. JSON is YAML, so encoding/json writes it.
-func writeKubeconfig(t *testing.T, env *testenv.Env, token string) string {
-	t.Helper()
-	cfg := map[string]any{
-		"apiVersion":      "v1",
-		"kind":            "Config",
-		"current-context": "istiod",
-		"clusters":        []any{map[string]any{"name": "testenv", "cluster": map[string]any{"server": env.URL, "certificate-authority-data": env.CAPEM}}},
-		"users":           []any{map[string]any{"name": "istiod", "user": map[string]any{"token": token}}},
-		"contexts":        []any{map[string]any{"name": "istiod", "context": map[string]any{"cluster": "testenv", "user": "istiod"}}},
-	}
-	data, err := json.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(path, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
