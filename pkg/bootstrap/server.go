@@ -24,6 +24,7 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/ca/servingcert"
 	"github.com/bulwark-mesh/bulwark/pkg/inject"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/sds"
 	"github.com/bulwark-mesh/bulwark/pkg/xds"
 )
 
@@ -41,6 +42,7 @@ type Server struct {
 	injector        *inject.FileSource
 	model           *model.FileSource // nil without a config dir
 	xds             *xds.Server
+	sds             *sds.Server
 	webhooks        http.Handler
 	kube            *kubeParts // nil in local mode
 }
@@ -248,6 +250,7 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error { return s.serveGRPC(ctx, secure) })
 	g.Go(func() error { return s.injector.Run(ctx) })
 	g.Go(func() error { return s.xds.Run(ctx) })
+	g.Go(func() error { return s.sds.Run(ctx) })
 	if s.model != nil {
 		g.Go(func() error { return s.model.Run(ctx) })
 	}

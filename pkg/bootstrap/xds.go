@@ -7,6 +7,7 @@ import (
 
 	"github.com/bulwark-mesh/bulwark/pkg/authn"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/sds"
 	"github.com/bulwark-mesh/bulwark/pkg/xds"
 )
 
@@ -22,7 +23,20 @@ func (s *Server) wireXDS(chain authn.Authenticator, td spiffeid.TrustDomain) err
 			Logger:    s.log.With("component", "model"),
 		})
 	}
+	// SDS serves the trust bundle as ROOTCA. Gateway credentialName secrets
+	// need a Secret informer and SubjectAccessReviews, which istiod's RBAC
+	// does not grant yet, so no Kubernetes client is given.
+	secrets, err := sds.New(sds.Config{
+		Bundles:    s.ca,
+		Registerer: s.registry,
+		Logger:     s.log.With("component", "sds"),
+	})
+	if err != nil {
+		return fmt.Errorf("sds: %w", err)
+	}
+	s.sds = secrets
 	srv, err := xds.New(xds.Config{
+		Secrets:       secrets,
 		Model:         store,
 		Authenticator: chain,
 		TrustDomain:   td,

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/bulwark-mesh/bulwark/pkg/sds"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
 )
 
@@ -135,6 +136,7 @@ func (c callbacks) authenticate(p *proxy, node *core.Node) error {
 	p.mu.Lock()
 	p.node = node
 	p.gp = &grpcgen.Proxy{Namespace: meta.Namespace, Labels: meta.Labels}
+	p.sp = sds.Proxy{Namespace: meta.Namespace, ServiceAccount: meta.ServiceAccount, Secure: tlsStream(p.ctx)}
 	p.mu.Unlock()
 	s.mu.Lock()
 	s.byNode[node] = p
@@ -188,7 +190,7 @@ func (s *Server) CreateWatch(req *cache.Request, sub cache.Subscription, ch chan
 	if p == nil {
 		return nil, errUnauthenticated
 	}
-	if !knownTypes[req.GetTypeUrl()] {
+	if !s.knownType(req.GetTypeUrl()) {
 		return func() {}, nil
 	}
 	return p.open(req.GetTypeUrl(), &watch{req: req, sub: sub, ch: ch}), nil

@@ -22,7 +22,7 @@ func (s *Server) CreateDeltaWatch(req *cache.DeltaRequest, sub cache.Subscriptio
 	if p == nil {
 		return nil, errUnauthenticated
 	}
-	if !knownTypes[req.GetTypeUrl()] {
+	if !s.knownType(req.GetTypeUrl()) {
 		return func() {}, nil
 	}
 	return p.openDelta(req.GetTypeUrl(), &deltaWatch{req: req, sub: sub, ch: ch}), nil
@@ -56,15 +56,11 @@ func (p *proxy) respondDeltaLocked(typeURL string, w *deltaWatch, st *pushState)
 	next := make(map[string]string, len(held))
 	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: typeURL}
 	size := 0
-	for _, r := range p.srv.gen.Generate(st.snap, p.gp, typeURL, names, w.sub.IsWildcard()) {
-		b, err := st.resource(r)
-		if err != nil {
-			p.srv.log.Error("generating resource; leaving it out", "type", shortType(typeURL), "name", r.Name, "err", err)
-			continue
-		}
-		next[r.Name] = b.hash
-		if held[r.Name] != b.hash {
-			resp.Resources = append(resp.Resources, &discovery.Resource{Name: r.Name, Version: b.hash, Resource: b.any})
+	slices.Sort(names)
+	for _, b := range p.generateLocked(st, typeURL, names, w.sub.IsWildcard()) {
+		next[b.name] = b.hash
+		if held[b.name] != b.hash {
+			resp.Resources = append(resp.Resources, &discovery.Resource{Name: b.name, Version: b.hash, Resource: b.any})
 			size += len(b.any.Value)
 		}
 	}

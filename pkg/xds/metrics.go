@@ -53,6 +53,8 @@ func shortType(typeURL string) string {
 		return "cds"
 	case typeEndpoint:
 		return "eds"
+	case typeSecret:
+		return "sds"
 	}
 	return "other"
 }

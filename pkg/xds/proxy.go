@@ -14,6 +14,7 @@ import (
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/bulwark-mesh/bulwark/pkg/sds"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
 )
 
@@ -26,6 +27,7 @@ type proxy struct {
 	mu      sync.Mutex
 	node    *core.Node // the authenticated first node; nil before
 	gp      *grpcgen.Proxy
+	sp      sds.Proxy // for secrets
 	watches map[string]*watch
 	subs    map[string]subscription // from the last request that was not stale
 	pending map[string]sent         // enqueued, by version
@@ -119,13 +121,8 @@ func (p *proxy) respondLocked(typeURL string, w *watch, st *pushState) {
 	h.Write([]byte{1})
 	var resources []*anypb.Any
 	size := 0
-	for _, r := range p.srv.gen.Generate(st.snap, p.gp, typeURL, names, wildcard) {
-		b, err := st.resource(r)
-		if err != nil {
-			p.srv.log.Error("generating resource; leaving it out", "type", shortType(typeURL), "name", r.Name, "err", err)
-			continue
-		}
-		h.Write([]byte(r.Name + "\x00" + b.hash + "\x00"))
+	for _, b := range p.generateLocked(st, typeURL, names, wildcard) {
+		h.Write([]byte(b.name + "\x00" + b.hash + "\x00"))
 		resources = append(resources, b.any)
 		size += len(b.any.Value)
 	}

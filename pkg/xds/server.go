@@ -19,7 +19,9 @@
 // what the proxy was sent, and the names it holds that are gone.
 //
 // Every proxy gets the proxyless gRPC resources of package grpcgen; a
-// generator for Envoy sidecars is not written yet.
+// generator for Envoy sidecars is not written yet. With Config.Secrets the
+// Secret type (SDS: ROOTCA, gateway credentialName secrets) is served on
+// the same streams, and only to proxies whose stream is TLS.
 package xds
 
 import (
@@ -83,6 +85,10 @@ type Config struct {
 	// others get ResourceExhausted.
 	StreamRate  rate.Limit
 	StreamBurst int
+	// Secrets, when set, serves the Secret type (SDS) on the same
+	// streams, to proxies on TLS streams only; without it Secret requests
+	// are ignored like any unknown type.
+	Secrets SecretSource
 }
 
 // Server is the ADS server.
@@ -142,6 +148,12 @@ func (s *Server) Register(r grpc.ServiceRegistrar) {
 // stream.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.stop()
+	if s.cfg.Secrets != nil {
+		sctx, scancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { s.watchSecrets(sctx); close(done) }()
+		defer func() { scancel(); <-done }()
+	}
 	updates, cancel := s.cfg.Model.Subscribe()
 	defer cancel()
 	var (
