@@ -27,10 +27,12 @@ func (s *Server) readyHandler() http.Handler {
 	return mux
 }
 
-// monitoringHandler serves /metrics.
+// monitoringHandler serves /metrics, and /debug/syncz (per proxy: what was
+// sent, ACKed and NACKed) to loopback callers only.
 func (s *Server) monitoringHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	mux.Handle("GET /debug/syncz", s.xds.SynczHandler())
 	return mux
 }
 

@@ -3,6 +3,7 @@ package e2e
 import (
 	"crypto/x509"
 	"errors"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,6 +37,14 @@ func TestMintedClientCertGetsWorkloadCertificate(t *testing.T) {
 	}
 	if !strings.Contains(p.log.String(), "certificate issued") || !strings.Contains(p.log.String(), id) {
 		t.Errorf("no issuance log line naming %s", id)
+	}
+	resp2, err := http.Get("http://" + p.metrics + "/debug/syncz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp2.Body.Close()
+	if resp2.StatusCode != http.StatusOK || !strings.Contains(resp2.Header.Get("Content-Type"), "json") {
+		t.Errorf("/debug/syncz from loopback: %d %s", resp2.StatusCode, resp2.Header.Get("Content-Type"))
 	}
 	metrics := scrape(t, p.metrics)
 	for _, name := range []string{

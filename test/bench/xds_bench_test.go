@@ -1,0 +1,201 @@
+package bench
+
+// The xDS benchmarks load a real istiod with thousands of simulated
+// proxyless gRPC proxies (fleet, in xds_fleet_test.go). Each benchmark is
+// one whole measurement: run them with -benchtime 1x; b.N is not used as an
+// iteration count. Every wait is bounded and fails the benchmark when it
+// runs out.
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+const (
+	connectTimeout = 3 * time.Minute
+	convergeLimit  = time.Minute
+	stormLimit     = 2 * time.Minute
+	quiescence     = 2 * time.Second
+)
+
+// xdsServer is istiod on local files with the echo model in --configDir.
+type xdsServer struct {
+	*server
+	modelDir   string
+	monitoring string
+}
+
+func startXDS(b *testing.B, proxies int) *xdsServer {
+	b.Helper()
+	raiseFileLimit(b, uint64(proxies)+1024)
+	bin := istiodBinary(b)
+	s := &xdsServer{modelDir: filepath.Join(b.TempDir(), "model"), monitoring: freePort(b)}
+	if err := os.MkdirAll(s.modelDir, 0o700); err != nil {
+		b.Fatal(err)
+	}
+	writeModel(b, s.modelDir, "10.1.0.1")
+	s.server = start(b, bin, "--configDir", s.modelDir, "--monitoringAddr", s.monitoring)
+	s.mint(b, bin)
+	return s
+}
+
+// BenchmarkXDSConvergence measures, after an endpoint change, each proxy's
+// time until it has received and ACKed the new EDS. The time includes the
+// model directory's watch debounce (100 ms) and the server's push debounce
+// (100 ms of quiet), as a real change would.
+func BenchmarkXDSConvergence(b *testing.B) {
+	for _, n := range []int{1000, 5000} {
+		b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) {
+			srv := startXDS(b, n)
+			ctx, cancel := context.WithTimeout(context.Background(), connectTimeout+convergeLimit+time.Minute)
+			defer cancel()
+			f := newFleet(b, srv.server, n)
+			f.start(b, ctx, n)
+			connect := f.waitReady(b, n, connectTimeout)
+			time.Sleep(quiescence)
+			base := f.proxies[0].lastEDS.Load()
+			for _, p := range f.proxies {
+				if v := p.lastEDS.Load(); v == nil || *v != *base {
+					b.Fatalf("proxies disagree on the EDS version before the change")
+				}
+			}
+			f.baseline.Store(base)
+			cpu0 := srv.cpuTime(b)
+			b.ResetTimer()
+			f.changedAt.Store(time.Now().UnixNano())
+			writeModel(b, srv.modelDir, "10.1.0.2")
+			waitFor(b, "converge", convergeLimit, func() bool { return f.converged.Load() >= int64(n) }, f.progress)
+			b.StopTimer()
+			lat := slices.Clone(f.lat)
+			slices.Sort(lat)
+			b.ReportMetric(ms(lat[len(lat)/2]), "p50-ms")
+			b.ReportMetric(ms(lat[len(lat)*99/100]), "p99-ms")
+			b.ReportMetric(ms(lat[len(lat)-1]), "max-ms")
+			b.ReportMetric(ms(srv.cpuTime(b)-cpu0), "server-cpu-ms")
+			b.ReportMetric(connect.Seconds(), "connect-s")
+			b.ReportMetric(float64(f.otherErrors.Load()), "other-errors")
+			b.Logf("connect: %s", f.progress())
+		})
+	}
+}
+
+// BenchmarkXDSMemoryPerProxy compares istiod's memory with no proxy and
+// with 5,000 connected and ACKed. Without a way to force a GC from
+// outside, each figure is the minimum of samples taken after quiescence.
+func BenchmarkXDSMemoryPerProxy(b *testing.B) {
+	const n = 5000
+	srv := startXDS(b, n)
+	time.Sleep(quiescence)
+	rss0, heap0 := srv.memory(b)
+	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout+time.Minute)
+	defer cancel()
+	f := newFleet(b, srv.server, n)
+	f.start(b, ctx, n)
+	f.waitReady(b, n, connectTimeout)
+	time.Sleep(quiescence)
+	rss1, heap1 := srv.memory(b)
+	b.ReportMetric(float64(rss1-rss0)/1024/n, "rss-KiB/proxy")
+	b.ReportMetric(float64(heap1-heap0)/1024/n, "heap-inuse-KiB/proxy")
+	b.ReportMetric(float64(rss0)/(1<<20), "rss0-MiB")
+	b.ReportMetric(float64(rss1)/(1<<20), "rss-MiB")
+	b.ReportMetric(float64(f.otherErrors.Load()), "other-errors")
+	b.Logf("connect: %s", f.progress())
+}
+
+// BenchmarkXDSReconnectStorm closes 5,000 connected proxies' connections at
+// once and reconnects them all together; streams over istiod's token bucket
+// get ResourceExhausted and retry with jittered exponential backoff.
+func BenchmarkXDSReconnectStorm(b *testing.B) {
+	const n = 5000
+	srv := startXDS(b, n)
+	ctx, cancel := context.WithTimeout(context.Background(), connectTimeout+stormLimit+time.Minute)
+	defer cancel()
+	f := newFleet(b, srv.server, n)
+	f.start(b, ctx, n)
+	connect := f.waitReady(b, n, connectTimeout)
+	b.Logf("first connect: %s in %s", f.progress(), connect.Round(time.Millisecond))
+	f.stop()
+	f.ready.Store(0)
+	f.resetErrors()
+	b.ResetTimer()
+	start := time.Now()
+	f.start(b, ctx, n)
+	f.waitReady(b, n, stormLimit)
+	b.StopTimer()
+	b.ReportMetric(time.Since(start).Seconds(), "all-served-s")
+	b.ReportMetric(float64(f.exhausted.Load()), "resource-exhausted")
+	b.ReportMetric(float64(f.otherErrors.Load()), "other-errors")
+	b.Logf("storm: all served after %s; %s", time.Since(start).Round(time.Millisecond), f.progress())
+	if f.otherErrors.Load() != 0 {
+		b.Errorf("%d stream errors other than ResourceExhausted", f.otherErrors.Load())
+	}
+}
+
+// memory is istiod's lowest VmRSS and go_memstats_heap_inuse_bytes over a
+// few samples, in bytes.
+func (s *xdsServer) memory(b *testing.B) (rss, heap int64) {
+	b.Helper()
+	rss, heap = -1, -1
+	for range 5 {
+		r, h := s.rss(b), s.heapInuse(b)
+		if rss < 0 || r < rss {
+			rss = r
+		}
+		if heap < 0 || h < heap {
+			heap = h
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return rss, heap
+}
+
+func (s *xdsServer) rss(b *testing.B) int64 {
+	b.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.Lines(string(raw)) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	b.Fatal("no VmRSS in /proc/<pid>/status")
+	return 0
+}
+
+func (s *xdsServer) heapInuse(b *testing.B) int64 {
+	b.Helper()
+	client := &http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Get("http://" + s.monitoring + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_heap_inuse_bytes "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return int64(f)
+		}
+	}
+	b.Fatal("no go_memstats_heap_inuse_bytes in /metrics")
+	return 0
+}

@@ -1,0 +1,319 @@
+package bench
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// The service every simulated proxy subscribes to, and the identity its
+// client certificate (minted by `istiod mint-cert`) carries.
+const (
+	fleetNS       = "bench"
+	fleetSA       = "load"
+	echoHost      = "echo." + fleetNS + ".svc.cluster.local"
+	echoListener  = echoHost + ":8080"
+	echoCluster   = "outbound|8080||" + echoHost
+	typeListener  = "type.googleapis.com/envoy.config.listener.v3.Listener"
+	typeCluster   = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+	typeEndpoint  = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+	backoffBase   = 100 * time.Millisecond
+	backoffMax    = 5 * time.Second
+	fleetTypes    = 3
+	modelFileName = "mesh.yaml"
+)
+
+var subscriptions = []struct{ typeURL, name string }{
+	{typeListener, echoListener}, {typeCluster, echoCluster}, {typeEndpoint, echoCluster},
+}
+
+// echoModel is the --configDir manifest: one Service and one endpoint at addr.
+func echoModel(addr string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Service
+metadata: {name: echo, namespace: %[1]s}
+spec:
+  selector: {app: echo}
+  ports: [{name: grpc, port: 8080, targetPort: 9000}]
+---
+apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: echo-1, namespace: %[1]s}
+spec:
+  address: %[2]s
+  labels: {app: echo, security.istio.io/tlsMode: istio}
+  serviceAccount: echo
+  ports: {grpc: 9000}
+`, fleetNS, addr)
+}
+
+// writeModel replaces the model file atomically: the watcher skips names
+// starting with ".", so it never reads a half-written file.
+func writeModel(b *testing.B, dir, addr string) {
+	b.Helper()
+	tmp := filepath.Join(dir, ".tmp-"+modelFileName)
+	if err := os.WriteFile(tmp, []byte(echoModel(addr)), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, modelFileName)); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// raiseFileLimit lifts the soft RLIMIT_NOFILE to the hard limit. istiod,
+// started afterwards with os/exec, inherits it (an explicit Setrlimit is
+// what children inherit), and needs one descriptor per proxy connection.
+func raiseFileLimit(b *testing.B, need uint64) {
+	b.Helper()
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		b.Fatal(err)
+	}
+	lim.Cur = lim.Max
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		b.Fatal(err)
+	}
+	if lim.Cur < need {
+		b.Skipf("RLIMIT_NOFILE hard limit %d is below the %d descriptors needed", lim.Max, need)
+	}
+}
+
+// fleet is a set of simulated proxyless proxies, each on its own TCP+TLS
+// connection with one ADS stream.
+type fleet struct {
+	addr string
+	tls  *tls.Config
+
+	ready       atomic.Int64 // sessions that have ACKed all subscriptions
+	otherErrors atomic.Int64 // stream errors other than ResourceExhausted
+	exhausted   atomic.Int64 // ResourceExhausted rejections
+	errMu       sync.Mutex
+	errCodes    map[codes.Code]int // other errors by code
+	errSample   map[codes.Code]string
+
+	// After a model change: the EDS version before it, when the change was
+	// written, and each proxy's time to ACK a different version.
+	baseline  atomic.Pointer[string]
+	changedAt atomic.Int64
+	converged atomic.Int64
+	lat       []time.Duration
+
+	wg      sync.WaitGroup
+	proxies []*simProxy
+}
+
+type simProxy struct {
+	i         int
+	conn      *grpc.ClientConn
+	cancel    context.CancelFunc
+	converged atomic.Bool
+	lastEDS   atomic.Pointer[string]
+}
+
+func newFleet(b *testing.B, srv *server, n int) *fleet {
+	b.Helper()
+	cert, err := tls.LoadX509KeyPair(filepath.Join(srv.creds, "cert-chain.pem"), filepath.Join(srv.creds, "key.pem"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	rootPEM, err := os.ReadFile(filepath.Join(srv.creds, "root-cert.pem"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(rootPEM)
+	f := &fleet{addr: srv.addr, lat: make([]time.Duration, n), tls: &tls.Config{
+		RootCAs: roots, ServerName: "istiod.istio-system.svc", Certificates: []tls.Certificate{cert},
+	}}
+	b.Cleanup(f.stop)
+	return f
+}
+
+// start connects n proxies at once; each retries with jittered backoff
+// until ctx ends.
+func (f *fleet) start(b *testing.B, ctx context.Context, n int) {
+	b.Helper()
+	f.proxies = make([]*simProxy, n)
+	for i := range n {
+		conn, err := grpc.NewClient(f.addr,
+			grpc.WithTransportCredentials(credentials.NewTLS(f.tls)),
+			grpc.WithReadBufferSize(4<<10), grpc.WithWriteBufferSize(4<<10), grpc.WithSharedWriteBuffer(true))
+		if err != nil {
+			b.Fatal(err)
+		}
+		pctx, cancel := context.WithCancel(ctx)
+		p := &simProxy{i: i, conn: conn, cancel: cancel}
+		f.proxies[i] = p
+		f.wg.Add(1)
+		go func() { defer f.wg.Done(); f.run(pctx, p) }()
+	}
+}
+
+// stop closes every connection at once and waits for the proxies to end.
+func (f *fleet) stop() {
+	for _, p := range f.proxies {
+		p.cancel()
+		p.conn.Close()
+	}
+	f.wg.Wait()
+	f.proxies = nil
+}
+
+// run keeps p's ADS session open until ctx ends, retrying with
+// exponential backoff and full jitter.
+func (f *fleet) run(ctx context.Context, p *simProxy) {
+	for attempt := 0; ; attempt++ {
+		err := f.session(ctx, p)
+		if ctx.Err() != nil {
+			return
+		}
+		if status.Code(err) == codes.ResourceExhausted {
+			f.exhausted.Add(1)
+		} else {
+			f.otherErrors.Add(1)
+			f.errMu.Lock()
+			if f.errCodes == nil {
+				f.errCodes, f.errSample = map[codes.Code]int{}, map[codes.Code]string{}
+			}
+			f.errCodes[status.Code(err)]++
+			f.errSample[status.Code(err)] = err.Error()
+			f.errMu.Unlock()
+		}
+		d := min(backoffMax, backoffBase<<min(attempt, 10))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(rand.N(d) + time.Millisecond):
+		}
+	}
+}
+
+// session is one ADS stream: subscribe to the listener, cluster and
+// endpoints of echo, ACK every response, record convergence.
+func (f *fleet) session(ctx context.Context, p *simProxy) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(p.conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		return err
+	}
+	for i, s := range subscriptions {
+		req := &discovery.DiscoveryRequest{TypeUrl: s.typeURL, ResourceNames: []string{s.name}}
+		if i == 0 {
+			req.Node = proxyNode(p.i)
+		}
+		if err := st.Send(req); err != nil {
+			return streamError(st, err)
+		}
+	}
+	acked := map[string]bool{}
+	for {
+		resp, err := st.Recv()
+		if err != nil {
+			return err
+		}
+		name := echoCluster
+		if resp.GetTypeUrl() == typeListener {
+			name = echoListener
+		}
+		if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResourceNames: []string{name},
+			VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}); err != nil {
+			return streamError(st, err)
+		}
+		if !acked[resp.GetTypeUrl()] {
+			acked[resp.GetTypeUrl()] = true
+			if len(acked) == fleetTypes {
+				f.ready.Add(1)
+			}
+		}
+		if resp.GetTypeUrl() == typeEndpoint {
+			v := resp.GetVersionInfo()
+			p.lastEDS.Store(&v)
+			if base := f.baseline.Load(); base != nil && *base != resp.GetVersionInfo() && p.converged.CompareAndSwap(false, true) {
+				f.lat[p.i] = time.Since(time.Unix(0, f.changedAt.Load()))
+				f.converged.Add(1)
+			}
+		}
+	}
+}
+
+// streamError is the status that ended the stream: Send reports only
+// io.EOF, and Recv returns the server's status.
+func streamError(st grpc.ClientStream, err error) error {
+	if !errors.Is(err, io.EOF) {
+		return err
+	}
+	for {
+		if rerr := st.RecvMsg(new(discovery.DiscoveryResponse)); rerr != nil {
+			return rerr
+		}
+	}
+}
+
+// proxyNode is what pilot-agent sends for a proxyless gRPC workload.
+func proxyNode(i int) *core.Node {
+	ip := fmt.Sprintf("10.%d.%d.%d", 10+i>>16, i>>8&0xff, i&0xff)
+	md, err := structpb.NewStruct(map[string]any{
+		"GENERATOR": "grpc", "NAMESPACE": fleetNS, "SERVICE_ACCOUNT": fleetSA,
+		"INSTANCE_IPS": ip, "LABELS": map[string]any{"app": "client"},
+	})
+	if err != nil {
+		panic(err)
+	}
+	return &core.Node{
+		Id:       fmt.Sprintf("sidecar~%s~client-%d.%s~%s.svc.cluster.local", ip, i, fleetNS, fleetNS),
+		Metadata: md,
+	}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(b *testing.B, what string, timeout time.Duration, cond func() bool, progress func() string) time.Duration {
+	b.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > timeout {
+			b.Fatalf("%s: not done after %s (%s)", what, timeout, progress())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+func (f *fleet) waitReady(b *testing.B, n int, timeout time.Duration) time.Duration {
+	return waitFor(b, "connect", timeout, func() bool { return f.ready.Load() >= int64(n) }, f.progress)
+}
+
+func (f *fleet) progress() string {
+	f.errMu.Lock()
+	defer f.errMu.Unlock()
+	return fmt.Sprintf("ready %d, converged %d, ResourceExhausted %d, other errors %d %v %q",
+		f.ready.Load(), f.converged.Load(), f.exhausted.Load(), f.otherErrors.Load(), f.errCodes, f.errSample)
+}
+
+// resetErrors forgets the errors counted so far.
+func (f *fleet) resetErrors() {
+	f.errMu.Lock()
+	defer f.errMu.Unlock()
+	f.exhausted.Store(0)
+	f.otherErrors.Store(0)
+	f.errCodes, f.errSample = nil, nil
+}
