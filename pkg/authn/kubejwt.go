@@ -11,11 +11,13 @@ import (
 	"golang.org/x/sync/singleflight"
 )
 
-// Defaults for KubeJWTConfig.
+// Defaults for KubeJWTConfig. A positive review is reused for at most
+// DefaultCacheTTL, which bounds how long a token of a deleted pod or service
+// account keeps working past the API server's own revocation.
 const (
 	DefaultKubeJWTAudience = "istio-ca"
 	DefaultCacheSize       = 4096
-	DefaultCacheTTL        = 5 * time.Minute
+	DefaultCacheTTL        = time.Minute
 )
 
 // Extra keys the API server sets on reviews of pod-bound tokens.

@@ -204,12 +204,12 @@ func TestKubeJWTCache(t *testing.T) {
 	}{
 		"a second request within the cache TTL reuses the review": {
 			claims:    map[string]any{"exp": t0.Add(time.Hour).Unix()},
-			advance:   4 * time.Minute,
+			advance:   DefaultCacheTTL - time.Second,
 			wantCalls: 1,
 		},
 		"a review is not reused past the cache TTL": {
 			claims:    map[string]any{"exp": t0.Add(time.Hour).Unix()},
-			advance:   5 * time.Minute,
+			advance:   DefaultCacheTTL,
 			wantCalls: 2,
 		},
 		"a review is not reused past the token's exp": {
