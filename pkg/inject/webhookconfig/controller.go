@@ -175,67 +175,60 @@ func (c *Controller) reconcile(ctx context.Context, pem []byte, ready bool) erro
 
 func (c *Controller) syncMutating(ctx context.Context, pem []byte) error {
 	api := c.cfg.Client.AdmissionregistrationV1().MutatingWebhookConfigurations()
-	name := c.cfg.MutatingName
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := api.Get(ctx, name, metav1.GetOptions{})
-		if !c.present("MutatingWebhookConfiguration", name, err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		upd := cur.DeepCopy()
-		changed := false
-		for i := range upd.Webhooks {
-			changed = setCABundle(&upd.Webhooks[i].ClientConfig, pem) || changed
-		}
-		if !changed {
-			return nil
-		}
-		if _, err := api.Update(ctx, upd, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
-			return err
-		}
-		c.cfg.Logger.Info("patched webhook configuration", "kind", "MutatingWebhookConfiguration", "name", name,
-			"webhooks", len(upd.Webhooks))
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("patch MutatingWebhookConfiguration %s: %w", name, err)
-	}
-	return nil
+	return syncConfig(ctx, c, "MutatingWebhookConfiguration", c.cfg.MutatingName, api.Get, api.Update,
+		func(cur *admissionregistrationv1.MutatingWebhookConfiguration) (*admissionregistrationv1.MutatingWebhookConfiguration, bool) {
+			upd := cur.DeepCopy()
+			changed := false
+			for i := range upd.Webhooks {
+				changed = setCABundle(&upd.Webhooks[i].ClientConfig, pem) || changed
+			}
+			return upd, changed
+		})
 }
 
 func (c *Controller) syncValidating(ctx context.Context, pem []byte, ready bool) error {
 	api := c.cfg.Client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
-	name := c.cfg.ValidatingName
+	return syncConfig(ctx, c, "ValidatingWebhookConfiguration", c.cfg.ValidatingName, api.Get, api.Update,
+		func(cur *admissionregistrationv1.ValidatingWebhookConfiguration) (*admissionregistrationv1.ValidatingWebhookConfiguration, bool) {
+			upd := cur.DeepCopy()
+			changed := false
+			for i := range upd.Webhooks {
+				changed = setCABundle(&upd.Webhooks[i].ClientConfig, pem) || changed
+				if ready {
+					changed = setFailClosed(&upd.Webhooks[i].FailurePolicy) || changed
+				}
+			}
+			return upd, changed
+		})
+}
+
+// syncConfig reads one webhook configuration, applies mutate and writes it
+// back when it changed, retrying on conflicts. A missing configuration is
+// waited for, not an error.
+func syncConfig[T any](ctx context.Context, c *Controller, kind, name string,
+	get func(context.Context, string, metav1.GetOptions) (T, error),
+	update func(context.Context, T, metav1.UpdateOptions) (T, error),
+	mutate func(T) (T, bool)) error {
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		cur, err := api.Get(ctx, name, metav1.GetOptions{})
-		if !c.present("ValidatingWebhookConfiguration", name, err) {
+		cur, err := get(ctx, name, metav1.GetOptions{})
+		if !c.present(kind, name, err) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		upd := cur.DeepCopy()
-		changed := false
-		for i := range upd.Webhooks {
-			changed = setCABundle(&upd.Webhooks[i].ClientConfig, pem) || changed
-			if ready {
-				changed = setFailClosed(&upd.Webhooks[i].FailurePolicy) || changed
-			}
-		}
+		upd, changed := mutate(cur)
 		if !changed {
 			return nil
 		}
-		if _, err := api.Update(ctx, upd, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
+		if _, err := update(ctx, upd, metav1.UpdateOptions{FieldManager: FieldManager}); err != nil {
 			return err
 		}
-		c.cfg.Logger.Info("patched webhook configuration", "kind", "ValidatingWebhookConfiguration", "name", name,
-			"webhooks", len(upd.Webhooks), "fail_closed", ready)
+		c.cfg.Logger.Info("patched webhook configuration", "kind", kind, "name", name)
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("patch ValidatingWebhookConfiguration %s: %w", name, err)
+		return fmt.Errorf("patch %s %s: %w", kind, name, err)
 	}
 	return nil
 }
