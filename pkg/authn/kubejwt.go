@@ -93,24 +93,13 @@ func (*KubeJWT) Kind() string { return KindKubernetes }
 
 // Authenticate implements Authenticator.
 func (k *KubeJWT) Authenticate(ctx context.Context) (*Caller, error) {
-	token, err := BearerToken(ctx)
-	if err != nil {
-		return nil, err
-	}
-	cluster, err := ClusterID(ctx)
-	if err != nil {
-		return nil, err
-	}
-	res, err := k.authenticateToken(ctx, token)
-	if err != nil {
-		return nil, err
-	}
-	return &Caller{
-		Identities:    []spiffeid.ID{res.id},
-		Authenticator: KindKubernetes,
-		Pod:           res.pod,
-		ClusterID:     cluster,
-	}, nil
+	return authenticateBearer(ctx, func(ctx context.Context, token string) (*Caller, error) {
+		res, err := k.authenticateToken(ctx, token)
+		if err != nil {
+			return nil, err
+		}
+		return &Caller{Identities: []spiffeid.ID{res.id}, Authenticator: KindKubernetes, Pod: res.pod}, nil
+	})
 }
 
 // authenticateToken reviews token, or reuses a review of it that is still

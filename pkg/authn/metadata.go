@@ -65,3 +65,22 @@ func ClusterID(ctx context.Context) (string, error) {
 	}
 	return values[0], nil
 }
+
+// authenticateBearer reads the request's bearer token and cluster ID, and
+// has verify turn the token into the Caller.
+func authenticateBearer(ctx context.Context, verify func(context.Context, string) (*Caller, error)) (*Caller, error) {
+	token, err := BearerToken(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cluster, err := ClusterID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	caller, err := verify(ctx, token)
+	if err != nil {
+		return nil, err
+	}
+	caller.ClusterID = cluster
+	return caller, nil
+}

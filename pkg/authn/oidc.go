@@ -95,20 +95,7 @@ func (*OIDC) Kind() string { return KindOIDC }
 
 // Authenticate implements Authenticator.
 func (o *OIDC) Authenticate(ctx context.Context) (*Caller, error) {
-	token, err := BearerToken(ctx)
-	if err != nil {
-		return nil, err
-	}
-	cluster, err := ClusterID(ctx)
-	if err != nil {
-		return nil, err
-	}
-	caller, err := o.verify(ctx, token)
-	if err != nil {
-		return nil, err
-	}
-	caller.ClusterID = cluster
-	return caller, nil
+	return authenticateBearer(ctx, o.verify)
 }
 
 // verify checks token and returns the caller it names.
