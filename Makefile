@@ -44,7 +44,7 @@ helm: testenv
 image: build
 	cd hack/image && env -u GOOS -u GOARCH $(GO) run . -binary $(CURDIR)/$(BIN)/istiod \
 		-chart $(CURDIR)/charts/istiod/Chart.yaml -out $(CURDIR)/$(BIN)/istiod-image.tar \
-		-revision $(VERSION) -os $$($(GO) env GOOS) -arch $$($(GO) env GOARCH)
+		-revision $(VERSION) -created $(or $(SOURCE_DATE_EPOCH),0) -os $$($(GO) env GOOS) -arch $$($(GO) env GOARCH)
 
 ## lint: go vet and gofmt (must print nothing)
 lint:

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -35,6 +34,7 @@ func run(args []string) error {
 	revision := fl.String("revision", "", "source revision label, e.g. git describe output")
 	osName := fl.String("os", "linux", "platform OS the binary was built for")
 	arch := fl.String("arch", runtime.GOARCH, "platform architecture the binary was built for")
+	epoch := fl.Int64("created", 0, "image creation time in Unix seconds (the Makefile passes SOURCE_DATE_EPOCH); 0 leaves it unset, so one binary always gives one digest")
 	if err := fl.Parse(args); err != nil {
 		return err
 	}
@@ -45,9 +45,9 @@ func run(args []string) error {
 		}
 		*tag = v
 	}
-	created, err := sourceDateEpoch()
-	if err != nil {
-		return err
+	var created time.Time
+	if *epoch > 0 {
+		created = time.Unix(*epoch, 0).UTC()
 	}
 	img, err := Build(Options{
 		Binary:   *binary,
@@ -92,17 +92,4 @@ func appVersion(path string) (string, error) {
 		}
 	}
 	return "", errors.New("no appVersion in " + path)
-}
-
-// sourceDateEpoch is SOURCE_DATE_EPOCH as a time, or the zero time.
-func sourceDateEpoch() (time.Time, error) {
-	s := os.Getenv("SOURCE_DATE_EPOCH")
-	if s == "" {
-		return time.Time{}, nil
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("SOURCE_DATE_EPOCH: %w", err)
-	}
-	return time.Unix(n, 0).UTC(), nil
 }
