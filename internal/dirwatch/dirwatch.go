@@ -15,6 +15,20 @@ import (
 	"github.com/fsnotify/fsnotify"
 )
 
+// DefaultDebounce is how long the directory must stay quiet before a
+// reload. One write's events arrive back to back: os.WriteFile's CREATE
+// and WRITEs, a write-then-rename's CREATE, WRITE and RENAME, or
+// Kubernetes' ConfigMap update (a new ..<timestamp> directory, a ..data_tmp
+// symlink renamed over ..data, the old directory removed), each a handful
+// of system calls by one process with microseconds between them. 10 ms
+// covers that burst even when the writer is descheduled once on a busy
+// node. A longer quiet buys nothing for readers that debounce again (the
+// xDS push waits for 100 ms of quiet, so a snapshot superseded within that
+// time is never pushed); a reload in the middle of a slower, non-atomic
+// write is at worst a parse error that keeps the last good model until the
+// write's own events cause the next reload.
+const DefaultDebounce = 10 * time.Millisecond
+
 // Run calls reload once, then after each settled burst of changes in dir
 // (debounce) and every resync, until ctx is done.
 func Run(ctx context.Context, dir string, debounce, resync time.Duration, log *slog.Logger, reload func()) {
