@@ -4,8 +4,16 @@
 // A Snapshot is immutable and built once per change; every proxy's
 // generation shares it. A Store holds the current snapshot and announces new
 // ones. Sources publish snapshots into a Store: FileSource reads a directory
-// of YAML manifests (the embedded default, without Kubernetes); a Kubernetes
-// informer source is another implementation of the same Publisher contract.
+// of YAML manifests (the embedded default, without Kubernetes); package
+// kubesource watches a cluster through informers.
+//
+// # Endpoints
+//
+// A source may give a Service its endpoints (kubesource does, from
+// EndpointSlices); FileSource gives none. Build then adds every
+// WorkloadEntry of the service's namespace that the service's selector
+// matches, as Istio does for Kubernetes Services, and sorts each port's
+// endpoints by address and port.
 //
 // # File format
 //
@@ -23,7 +31,9 @@
 //     workload is an endpoint of every Service of its namespace whose
 //     selector its labels match. Its label security.istio.io/tlsMode=istio
 //     says it accepts Istio mTLS.
-//   - security.istio.io/v1 PeerAuthentication and AuthorizationPolicy.
+//   - security.istio.io/v1 PeerAuthentication, AuthorizationPolicy and
+//     RequestAuthentication (kept in the model; no generator reads it yet,
+//     as proxyless gRPC has no JWT filter).
 //   - networking.istio.io/v1 DestinationRule (host and trafficPolicy.tls).
 //
 // Specs are decoded strictly: an unknown field, a duplicate key, a wrong type

@@ -44,7 +44,7 @@ type FileConfig struct {
 	Dir       string
 	Publisher Publisher
 	Options   Options
-	Debounce  time.Duration // default 100ms
+	Debounce  time.Duration // default dirwatch.DefaultDebounce
 	Resync    time.Duration // default 30s
 	Logger    *slog.Logger
 }
@@ -56,7 +56,7 @@ type FileSource struct {
 
 // NewFileSource returns a source for cfg. It does no I/O.
 func NewFileSource(cfg FileConfig) *FileSource {
-	cfg.Debounce = cmp.Or(cfg.Debounce, 100*time.Millisecond)
+	cfg.Debounce = cmp.Or(cfg.Debounce, dirwatch.DefaultDebounce)
 	cfg.Resync = cmp.Or(cfg.Resync, 30*time.Second)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -231,6 +231,12 @@ func decodeDocument(js []byte, res *Resources) error {
 			return err
 		}
 		res.AuthorizationPolicies = append(res.AuthorizationPolicies, &AuthorizationPolicy{Meta: meta, Spec: spec})
+	case "security.istio.io/v1/RequestAuthentication":
+		spec := &securityv1.RequestAuthentication{}
+		if err := decodeSpec(env, spec); err != nil {
+			return err
+		}
+		res.RequestAuthentications = append(res.RequestAuthentications, &RequestAuthentication{Meta: meta, Spec: spec})
 	case "networking.istio.io/v1/DestinationRule":
 		spec := &networkingv1.DestinationRule{}
 		if err := decodeSpec(env, spec); err != nil {
@@ -281,5 +287,6 @@ func sortResources(r *Resources) {
 	slices.SortStableFunc(r.Workloads, func(a, b *Workload) int { return byMeta(a.Meta, b.Meta) })
 	slices.SortStableFunc(r.PeerAuthentications, func(a, b *PeerAuthentication) int { return byMeta(a.Meta, b.Meta) })
 	slices.SortStableFunc(r.AuthorizationPolicies, func(a, b *AuthorizationPolicy) int { return byMeta(a.Meta, b.Meta) })
+	slices.SortStableFunc(r.RequestAuthentications, func(a, b *RequestAuthentication) int { return byMeta(a.Meta, b.Meta) })
 	slices.SortStableFunc(r.DestinationRules, func(a, b *DestinationRule) int { return byMeta(a.Meta, b.Meta) })
 }

@@ -30,7 +30,9 @@ type Service struct {
 	Hostname string
 	Selector map[string]string
 	Ports    []Port
-	// Endpoints are the workloads selected, by service port number.
+	// Endpoints are the service's workload instances by service port
+	// number. A source may supply them (Kubernetes EndpointSlices); Build
+	// adds the WorkloadEntries the selector matches and sorts them.
 	Endpoints map[uint32][]Endpoint
 }
 
@@ -38,8 +40,11 @@ type Service struct {
 type Port struct {
 	Name       string
 	Port       uint32
-	TargetPort uint32 // 0 means Port
-	Protocol   string
+	TargetPort uint32 // 0 means Port, unless TargetPortName is set
+	// TargetPortName is a named container port; the endpoints of a
+	// Kubernetes Service resolve it.
+	TargetPortName string
+	Protocol       string
 }
 
 // Endpoint is one workload instance behind a service port.
@@ -68,6 +73,13 @@ type PeerAuthentication struct {
 	Spec *securityv1.PeerAuthentication
 }
 
+// RequestAuthentication is a named RequestAuthentication. No generator
+// reads it yet: proxyless gRPC has no JWT filter.
+type RequestAuthentication struct {
+	Meta
+	Spec *securityv1.RequestAuthentication
+}
+
 // AuthorizationPolicy is a named AuthorizationPolicy.
 type AuthorizationPolicy struct {
 	Meta
@@ -82,11 +94,12 @@ type DestinationRule struct {
 
 // Resources are the inputs of a Snapshot.
 type Resources struct {
-	Services              []*Service // Endpoints are computed by Build
-	Workloads             []*Workload
-	PeerAuthentications   []*PeerAuthentication
-	AuthorizationPolicies []*AuthorizationPolicy
-	DestinationRules      []*DestinationRule
+	Services               []*Service // Build adds selected Workloads to Endpoints
+	Workloads              []*Workload
+	PeerAuthentications    []*PeerAuthentication
+	AuthorizationPolicies  []*AuthorizationPolicy
+	RequestAuthentications []*RequestAuthentication
+	DestinationRules       []*DestinationRule
 }
 
 // Options shape how a Snapshot reads its resources.
@@ -116,8 +129,11 @@ func (s *Snapshot) Service(hostname string) *Service { return s.byHost[hostname]
 // Resources returns the snapshot's inputs.
 func (s *Snapshot) Resources() *Resources { return &s.res }
 
-// Build makes a snapshot of res, computing each service's endpoints. It takes
-// ownership of res.
+// Build makes a snapshot of res. Each service keeps the endpoints it was
+// given (nil means none) plus the WorkloadEntries of its namespace its
+// selector matches, as Istio adds WorkloadEntries to Kubernetes Services;
+// every port's endpoints are sorted by address and port. It takes ownership
+// of res.
 func Build(version string, opts Options, res Resources) *Snapshot {
 	if opts.Domain == "" {
 		opts.Domain = DefaultDomain
@@ -136,10 +152,14 @@ func Build(version string, opts Options, res Resources) *Snapshot {
 	return s
 }
 
-// endpointsOf selects the workloads of svc's namespace that its selector
-// matches. A service without a selector has no endpoints.
+// endpointsOf adds to svc's own endpoints the workloads of its namespace
+// that its selector matches. A service without a selector selects none.
 func endpointsOf(svc *Service, workloads []*Workload) map[uint32][]Endpoint {
-	out := make(map[uint32][]Endpoint, len(svc.Ports))
+	out := svc.Endpoints
+	if out == nil {
+		out = make(map[uint32][]Endpoint, len(svc.Ports))
+	}
+	defer sortEndpoints(out)
 	if len(svc.Selector) == 0 {
 		return out
 	}
@@ -166,12 +186,15 @@ func endpointsOf(svc *Service, workloads []*Workload) map[uint32][]Endpoint {
 			})
 		}
 	}
-	for port := range out {
-		slices.SortFunc(out[port], func(a, b Endpoint) int {
+	return out
+}
+
+func sortEndpoints(eps map[uint32][]Endpoint) {
+	for port := range eps {
+		slices.SortStableFunc(eps[port], func(a, b Endpoint) int {
 			return cmp.Or(cmp.Compare(a.Address, b.Address), cmp.Compare(a.Port, b.Port))
 		})
 	}
-	return out
 }
 
 // Matches reports whether labels carry every key/value of selector. An empty

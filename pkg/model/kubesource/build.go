@@ -1,0 +1,125 @@
+package kubesource
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+
+	"google.golang.org/protobuf/proto"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/bulwark-mesh/bulwark/pkg/model"
+)
+
+// build converts the caches' content into a snapshot whose version is the
+// hash of that content. It copies everything it keeps: the snapshot shares
+// nothing with the caches.
+func build(l listers, opts model.Options) *model.Snapshot {
+	var res model.Resources
+	bySvc := groupSlices(list(l.slices.List))
+	pods := newPodLookup(l)
+	for _, k := range list(l.services.List) {
+		svc := convertService(k)
+		svc.Endpoints = endpointsOf(svc, bySvc[k.Namespace+"/"+k.Name], pods)
+		res.Services = append(res.Services, svc)
+	}
+	for _, o := range list(l.peerAuthn.List) {
+		res.PeerAuthentications = append(res.PeerAuthentications, &model.PeerAuthentication{
+			Meta: metaOf(o.Namespace, o.Name), Spec: clone(&o.Spec),
+		})
+	}
+	for _, o := range list(l.authz.List) {
+		if o.Annotations[dryRunAnnotation] == "true" {
+			continue
+		}
+		res.AuthorizationPolicies = append(res.AuthorizationPolicies, &model.AuthorizationPolicy{
+			Meta: metaOf(o.Namespace, o.Name), Spec: clone(&o.Spec),
+		})
+	}
+	for _, o := range list(l.requestAuthn.List) {
+		res.RequestAuthentications = append(res.RequestAuthentications, &model.RequestAuthentication{
+			Meta: metaOf(o.Namespace, o.Name), Spec: clone(&o.Spec),
+		})
+	}
+	for _, o := range list(l.destRules.List) {
+		res.DestinationRules = append(res.DestinationRules, &model.DestinationRule{
+			Meta: metaOf(o.Namespace, o.Name), Spec: clone(&o.Spec),
+		})
+	}
+	sortResources(&res)
+	return model.Build(versionOf(&res), opts, res)
+}
+
+// dryRunAnnotation marks an AuthorizationPolicy that Istio evaluates and
+// logs but does not enforce.
+const dryRunAnnotation = "istio.io/dry-run"
+
+// list returns everything a lister holds. Listing every object cannot fail:
+// only a bad selector makes a lister's List fail.
+func list[T any](fn func(labels.Selector) ([]T, error)) []T {
+	out, _ := fn(labels.Everything())
+	return out
+}
+
+func metaOf(namespace, name string) model.Meta { return model.Meta{Name: name, Namespace: namespace} }
+
+func clone[M proto.Message](m M) M { return proto.Clone(m).(M) }
+
+// convertService copies a Service's selector and ports. Ports the
+// apiserver would not accept are left out rather than trusted.
+func convertService(k *corev1.Service) *model.Service {
+	svc := &model.Service{Meta: metaOf(k.Namespace, k.Name), Selector: maps.Clone(k.Spec.Selector)}
+	for _, p := range k.Spec.Ports {
+		if !validPort(p.Port) {
+			continue
+		}
+		port := model.Port{Name: p.Name, Port: uint32(p.Port), Protocol: string(p.Protocol)}
+		if p.AppProtocol != nil && *p.AppProtocol != "" {
+			port.Protocol = *p.AppProtocol
+		}
+		switch {
+		case p.TargetPort.Type == intstr.String:
+			port.TargetPortName = p.TargetPort.StrVal
+		case validPort(p.TargetPort.IntVal):
+			port.TargetPort = uint32(p.TargetPort.IntVal)
+		}
+		svc.Ports = append(svc.Ports, port)
+	}
+	return svc
+}
+
+func validPort(p int32) bool { return p > 0 && p <= 65535 }
+
+// groupSlices groups EndpointSlices by "<namespace>/<service>" of their
+// kubernetes.io/service-name label, each group sorted by name. Slices
+// without the label belong to no service.
+func groupSlices(all []*discoveryv1.EndpointSlice) map[string][]*discoveryv1.EndpointSlice {
+	out := make(map[string][]*discoveryv1.EndpointSlice)
+	for _, s := range all {
+		name := s.Labels[discoveryv1.LabelServiceName]
+		if name == "" {
+			continue
+		}
+		key := s.Namespace + "/" + name
+		out[key] = append(out[key], s)
+	}
+	for _, group := range out {
+		slices.SortFunc(group, func(a, b *discoveryv1.EndpointSlice) int { return cmp.Compare(a.Name, b.Name) })
+	}
+	return out
+}
+
+func sortResources(r *model.Resources) {
+	slices.SortFunc(r.Services, func(a, b *model.Service) int { return byMeta(a.Meta, b.Meta) })
+	slices.SortFunc(r.PeerAuthentications, func(a, b *model.PeerAuthentication) int { return byMeta(a.Meta, b.Meta) })
+	slices.SortFunc(r.AuthorizationPolicies, func(a, b *model.AuthorizationPolicy) int { return byMeta(a.Meta, b.Meta) })
+	slices.SortFunc(r.RequestAuthentications, func(a, b *model.RequestAuthentication) int { return byMeta(a.Meta, b.Meta) })
+	slices.SortFunc(r.DestinationRules, func(a, b *model.DestinationRule) int { return byMeta(a.Meta, b.Meta) })
+}
+
+func byMeta(a, b model.Meta) int {
+	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+}

@@ -1,0 +1,61 @@
+// Package kubesource builds the mesh model from a Kubernetes cluster.
+//
+// A Source watches, cluster-wide, core/v1 Services and Pods,
+// discovery.k8s.io/v1 EndpointSlices, security.istio.io/v1
+// PeerAuthentication, AuthorizationPolicy and RequestAuthentication, and
+// networking.istio.io/v1 DestinationRule. Once every cache has synced it
+// publishes a model.Snapshot, and again after changes: events coalesce into
+// at most one rebuild per Config.Delay, and handlers never block. A
+// snapshot's version is a hash of its content, so a rebuild that changes
+// nothing (a resync, a pod status update the model does not read) publishes
+// nothing. Snapshots are copies: nothing in them is shared with the
+// informers' caches.
+//
+// # Services and endpoints
+//
+// Every Service is in the model, headless and ExternalName ones included;
+// its ports keep a numeric targetPort as TargetPort and a named one as
+// TargetPortName, and appProtocol, when set, as Protocol (else the
+// protocol). Its endpoints come only from the EndpointSlices labelled
+// kubernetes.io/service-name with its name, as Istio reads them:
+//
+//   - an endpoint counts when it is ready (conditions.ready unset or true)
+//     and not terminating; each of its addresses is one model endpoint for
+//     every service port whose name the slice has a port for; slices of
+//     addressType FQDN are skipped; an address listed twice counts once;
+//   - a targetRef to a Pod gives the endpoint that pod's labels (so its
+//     security.istio.io/tlsMode), its service account ("default" when
+//     unset) and namespace. When that pod is not in the cache yet, the
+//     endpoint is left out, as Istio does, rather than published without an
+//     identity; the pod's arrival adds it. Stricter than Istio, a targetRef
+//     to a pod of another namespace than the slice's, or whose UID is not
+//     the cached pod's, also leaves the endpoint out;
+//   - without a Pod targetRef (a hand-made slice), the pod of the slice's
+//     namespace with that IP gives labels and service account; with no such
+//     pod, or several (host network), the endpoint has no labels and no
+//     service account, as in Istio: it is not an Istio mTLS peer;
+//   - the locality is the pod's topology.istio.io/locality (or
+//     istio-locality) label, dots read as slashes, else "/<zone>" from the
+//     endpoint's zone: nodes are not watched, so the region is unknown;
+//   - every endpoint has weight 1.
+//
+// The source reads no WorkloadEntries; model.Build would add those a
+// Service selects.
+//
+// # Memory
+//
+// Pods are cached trimmed to name, namespace, UID, labels, deletion mark,
+// service account, phase and IPs; Services and EndpointSlices lose annotations;
+// every object loses its managed fields.
+//
+// # Bad content
+//
+// Policies are copied as the apiserver serves them; judging them (an
+// AuthorizationPolicy a generator cannot express) is the generators' job.
+// An AuthorizationPolicy annotated istio.io/dry-run: "true" is left out:
+// Istio only logs what it would decide, and the generators cannot dry-run,
+// so enforcing it would deny what its author meant only to observe.
+// Objects of any shape (nil selectors, no ports, endpoints without
+// addresses, out-of-range ports, slices without the service-name label)
+// are read without panicking; what cannot be an endpoint is skipped.
+package kubesource

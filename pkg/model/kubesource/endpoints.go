@@ -1,0 +1,221 @@
+package kubesource
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/bulwark-mesh/bulwark/pkg/model"
+)
+
+// Pod labels that name a workload's locality, as Istio reads them: the
+// first present wins; dots separate its parts unless it has slashes.
+const (
+	localityLabel       = "topology.istio.io/locality"
+	legacyLocalityLabel = "istio-locality"
+)
+
+// workload is what an endpoint takes from its pod.
+type workload struct {
+	namespace      string
+	serviceAccount string
+	labels         map[string]string // a copy, shared by the pod's endpoints
+	locality       string
+}
+
+// podLookup finds and converts the pods of one build, each once.
+type podLookup struct {
+	l    listers
+	seen map[string]*workload // by namespace/name/uid; nil: pod not known
+}
+
+func newPodLookup(l listers) *podLookup {
+	return &podLookup{l: l, seen: make(map[string]*workload)}
+}
+
+// endpointsOf is svc's endpoints from its EndpointSlices: every address of
+// every serving endpoint, for every service port the slice carries by name.
+// An address that is an endpoint twice (overlapping slices) counts once.
+func endpointsOf(svc *model.Service, slices []*discoveryv1.EndpointSlice, pods *podLookup) map[uint32][]model.Endpoint {
+	out := make(map[uint32][]model.Endpoint, len(svc.Ports))
+	size := 0 // an upper bound of each port's endpoints
+	for _, s := range slices {
+		for i := range s.Endpoints {
+			size += len(s.Endpoints[i].Addresses)
+		}
+	}
+	for _, s := range slices {
+		if s.AddressType == discoveryv1.AddressTypeFQDN {
+			continue // as in Istio: a name is not an address
+		}
+		ports := portMap(svc, s)
+		if len(ports) == 0 {
+			continue
+		}
+		for i := range s.Endpoints {
+			addEndpoint(out, size, ports, s.Namespace, &s.Endpoints[i], pods)
+		}
+	}
+	for port, eps := range out {
+		out[port] = dedupe(eps)
+	}
+	return out
+}
+
+// portMap pairs each service port with the port the slice gives its name.
+func portMap(svc *model.Service, s *discoveryv1.EndpointSlice) [][2]uint32 {
+	var out [][2]uint32
+	for _, sp := range svc.Ports {
+		for _, p := range s.Ports {
+			if p.Port == nil || !validPort(*p.Port) || deref(p.Name) != sp.Name {
+				continue
+			}
+			out = append(out, [2]uint32{sp.Port, uint32(*p.Port)})
+			break
+		}
+	}
+	return out
+}
+
+// addEndpoint adds e's addresses to out for each of ports; size is the
+// capacity of a port's first slice.
+func addEndpoint(out map[uint32][]model.Endpoint, size int, ports [][2]uint32, namespace string, e *discoveryv1.Endpoint, pods *podLookup) {
+	if !serving(e) {
+		return
+	}
+	w, ok := pods.byRef(namespace, e.TargetRef)
+	if !ok {
+		return
+	}
+	for _, addr := range e.Addresses {
+		if addr == "" {
+			continue
+		}
+		aw := w
+		if aw == nil {
+			aw = pods.byIP(namespace, addr)
+		}
+		locality := aw.locality
+		if locality == "" && deref(e.Zone) != "" {
+			locality = "/" + *e.Zone
+		}
+		for _, p := range ports {
+			if out[p[0]] == nil {
+				out[p[0]] = make([]model.Endpoint, 0, size)
+			}
+			out[p[0]] = append(out[p[0]], model.Endpoint{
+				Address:        addr,
+				Port:           p[1],
+				Locality:       locality,
+				ServiceAccount: aw.serviceAccount,
+				Namespace:      aw.namespace,
+				Labels:         aw.labels,
+				Weight:         1,
+			})
+		}
+	}
+}
+
+// serving is Istio's healthy: ready unset or true, and not terminating.
+func serving(e *discoveryv1.Endpoint) bool {
+	c := e.Conditions
+	return (c.Ready == nil || *c.Ready) && (c.Terminating == nil || !*c.Terminating)
+}
+
+// byRef returns the workload of an endpoint's target. A target that is not
+// a pod gives nil, true: the pod is then looked up by address. A pod target
+// that is not known (the slice arrived first; it will come), of another
+// namespace than the slice, or a different incarnation than the one named
+// gives false: the endpoint is left out rather than given a wrong identity.
+func (p *podLookup) byRef(namespace string, ref *corev1.ObjectReference) (*workload, bool) {
+	if ref == nil || ref.Kind != "Pod" {
+		return nil, true
+	}
+	if ref.Namespace != "" && ref.Namespace != namespace {
+		return nil, false
+	}
+	key := namespace + "/" + ref.Name + "/" + string(ref.UID)
+	w, seen := p.seen[key]
+	if !seen {
+		if pod, err := p.l.pods.Pods(namespace).Get(ref.Name); err == nil && (ref.UID == "" || ref.UID == pod.UID) {
+			w = workloadOf(pod)
+		}
+		p.seen[key] = w
+	}
+	return w, w != nil
+}
+
+// byIP returns the workload of the one live pod of namespace with address
+// ip, or one without identity: no labels and no service account, as Istio
+// gives an endpoint without a pod. Several pods with the address
+// (host-network pods) name no one.
+func (p *podLookup) byIP(namespace, ip string) *workload {
+	objs, _ := p.l.podIndex.ByIndex(podIPIndex, namespace+"/"+ip)
+	var found *corev1.Pod
+	for _, o := range objs {
+		pod, ok := o.(*corev1.Pod)
+		if !ok || pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if found != nil {
+			return &workload{namespace: namespace}
+		}
+		found = pod
+	}
+	if found == nil {
+		return &workload{namespace: namespace}
+	}
+	key := namespace + "/" + found.Name + "/" + string(found.UID)
+	w, seen := p.seen[key]
+	if !seen {
+		w = workloadOf(found)
+		p.seen[key] = w
+	}
+	return w
+}
+
+// workloadOf copies what the model reads of pod. The apiserver defaults
+// the service account to "default"; so does this.
+func workloadOf(pod *corev1.Pod) *workload {
+	return &workload{
+		namespace:      pod.Namespace,
+		serviceAccount: cmp.Or(pod.Spec.ServiceAccountName, "default"),
+		labels:         maps.Clone(pod.Labels),
+		locality:       podLocality(pod.Labels),
+	}
+}
+
+// podLocality is the locality a pod's labels name, "" if none.
+func podLocality(labels map[string]string) string {
+	l, ok := labels[localityLabel]
+	if !ok {
+		l = labels[legacyLocalityLabel]
+	}
+	if strings.Contains(l, "/") {
+		return l
+	}
+	return strings.ReplaceAll(l, ".", "/")
+}
+
+// dedupe sorts eps by address and port and drops repeats, keeping the
+// first of each, in slice name order.
+func dedupe(eps []model.Endpoint) []model.Endpoint {
+	slices.SortStableFunc(eps, compareEndpoints)
+	return slices.CompactFunc(eps, func(a, b model.Endpoint) bool { return compareEndpoints(a, b) == 0 })
+}
+
+func compareEndpoints(a, b model.Endpoint) int {
+	return cmp.Or(cmp.Compare(a.Address, b.Address), cmp.Compare(a.Port, b.Port))
+}
+
+func deref[T any](p *T) T {
+	if p == nil {
+		var zero T
+		return zero
+	}
+	return *p
+}

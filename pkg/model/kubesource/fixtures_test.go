@@ -1,0 +1,118 @@
+package kubesource
+
+import (
+	"fmt"
+	"testing"
+
+	istionetworking "istio.io/client-go/pkg/apis/networking/v1"
+	istiosecurity "istio.io/client-go/pkg/apis/security/v1"
+	networkinglisters "istio.io/client-go/pkg/listers/networking/v1"
+	securitylisters "istio.io/client-go/pkg/listers/security/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+)
+
+// cacheListers returns listers over in-memory caches holding objs, passed
+// through the informers' transform, as a running Source would see them.
+func cacheListers(tb testing.TB, objs ...any) listers {
+	tb.Helper()
+	nsIndex := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+	idx := map[string]cache.Indexer{}
+	for _, kind := range []string{"svc", "eps", "pod", "pa", "ap", "ra", "dr"} {
+		idx[kind] = cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIndex)
+	}
+	if err := idx["pod"].AddIndexers(cache.Indexers{podIPIndex: indexPodIPs}); err != nil {
+		tb.Fatal(err)
+	}
+	for _, o := range objs {
+		o, err := transform(o)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		kind := map[string]string{
+			"*v1.Service": "svc", "*v1.EndpointSlice": "eps", "*v1.Pod": "pod",
+			"*v1.PeerAuthentication": "pa", "*v1.AuthorizationPolicy": "ap",
+			"*v1.RequestAuthentication": "ra", "*v1.DestinationRule": "dr",
+		}[fmt.Sprintf("%T", o)]
+		if kind == "" {
+			tb.Fatalf("fixture of unknown type %T", o)
+		}
+		if err := idx[kind].Add(o); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return listers{
+		services:     corelisters.NewServiceLister(idx["svc"]),
+		slices:       discoverylisters.NewEndpointSliceLister(idx["eps"]),
+		pods:         corelisters.NewPodLister(idx["pod"]),
+		podIndex:     idx["pod"],
+		peerAuthn:    securitylisters.NewPeerAuthenticationLister(idx["pa"]),
+		authz:        securitylisters.NewAuthorizationPolicyLister(idx["ap"]),
+		requestAuthn: securitylisters.NewRequestAuthenticationLister(idx["ra"]),
+		destRules:    networkinglisters.NewDestinationRuleLister(idx["dr"]),
+	}
+}
+
+func objectMeta(ns, name string, labels map[string]string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels, ResourceVersion: "1"}
+}
+
+func newService(ns, name string, selector map[string]string, ports ...corev1.ServicePort) *corev1.Service {
+	return &corev1.Service{ObjectMeta: objectMeta(ns, name, nil), Spec: corev1.ServiceSpec{Selector: selector, Ports: ports}}
+}
+
+func servicePort(name string, port int32, target intstr.IntOrString) corev1.ServicePort {
+	return corev1.ServicePort{Name: name, Port: port, TargetPort: target, Protocol: corev1.ProtocolTCP}
+}
+
+func newPod(ns, name, sa, ip string, labels map[string]string) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: objectMeta(ns, name, labels),
+		Spec:       corev1.PodSpec{ServiceAccountName: sa, Containers: []corev1.Container{{Name: "app", Image: "app"}}},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip},
+	}
+	if ip != "" {
+		p.Status.PodIPs = []corev1.PodIP{{IP: ip}}
+	}
+	p.UID = types.UID("uid-" + ns + "-" + name)
+	return p
+}
+
+// newSlice is an IPv4 EndpointSlice of service with ports name=port.
+func newSlice(ns, name, service string, ports map[string]int32, eps ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{
+		ObjectMeta:  objectMeta(ns, name, map[string]string{discoveryv1.LabelServiceName: service}),
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   eps,
+	}
+	for n, p := range ports {
+		s.Ports = append(s.Ports, discoveryv1.EndpointPort{Name: ptr.To(n), Port: ptr.To(p)})
+	}
+	return s
+}
+
+// podEndpoint is a ready endpoint of pod ns/name at ip.
+func podEndpoint(ns, name, ip string) discoveryv1.Endpoint {
+	return discoveryv1.Endpoint{
+		Addresses:  []string{ip},
+		Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
+		TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: name},
+	}
+}
+
+func newPeerAuthentication(ns, name string) *istiosecurity.PeerAuthentication {
+	return &istiosecurity.PeerAuthentication{ObjectMeta: objectMeta(ns, name, nil)}
+}
+
+func newDestinationRule(ns, name, host string) *istionetworking.DestinationRule {
+	dr := &istionetworking.DestinationRule{ObjectMeta: objectMeta(ns, name, nil)}
+	dr.Spec.Host = host
+	return dr
+}

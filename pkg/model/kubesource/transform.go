@@ -1,0 +1,66 @@
+package kubesource
+
+import (
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// transform trims an object before the informer caches it. A pod keeps only
+// what the model reads (a cluster has many pods, each large); Services and
+// EndpointSlices lose their annotations, which the model never reads; every
+// object loses its managed fields. It is idempotent, as informers require.
+// Tombstones and objects without metadata pass unchanged.
+func transform(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		return trimPod(o), nil
+	case *corev1.Service, *discoveryv1.EndpointSlice:
+		m := o.(metav1.Object)
+		m.SetManagedFields(nil)
+		m.SetAnnotations(nil)
+		return obj, nil
+	case metav1.Object:
+		o.SetManagedFields(nil)
+		return obj, nil
+	default:
+		return obj, nil
+	}
+}
+
+// trimPod is the part of pod the model reads: identity, labels, service
+// account and addresses.
+func trimPod(pod *corev1.Pod) *corev1.Pod {
+	return &corev1.Pod{
+		TypeMeta: pod.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              pod.Name,
+			Namespace:         pod.Namespace,
+			UID:               pod.UID,
+			ResourceVersion:   pod.ResourceVersion,
+			Labels:            pod.Labels,
+			DeletionTimestamp: pod.DeletionTimestamp,
+		},
+		Spec: corev1.PodSpec{ServiceAccountName: pod.Spec.ServiceAccountName},
+		Status: corev1.PodStatus{
+			Phase:  pod.Status.Phase,
+			PodIP:  pod.Status.PodIP,
+			PodIPs: pod.Status.PodIPs,
+		},
+	}
+}
+
+// samePod reports whether two trimmed versions of a pod are the same to
+// the model: a pod's status changes often in ways the model never reads.
+func samePod(a, b *corev1.Pod) bool {
+	return a.UID == b.UID &&
+		a.Spec.ServiceAccountName == b.Spec.ServiceAccountName &&
+		a.Status.Phase == b.Status.Phase &&
+		a.Status.PodIP == b.Status.PodIP &&
+		slices.Equal(a.Status.PodIPs, b.Status.PodIPs) &&
+		maps.Equal(a.Labels, b.Labels) &&
+		(a.DeletionTimestamp == nil) == (b.DeletionTimestamp == nil)
+}
