@@ -25,7 +25,7 @@ func discovery(ctx context.Context, args []string, getenv func(string) string, s
 	fs.StringVar(&cfg.GRPCAddr, "grpcAddr", "", "plaintext xDS address (default off)")
 	fs.StringVar(&cfg.HTTPAddr, "httpAddr", "", "HTTP address of /ready (default 127.0.0.1:8080 locally, :8080 in Kubernetes)")
 	fs.StringVar(&cfg.HTTPSAddr, "httpsAddr", "", "HTTPS address of the admission webhooks (default 127.0.0.1:15017 locally, :15017 in Kubernetes)")
-	fs.StringVar(&cfg.ConfigDir, "configDir", "", "mesh model as YAML manifests (Services, WorkloadEntries, Istio security resources), watched (default <state-dir>/config locally)")
+	fs.StringVar(&cfg.ConfigDir, "configDir", "", "mesh model as YAML manifests (Services, WorkloadEntries, Istio security resources), watched; when given, the model comes from these files in either mode (default <state-dir>/config locally; in Kubernetes, the API server's Services, EndpointSlices, Pods and Istio resources)")
 	fs.StringVar(&cfg.MutatingWebhookName, "injection-webhook-config-name", getenv("INJECTION_WEBHOOK_CONFIG_NAME"), "MutatingWebhookConfiguration whose caBundle istiod keeps (env INJECTION_WEBHOOK_CONFIG_NAME; default istio-sidecar-injector[-<rev>])")
 	fs.StringVar(&cfg.ValidatingWebhookName, "validation-webhook-config-name", getenv("VALIDATION_WEBHOOK_CONFIG_NAME"), "ValidatingWebhookConfiguration whose caBundle istiod keeps (env VALIDATION_WEBHOOK_CONFIG_NAME; default istio-validator[-<rev>]-<ns>)")
 	fs.StringVar(&cfg.InjectConfigDir, "inject-config-dir", "", "injector config and values files, watched (default <state-dir>/inject locally, /var/lib/istio/inject in Kubernetes)")

@@ -40,12 +40,16 @@ var defaultCALoadBackoff = caLoadBackoff{first: 500 * time.Millisecond, max: 30 
 
 // kubeParts are istiod's Kubernetes-mode components: the client, the CA
 // store in istio-ca-secret and, once the CA exists, the root certificate
-// distribution.
+// distribution and, without --configDir, the mesh model.
 type kubeParts struct {
-	client    kubernetes.Interface
+	client kubernetes.Interface
+	// rest is the client's configuration, for the clients of other API
+	// groups; nil when built from a client alone.
+	rest      *rest.Config
 	store     *secretstore.Store
 	rootCerts *rootcert.Controller
 	webhooks  *webhookconfig.Controller
+	model     modelSource // nil when the model comes from files
 	identity  string
 	namespace string
 	log       *slog.Logger
@@ -65,7 +69,9 @@ func newKubeParts(cfg Config, identity string, log *slog.Logger) (*kubeParts, er
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	return newKubePartsWithClient(client, cfg.Namespace, identity, log), nil
+	k := newKubePartsWithClient(client, cfg.Namespace, identity, log)
+	k.rest = rc
+	return k, nil
 }
 
 func newKubePartsWithClient(client kubernetes.Interface, namespace, identity string, log *slog.Logger) *kubeParts {
@@ -134,15 +140,21 @@ func (k *kubeParts) keepWebhooks(cfg Config, bundles webhookconfig.Bundles, read
 	})
 }
 
-// synced reports whether the Kubernetes caches are filled.
-func (k *kubeParts) synced() bool { return k.rootCerts == nil || k.rootCerts.HasSynced() }
+// synced reports whether the Kubernetes caches are filled: the
+// namespaces of the root certificate distribution and the mesh model.
+func (k *kubeParts) synced() bool {
+	return (k.rootCerts == nil || k.rootCerts.HasSynced()) && (k.model == nil || k.model.HasSynced())
+}
 
-// run runs the root certificate distribution and the webhook configuration
-// controller until ctx is done.
+// run runs the root certificate distribution, the webhook configuration
+// controller and the mesh model until ctx is done.
 func (k *kubeParts) run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	if k.rootCerts != nil {
 		g.Go(func() error { return k.rootCerts.Run(ctx) })
+	}
+	if k.model != nil {
+		g.Go(func() error { return k.model.Run(ctx) })
 	}
 	if k.webhooks != nil {
 		g.Go(func() error { return k.webhooks.Run(ctx) })

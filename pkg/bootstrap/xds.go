@@ -13,24 +13,36 @@ import (
 
 // wireXDS builds the mesh model and the ADS server, registered on the
 // secure gRPC port beside the CSR API and authenticated by the same chain.
+//
+// The model comes from --configDir when it is given, in either mode, and
+// otherwise from the API server in Kubernetes mode. In Kubernetes mode SDS
+// also serves gateway credentialName secrets.
 func (s *Server) wireXDS(chain authn.Authenticator, td spiffeid.TrustDomain) error {
 	store := model.NewStore()
-	if s.cfg.ConfigDir != "" {
+	opts := model.Options{Domain: model.DefaultDomain, RootNamespace: s.cfg.Namespace}
+	switch {
+	case s.cfg.ConfigDir != "":
 		s.model = model.NewFileSource(model.FileConfig{
 			Dir:       s.cfg.ConfigDir,
 			Publisher: store,
-			Options:   model.Options{Domain: "cluster.local", RootNamespace: s.cfg.Namespace},
+			Options:   opts,
 			Logger:    s.log.With("component", "model"),
 		})
+	case s.kube != nil:
+		if err := s.kube.watchModel(store, opts); err != nil {
+			return err
+		}
 	}
-	// SDS serves the trust bundle as ROOTCA. Gateway credentialName secrets
-	// need a Secret informer and SubjectAccessReviews, which istiod's RBAC
-	// does not grant yet, so no Kubernetes client is given.
-	secrets, err := sds.New(sds.Config{
+	sdsCfg := sds.Config{
 		Bundles:    s.ca,
 		Registerer: s.registry,
 		Logger:     s.log.With("component", "sds"),
-	})
+	}
+	if s.kube != nil {
+		sdsCfg.Client = s.kube.client
+		sdsCfg.Authorizer = s.kube.secretAuthorizer()
+	}
+	secrets, err := sds.New(sdsCfg)
 	if err != nil {
 		return fmt.Errorf("sds: %w", err)
 	}

@@ -37,12 +37,14 @@ func TestRBACGrantsWhatIstiodNeeds(t *testing.T) {
 		{"", "configmaps", "get", ""}, {"", "configmaps", "list", ""}, {"", "configmaps", "watch", ""},
 		{"", "configmaps", "create", ""}, {"", "configmaps", "update", ""},
 		{"", "namespaces", "get", ""}, {"", "namespaces", "list", ""}, {"", "namespaces", "watch", ""},
-		{"", "pods", "get", ""}, {"", "pods", "list", ""},
-		{"", "services", "watch", ""}, {"discovery.k8s.io", "endpointslices", "watch", ""},
-		{"security.istio.io", "peerauthentications", "watch", ""},
-		{"security.istio.io", "authorizationpolicies", "watch", ""},
-		{"security.istio.io", "requestauthentications", "watch", ""},
-		{"networking.istio.io", "destinationrules", "watch", ""},
+		{"", "secrets", "list", ""}, {"", "secrets", "watch", ""},
+		{"", "pods", "get", ""}, {"", "pods", "list", ""}, {"", "pods", "watch", ""},
+		{"", "services", "list", ""}, {"", "services", "watch", ""},
+		{"discovery.k8s.io", "endpointslices", "list", ""}, {"discovery.k8s.io", "endpointslices", "watch", ""},
+		{"security.istio.io", "peerauthentications", "list", ""}, {"security.istio.io", "peerauthentications", "watch", ""},
+		{"security.istio.io", "authorizationpolicies", "list", ""}, {"security.istio.io", "authorizationpolicies", "watch", ""},
+		{"security.istio.io", "requestauthentications", "list", ""}, {"security.istio.io", "requestauthentications", "watch", ""},
+		{"networking.istio.io", "destinationrules", "list", ""}, {"networking.istio.io", "destinationrules", "watch", ""},
 		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "watch", "istio-sidecar-injector"},
 		{"admissionregistration.k8s.io", "validatingwebhookconfigurations", "watch", "istio-validator-istio-system"},
 		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "update", "istio-sidecar-injector"},
@@ -54,7 +56,8 @@ func TestRBACGrantsWhatIstiodNeeds(t *testing.T) {
 		}
 	}
 	clusterDenied := []grant{
-		{"", "secrets", "get", ""},
+		// Secrets are read cluster-wide for gateways, never written.
+		{"", "secrets", "create", ""}, {"", "secrets", "update", ""}, {"", "secrets", "patch", ""}, {"", "secrets", "delete", ""},
 		{"", "configmaps", "patch", ""}, {"", "configmaps", "delete", ""},
 		{"", "pods", "create", ""},
 		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "update", "someone-elses-webhook"},

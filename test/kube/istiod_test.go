@@ -9,6 +9,8 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -25,7 +27,6 @@ import (
 
 	"github.com/bulwark-mesh/bulwark/internal/testenv"
 	"github.com/bulwark-mesh/bulwark/pkg/bootstrap"
-	"github.com/bulwark-mesh/bulwark/pkg/ca/catest"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/rootcert"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/secretstore"
 )
@@ -35,6 +36,7 @@ type istiod struct {
 	name   string
 	srv    *bootstrap.Server
 	cfg    bootstrap.Config
+	logs   *logBuffer
 	stop   func()
 	exited chan struct{}
 }
@@ -50,9 +52,12 @@ func freeAddr(t *testing.T) string {
 }
 
 // newIstiod wires an istiod in Kubernetes mode on free loopback ports with
-// its own state directory. It does not start it.
+// its own state directory, its mesh model from the API server. It installs
+// the chart's CRDs, without which the model never syncs, and does not
+// start istiod.
 func newIstiod(t *testing.T, name, ns, kubeconfig string) *istiod {
 	t.Helper()
+	installIstioCRDs(t)
 	cfg := bootstrap.DefaultConfig()
 	cfg.Kubeconfig = kubeconfig
 	cfg.Namespace = ns
@@ -64,11 +69,13 @@ func newIstiod(t *testing.T, name, ns, kubeconfig string) *istiod {
 	cfg.HTTPSAddr = freeAddr(t)
 	cfg.MonitoringAddr = freeAddr(t)
 	cfg.GracePeriod = time.Second
-	srv, err := bootstrap.New(cfg, catest.Logger(t).With("istiod", name))
+	logs := &logBuffer{}
+	log := slog.New(slog.NewTextHandler(io.MultiWriter(logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	srv, err := bootstrap.New(cfg, log.With("istiod", name))
 	if err != nil {
 		t.Fatalf("%s: bootstrap.New: %v", name, err)
 	}
-	return &istiod{name: name, srv: srv, cfg: cfg}
+	return &istiod{name: name, srv: srv, cfg: cfg, logs: logs}
 }
 
 // run starts p; the returned function (also a cleanup) stops it.
@@ -108,16 +115,22 @@ func (p *istiod) ready() bool {
 // istiod with istio-ca-root-cert.
 func (p *istiod) sign(t *testing.T, roots *x509.CertPool, ns, sa, token string) []string {
 	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p.signKey(t, roots, ns, sa, token, key)
+}
+
+// signKey is sign for the given key.
+func (p *istiod) signKey(t *testing.T, roots *x509.CertPool, ns, sa, token string, key *ecdsa.PrivateKey) []string {
+	t.Helper()
 	tlsCfg := &tls.Config{RootCAs: roots, ServerName: "istiod." + p.cfg.Namespace + ".svc", MinVersion: tls.VersionTLS12}
 	conn, err := grpc.NewClient(p.cfg.SecureGRPCAddr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
 	id, _ := url.Parse(fmt.Sprintf("spiffe://cluster.local/ns/%s/sa/%s", ns, sa))
 	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{URIs: []*url.URL{id}}, key)
 	if err != nil {
