@@ -48,8 +48,12 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	if !testing.Short() {
 		// Built before m.Run starts the -timeout clock: a cold -race build
-		// of istiod takes minutes on a busy two-core machine.
+		// of istiod takes minutes on a busy two-core machine, and so does a
+		// cold build of pilot-agent.
+		var wg sync.WaitGroup
+		wg.Go(func() { peerBuild.peers, peerBuild.err = buildPeers() })
 		istiodBuild.dir, istiodBuild.path, istiodBuild.err = buildIstiod()
+		wg.Wait()
 	}
 	// testenv.Run runs the tests and stops the kube-apiserver the
 	// Kubernetes-mode tests start on first use.
@@ -235,13 +239,14 @@ func stopProcess(t *testing.T, cmd *exec.Cmd, exited <-chan struct{}) {
 		return
 	default:
 	}
+	name := filepath.Base(cmd.Path)
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Logf("signal istiod: %v", err)
+		t.Logf("signal %s: %v", name, err)
 	}
 	select {
 	case <-exited:
 	case <-time.After(stopTimeout):
-		t.Errorf("istiod did not exit %v after SIGTERM; killing it", stopTimeout)
+		t.Errorf("%s did not exit %v after SIGTERM; killing it", name, stopTimeout)
 		cmd.Process.Kill()
 		<-exited
 	}
