@@ -11,6 +11,30 @@
 // nothing. Snapshots are copies: nothing in them is shared with the
 // informers' caches.
 //
+// # Istio CRDs
+//
+// The Istio kinds are read only once their CRDs are installed, as Istio's
+// istiod does. Before starting their informers, Run asks the apiserver's
+// discovery which of them it serves; one it does not serve reads as empty
+// and is logged once (a Warn naming the CRD). Run asks again every
+// Config.CRDPoll for those still missing; when one appears it starts
+// watching it, and its objects enter the model only once its cache has
+// synced, never as a partial list (a DENY policy missing from a partial
+// list would allow for a while what it denies).
+//
+// Absence is never assumed. While discovery fails (for a reason other than
+// the group version being unknown), the source does not sync and retries
+// every CRDPoll. A kind that is served but whose cache does not sync, for
+// example because RBAC forbids listing it, keeps the source from syncing,
+// so istiod stays unready rather than publish a model without policies it
+// could not read; Run logs the caches still pending every
+// Config.SyncReport. Once synced, the source stays synced: a kind installed
+// later whose cache does not sync is logged the same way, and the model
+// keeps lacking that kind, as it did before its CRD existed. Discovery is
+// not asked again about kinds already watched: a CRD deleted while the
+// source runs leaves its informer retrying its list and watch, and logging
+// the failures.
+//
 // # Services and endpoints
 //
 // Every Service is in the model, headless and ExternalName ones included;

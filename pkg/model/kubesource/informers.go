@@ -38,54 +38,76 @@ type listers struct {
 	destRules    networkinglisters.DestinationRuleLister
 }
 
-// informers are the cluster-wide informers a Source reads.
+// informers are the cluster-wide informers a Source reads. Run's goroutine
+// alone uses them.
 type informers struct {
 	kube    k8sinformers.SharedInformerFactory
 	istio   istioinformers.SharedInformerFactory
-	named   map[string]cache.SharedIndexInformer
-	listers listers
+	log     *slog.Logger
+	changed func()
+	// named are the informers whose caches build reads, by resource.
+	named map[string]cache.SharedIndexInformer
+	// staged are the informers of served Istio kinds whose caches build
+	// does not read yet, because they have not synced.
+	staged map[string]staged
+	// missing are the Istio kinds not served at the last discovery, or
+	// all of them before the first discovery answered.
+	missing    []istioKind
+	discovered bool
+	listers    listers
 }
 
-// newInformers creates the informers, with their transforms, indexers and
-// handlers calling changed; nothing runs until start.
+// newInformers creates the Kubernetes informers, with their transforms,
+// indexers and handlers calling changed; nothing runs until start. The
+// Istio kinds read as empty until discover finds them served.
 func newInformers(client kubernetes.Interface, istio versioned.Interface, log *slog.Logger, changed func()) (*informers, error) {
 	kf := k8sinformers.NewSharedInformerFactoryWithOptions(client, 0, k8sinformers.WithTransform(transform))
 	isf := istioinformers.NewSharedInformerFactoryWithOptions(istio, 0, istioinformers.WithTransform(transform))
 	svc, eps, pods := kf.Core().V1().Services(), kf.Discovery().V1().EndpointSlices(), kf.Core().V1().Pods()
-	pa, ap := isf.Security().V1().PeerAuthentications(), isf.Security().V1().AuthorizationPolicies()
-	ra, dr := isf.Security().V1().RequestAuthentications(), isf.Networking().V1().DestinationRules()
 	inf := &informers{
-		kube:  kf,
-		istio: isf,
-		named: map[string]cache.SharedIndexInformer{
-			"services": svc.Informer(), "endpointslices": eps.Informer(), "pods": pods.Informer(),
-			"peerauthentications": pa.Informer(), "authorizationpolicies": ap.Informer(),
-			"requestauthentications": ra.Informer(), "destinationrules": dr.Informer(),
-		},
+		kube:    kf,
+		istio:   isf,
+		log:     log,
+		changed: changed,
+		named:   map[string]cache.SharedIndexInformer{},
+		staged:  map[string]staged{},
+		missing: istioKinds(),
 		listers: listers{
 			services: svc.Lister(), slices: eps.Lister(), pods: pods.Lister(), podIndex: pods.Informer().GetIndexer(),
-			peerAuthn: pa.Lister(), authz: ap.Lister(), requestAuthn: ra.Lister(), destRules: dr.Lister(),
 		},
+	}
+	for _, k := range inf.missing {
+		k.setLister(&inf.listers, emptyIndexer())
 	}
 	if err := pods.Informer().AddIndexers(cache.Indexers{podIPIndex: indexPodIPs}); err != nil {
 		return nil, fmt.Errorf("index pods: %w", err)
 	}
-	for _, name := range slices.Sorted(maps.Keys(inf.named)) {
-		i := inf.named[name]
-		if _, err := i.AddEventHandler(handler{changed: changed}); err != nil {
-			return nil, fmt.Errorf("watch %s: %w", name, err)
+	kube := map[string]cache.SharedIndexInformer{
+		"services": svc.Informer(), "endpointslices": eps.Informer(), "pods": pods.Informer(),
+	}
+	for _, name := range slices.Sorted(maps.Keys(kube)) {
+		if err := inf.watch(name, kube[name]); err != nil {
+			return nil, err
 		}
-		if err := i.SetWatchErrorHandlerWithContext(watchErrorLogger(log, name)); err != nil {
-			return nil, fmt.Errorf("watch %s: %w", name, err)
-		}
+		inf.named[name] = kube[name]
 	}
 	return inf, nil
 }
 
-func (i *informers) start(stop <-chan struct{}) {
-	i.kube.Start(stop)
-	i.istio.Start(stop)
+// watch adds the handler and the watch error logger to an informer not yet
+// started.
+func (i *informers) watch(name string, inf cache.SharedIndexInformer) error {
+	if _, err := inf.AddEventHandler(handler{changed: i.changed}); err != nil {
+		return fmt.Errorf("watch %s: %w", name, err)
+	}
+	if err := inf.SetWatchErrorHandlerWithContext(watchErrorLogger(i.log, name)); err != nil {
+		return fmt.Errorf("watch %s: %w", name, err)
+	}
+	return nil
 }
+
+// start starts the Kubernetes informers; discover starts the Istio ones.
+func (i *informers) start(stop <-chan struct{}) { i.kube.Start(stop) }
 
 // shutdown waits for the informers to stop; their stop channel must be
 // closed.
@@ -94,12 +116,27 @@ func (i *informers) shutdown() {
 	i.istio.Shutdown()
 }
 
-// unsynced names the informers whose caches have not synced, sorted.
+// synced reports whether build reads complete caches of everything the
+// apiserver serves: discovery has answered, every read cache has synced
+// and no served kind waits in staging.
+func (i *informers) synced() bool {
+	return i.discovered && len(i.staged) == 0 && len(i.unsynced()) == 0
+}
+
+// unsynced names, sorted, the informers whose caches have not synced or
+// are staged and, before discovery has answered, the Istio kinds it has
+// not found yet.
 func (i *informers) unsynced() []string {
 	var out []string
 	for name, inf := range i.named {
 		if !inf.HasSynced() {
 			out = append(out, name)
+		}
+	}
+	out = slices.AppendSeq(out, maps.Keys(i.staged))
+	if !i.discovered {
+		for _, k := range i.missing {
+			out = append(out, k.resource)
 		}
 	}
 	slices.Sort(out)

@@ -19,10 +19,16 @@ import (
 const (
 	DefaultDelay      = 20 * time.Millisecond
 	DefaultSyncReport = 10 * time.Second
+	DefaultCRDPoll    = 10 * time.Second
 )
+
+// syncPoll is how often Run checks whether caches have synced.
+const syncPoll = 10 * time.Millisecond
 
 // Config configures a Source.
 type Config struct {
+	// Client reads the Kubernetes resources; its Discovery tells which
+	// Istio CRDs the apiserver serves.
 	Client    kubernetes.Interface
 	Istio     versioned.Interface
 	Publisher model.Publisher
@@ -34,8 +40,13 @@ type Config struct {
 	// CPU however busy the cluster. Default DefaultDelay.
 	Delay time.Duration
 	// SyncReport is how often Run logs the informers that have not synced
-	// yet, for example because a CRD is missing. Default DefaultSyncReport.
+	// yet, for example because RBAC forbids listing one. Default
+	// DefaultSyncReport.
 	SyncReport time.Duration
+	// CRDPoll is how often Run asks the apiserver's discovery again for
+	// the Istio CRDs not installed yet, and retries a discovery that
+	// failed. Default DefaultCRDPoll.
+	CRDPoll time.Duration
 }
 
 // Source publishes snapshots of the cluster's services, endpoints and
@@ -60,11 +71,12 @@ func New(cfg Config) (*Source, error) {
 		return nil, errors.New("kubesource: Config.Istio is nil")
 	case cfg.Publisher == nil:
 		return nil, errors.New("kubesource: Config.Publisher is nil")
-	case cfg.Delay < 0 || cfg.SyncReport < 0:
-		return nil, errors.New("kubesource: negative Delay or SyncReport")
+	case cfg.Delay < 0 || cfg.SyncReport < 0 || cfg.CRDPoll < 0:
+		return nil, errors.New("kubesource: negative Delay, SyncReport or CRDPoll")
 	}
 	cfg.Delay = cmp.Or(cfg.Delay, DefaultDelay)
 	cfg.SyncReport = cmp.Or(cfg.SyncReport, DefaultSyncReport)
+	cfg.CRDPoll = cmp.Or(cfg.CRDPoll, DefaultCRDPoll)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -75,8 +87,10 @@ func New(cfg Config) (*Source, error) {
 // been published.
 func (s *Source) HasSynced() bool { return s.synced.Load() }
 
-// Run starts the informers, publishes a snapshot once all their caches have
-// synced and again after every change, until ctx is done. It may be called
+// Run asks the apiserver which Istio CRDs it serves, starts the informers
+// of what it serves, publishes a snapshot once all their caches have synced
+// and again after every change, until ctx is done. It keeps asking for the
+// CRDs not installed and starts watching each once it is. It may be called
 // once.
 func (s *Source) Run(ctx context.Context) error {
 	if !s.started.CompareAndSwap(false, true) {
@@ -88,8 +102,10 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 	inf.start(ctx.Done())
 	defer inf.shutdown()
-	if !s.waitForSync(ctx, inf) {
-		return nil
+	t := s.newTickers()
+	defer t.stop()
+	if synced, err := s.waitForSync(ctx, inf, t); !synced || err != nil {
+		return err
 	}
 	took := s.rebuild(inf.listers)
 	s.synced.Store(true)
@@ -97,10 +113,8 @@ func (s *Source) Run(ctx context.Context) error {
 	delay := time.NewTimer(0)
 	<-delay.C
 	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-s.dirty:
+		if rebuild, err := s.next(ctx, inf, t); !rebuild || err != nil {
+			return err
 		}
 		delay.Reset(max(s.cfg.Delay, took))
 		select {
@@ -113,6 +127,57 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 }
 
+// tickers pace Run's periodic work.
+type tickers struct {
+	report *time.Ticker // logs what has not synced
+	crd    *time.Ticker // discovery of missing CRDs
+	poll   *time.Ticker // sync of staged informers; stopped when none
+}
+
+func (s *Source) newTickers() *tickers {
+	return &tickers{
+		report: time.NewTicker(s.cfg.SyncReport),
+		crd:    time.NewTicker(s.cfg.CRDPoll),
+		poll:   time.NewTicker(syncPoll),
+	}
+}
+
+func (t *tickers) stop() {
+	t.report.Stop()
+	t.crd.Stop()
+	t.poll.Stop()
+}
+
+// next waits for a change to rebuild for, meanwhile discovering CRDs that
+// appear, promoting their informers once synced and logging those that do
+// not sync. It is false when ctx ends first; its error is fatal.
+func (s *Source) next(ctx context.Context, inf *informers, t *tickers) (bool, error) {
+	for {
+		if len(inf.staged) == 0 {
+			t.poll.Stop()
+		}
+		select {
+		case <-ctx.Done():
+			return false, nil
+		case <-s.dirty:
+			return true, nil
+		case <-t.crd.C:
+			if err := s.discover(ctx, inf, t); err != nil {
+				return false, err
+			}
+		case <-t.poll.C:
+			if inf.promote() {
+				return true, nil
+			}
+		case <-t.report.C:
+			if pending := inf.unsynced(); len(pending) > 0 {
+				s.cfg.Logger.Warn("waiting for Kubernetes caches to sync; their policies do not apply until they do",
+					"pending", pending)
+			}
+		}
+	}
+}
+
 // markDirty asks for a rebuild. It never blocks: one pending request
 // stands for any number of events.
 func (s *Source) markDirty() {
@@ -122,25 +187,49 @@ func (s *Source) markDirty() {
 	}
 }
 
-// waitForSync waits for every informer's cache, logging the ones still
-// missing every SyncReport. It is false when ctx ends first.
-func (s *Source) waitForSync(ctx context.Context, inf *informers) bool {
-	tick := time.NewTicker(s.cfg.SyncReport)
-	defer tick.Stop()
-	poll := time.NewTicker(10 * time.Millisecond)
-	defer poll.Stop()
+// discover asks the apiserver for the missing Istio CRDs and starts the
+// informers of those it serves. A discovery failure is logged, and retried
+// at the next CRDPoll tick; other errors are fatal.
+func (s *Source) discover(ctx context.Context, inf *informers, t *tickers) error {
+	before := len(inf.staged)
+	err := inf.discover(s.cfg.Client.Discovery(), ctx.Done())
+	if errors.Is(err, errDiscovery) {
+		s.cfg.Logger.Warn("Kubernetes discovery failed; retrying", "err", err, "retryIn", s.cfg.CRDPoll)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("kubesource: %w", err)
+	}
+	if len(inf.staged) > before {
+		t.poll.Reset(syncPoll) // stopped by next while nothing was staged
+	}
+	return nil
+}
+
+// waitForSync discovers the Istio CRDs, retrying until discovery answers,
+// and waits for every informer's cache, logging the ones still missing
+// every SyncReport. It is false when ctx ends first; its error is fatal.
+func (s *Source) waitForSync(ctx context.Context, inf *informers, t *tickers) (bool, error) {
+	if err := s.discover(ctx, inf, t); err != nil {
+		return false, err
+	}
+	t.poll.Reset(syncPoll)
 	for {
-		pending := inf.unsynced()
-		if len(pending) == 0 {
-			return true
+		inf.promote()
+		if inf.synced() {
+			return true, nil
 		}
 		select {
 		case <-ctx.Done():
-			return false
-		case <-tick.C:
-			s.cfg.Logger.Warn("waiting for Kubernetes caches to sync; are the Istio CRDs installed and readable?",
-				"pending", pending)
-		case <-poll.C:
+			return false, nil
+		case <-t.report.C:
+			s.cfg.Logger.Warn("waiting for Kubernetes caches to sync; are the Istio CRDs readable?",
+				"pending", inf.unsynced(), "discovered", inf.discovered)
+		case <-t.crd.C:
+			if err := s.discover(ctx, inf, t); err != nil {
+				return false, err
+			}
+		case <-t.poll.C:
 		}
 	}
 }

@@ -89,6 +89,7 @@ func TestNewRejectsIncompleteConfig(t *testing.T) {
 		"without an Istio client":     {Client: kube, Publisher: store},
 		"without a publisher":         {Client: kube, Istio: istio},
 		"with a negative delay":       {Client: kube, Istio: istio, Publisher: store, Delay: -1},
+		"with a negative CRD poll":    {Client: kube, Istio: istio, Publisher: store, CRDPoll: -1},
 	}
 	for name, cfg := range tests {
 		t.Run(name, func(t *testing.T) {
