@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -74,6 +75,7 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	refused *prometheus.CounterVec
+	repeats *repeats
 
 	secrets atomic.Pointer[secretGetter] // nil until the informer has synced
 
@@ -97,6 +99,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, subs: map[chan struct{}]struct{}{},
+		repeats: newRepeats(refusalLogWindow, refusalLogEntries, time.Now),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bulwark_sds_refused_total", Help: "Secret resources asked for and not served, by reason.",
 		}, []string{"reason"}),
@@ -186,7 +189,7 @@ func (s *Server) Generate(ctx context.Context, p Proxy, names []string) []*tlsv3
 			reason := reasonOf(err)
 			s.refused.WithLabelValues(reason).Inc()
 			level := slog.LevelWarn
-			if reason == "not_found" {
+			if reason == "not_found" || !s.repeats.first(repeatKey{p.Namespace, p.ServiceAccount, n, reason}) {
 				level = slog.LevelDebug
 			}
 			s.log.Log(ctx, level, "secret not served", "name", n, "namespace", p.Namespace,
