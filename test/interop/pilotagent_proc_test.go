@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
 )
 
 // workload is one pod's worth of identity for a pilot-agent: what the
@@ -197,6 +199,22 @@ func (a *app) waitLine(t *testing.T, prefix string, timeout time.Duration) strin
 // the last result.
 func (a *app) callUntil(t *testing.T, want string, timeout time.Duration) string {
 	t.Helper()
+	last, _ := a.callUntilMatch(t, func(l string) bool { return l == want }, timeout)
+	return last
+}
+
+// callUntilCode makes one RPC at a time until one fails with code, and
+// returns the last result and whether it did.
+func (a *app) callUntilCode(t *testing.T, code codes.Code, timeout time.Duration) (string, bool) {
+	t.Helper()
+	prefix := "err " + code.String() + " "
+	return a.callUntilMatch(t, func(l string) bool { return strings.HasPrefix(l, prefix) }, timeout)
+}
+
+// callUntilMatch makes one RPC at a time until a result matches, and
+// returns the last result and whether it matched.
+func (a *app) callUntilMatch(t *testing.T, match func(result string) bool, timeout time.Duration) (string, bool) {
+	t.Helper()
 	var last string
 	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if _, err := io.WriteString(a.stdin, "call\n"); err != nil {
@@ -207,14 +225,14 @@ func (a *app) callUntil(t *testing.T, want string, timeout time.Duration) string
 			if !ok {
 				t.Fatalf("%s exited", a.proc.name)
 			}
-			if last = l; l == want {
-				return l
+			if last = l; match(l) {
+				return l, true
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatalf("%s did not answer", a.proc.name)
 		}
 	}
-	return last
+	return last, false
 }
 
 // freePort returns a port free on every interface a moment ago: the
@@ -229,8 +247,8 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// loopbackPort returns a port free on ip, a loopback address.
-func loopbackPort(t *testing.T, ip string) int {
+// freePortOn returns a port free on ip, an address of this machine.
+func freePortOn(t *testing.T, ip string) int {
 	t.Helper()
 	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/bulwark-mesh/bulwark/internal/testenv"
 	"github.com/bulwark-mesh/bulwark/test/xds/echo"
@@ -31,36 +32,79 @@ const (
 )
 
 // TestPilotAgentProxylessGRPC runs Istio's own pilot-agent, unmodified, as
-// the agent of two proxyless gRPC apps against istiod in Kubernetes mode
-// with a file model: each agent gets its certificate over the CSR API with a
-// service-account token from TokenRequest, writes the gRPC bootstrap, and
-// proxies the app's xDS to istiod; the client app then calls the server app
-// over mTLS, and the server sees the client's SPIFFE ID.
+// the agent of two proxyless gRPC apps against istiod in Kubernetes mode,
+// once for each place the mesh model can come from: YAML files
+// (--configDir), and the Kubernetes API (Services, EndpointSlices, Pods and
+// Istio resources, watched). Each agent gets its certificate over the CSR
+// API with a service-account token from TokenRequest, writes the gRPC
+// bootstrap, and proxies the app's xDS to istiod; the client app then calls
+// the server app over mTLS, and the server sees the client's SPIFFE ID.
 //
 // Not parallel: every istiod in Kubernetes mode leads in its own namespace
 // and writes its root into istio-ca-root-cert in every namespace, so two at
 // once (this one and TestCitadelClientInKubernetesMode's) would overwrite
 // the root each other's workloads trust. Sequential tests finish before
-// parallel ones resume.
+// parallel ones resume, and the cases here run one after the other.
 func TestPilotAgentProxylessGRPC(t *testing.T) {
+	sources := map[string]modelSource{
+		"files":      {install: writeModel},
+		"kubernetes": {serverIP: hostAddress, install: createModel, change: changePolicies},
+	}
+	for name, src := range sources {
+		t.Run(name, func(t *testing.T) { testProxylessGRPC(t, src) })
+	}
+}
+
+// meshModel is the model both sources describe: the echo Service in Namespace
+// with Server as its one endpoint on ServerPort, STRICT mTLS for the
+// namespace and an ALLOW policy on the server that admits Client's service
+// account only.
+type meshModel struct {
+	Namespace  string
+	Server     workload
+	Client     workload
+	ServerPort int
+}
+
+// modelSource is where one case of TestPilotAgentProxylessGRPC keeps the
+// mesh model.
+type modelSource struct {
+	// serverIP, when set, chooses the server's address; by default it is
+	// 127.0.0.2, a loopback address of its own.
+	serverIP func(t *testing.T) string
+	// install puts m where istiod will read it, and returns the flags
+	// that point istiod at it and the pods, by workload name, the agents'
+	// tokens are bound to (none when the model has no pods).
+	install func(t *testing.T, env *testenv.Env, m meshModel) (flags []string, pods map[string]*corev1.Pod)
+	// change, when set, changes the model while the apps run, once the
+	// client's first call succeeded, and checks that the apps see it.
+	change func(t *testing.T, env *testenv.Env, m meshModel, cli *app)
+}
+
+func testProxylessGRPC(t *testing.T, src modelSource) {
 	bins := peerBinariesFor(t)
 	env := testenv.Get(t)
 	istiodNS, ns := env.Namespace(t), env.Namespace(t)
 
-	server := workload{Name: "echo-1", Namespace: ns, ServiceAccount: "echo", IP: "127.0.0.2",
-		Labels: map[string]string{"app": "echo", "security.istio.io/tlsMode": "istio"}}
-	client := workload{Name: "client-1", Namespace: ns, ServiceAccount: "client", IP: "127.0.0.3",
-		Labels: map[string]string{"app": "client", "security.istio.io/tlsMode": "istio"}}
-	serverPort := loopbackPort(t, server.IP)
+	m := meshModel{
+		Namespace: ns,
+		Server: workload{Name: "echo-1", Namespace: ns, ServiceAccount: "echo", IP: "127.0.0.2",
+			Labels: map[string]string{"app": "echo", "security.istio.io/tlsMode": "istio"}},
+		Client: workload{Name: "client-1", Namespace: ns, ServiceAccount: "client", IP: "127.0.0.3",
+			Labels: map[string]string{"app": "client", "security.istio.io/tlsMode": "istio"}},
+	}
+	if src.serverIP != nil {
+		m.Server.IP = src.serverIP(t)
+	}
+	m.ServerPort = freePortOn(t, m.Server.IP)
+	server, client := m.Server, m.Client
 
-	configDir := t.TempDir()
-	writeModel(t, configDir, ns, server, serverPort, client)
-	p := startIstiod(t, "--kubeconfig", env.Kubeconfig, "--namespace", istiodNS,
+	modelFlags, pods := src.install(t, env, m)
+	p := startIstiod(t, append([]string{"--kubeconfig", env.Kubeconfig, "--namespace", istiodNS,
 		"--cacerts-dir", filepath.Join(t.TempDir(), "cacerts"),
 		"--inject-config-dir", filepath.Join(t.TempDir(), "inject"),
-		"--configDir", configDir,
 		// pilot-agent verifies this name for any localhost address.
-		"--serving-dns-names", caSAN)
+		"--serving-dns-names", caSAN}, modelFlags...)...)
 	rootFile := publishedRoot(t, env, ns)
 	_, port, err := net.SplitHostPort(p.SecureGRPCAddr)
 	if err != nil {
@@ -70,7 +114,8 @@ func TestPilotAgentProxylessGRPC(t *testing.T) {
 
 	agents := map[string]*pilotAgent{}
 	for _, w := range []workload{server, client} {
-		token := env.ServiceAccountToken(t, w.Namespace, w.ServiceAccount, []string{"istio-ca"}, nil)
+		// A pod's projected token is bound to the pod; without pods, to nothing.
+		token := env.ServiceAccountToken(t, w.Namespace, w.ServiceAccount, []string{"istio-ca"}, pods[w.Name])
 		agents[w.Name] = startPilotAgent(t, bins.pilotAgent, w, token, rootFile, discovery)
 	}
 	for _, a := range agents {
@@ -84,18 +129,18 @@ func TestPilotAgentProxylessGRPC(t *testing.T) {
 	})
 
 	srv := startApp(t, bins.app, agents[server.Name],
-		"-serve", net.JoinHostPort(server.IP, fmt.Sprint(serverPort)), "-name", server.Name)
+		"-serve", net.JoinHostPort(server.IP, fmt.Sprint(m.ServerPort)), "-name", server.Name)
 	srv.waitLine(t, "mode SERVING", agentTimeout)
 	cli := startApp(t, bins.app, agents[client.Name],
 		"-target", fmt.Sprintf("xds:///echo.%s.svc.cluster.local:%d", ns, echoPort))
 
-	want := "ok " + server.Name + " " + client.SPIFFEID()
+	want := okFrom(server, client)
 	if got := cli.callUntil(t, want, agentTimeout); got != want {
 		t.Fatalf("call through the xDS name: last result %q, want %q", got, want)
 	}
 
 	t.Run("under STRICT mTLS the server refuses a plaintext caller", func(t *testing.T) {
-		addr := net.JoinHostPort(server.IP, fmt.Sprint(serverPort))
+		addr := net.JoinHostPort(server.IP, fmt.Sprint(m.ServerPort))
 		if err := plaintextCall(addr); status.Code(err) != codes.Unavailable {
 			t.Errorf("plaintext call to %s: %v, want code Unavailable", addr, err)
 		}
@@ -104,6 +149,16 @@ func TestPilotAgentProxylessGRPC(t *testing.T) {
 	t.Run("syncz lists both proxies with every type sent acknowledged", func(t *testing.T) {
 		waitSynced(t, p.MonitoringAddr, server, client)
 	})
+
+	if src.change != nil {
+		src.change(t, env, m, cli)
+	}
+}
+
+// okFrom is the app's line for a call that server answered and in which it
+// saw client's identity.
+func okFrom(server, client workload) string {
+	return "ok " + server.Name + " " + client.SPIFFEID()
 }
 
 // plaintextCall calls the echo service at addr without TLS.
@@ -119,11 +174,11 @@ func plaintextCall(addr string) error {
 	return err
 }
 
-// writeModel writes the file model istiod serves: the echo Service, the
-// server's WorkloadEntry, STRICT mTLS for the namespace and an ALLOW policy
-// that admits the client's service account only.
-func writeModel(t *testing.T, dir, ns string, server workload, serverPort int, client workload) {
+// writeModel writes m as the file model of --configDir: the echo Service,
+// the server's WorkloadEntry, and the two policies.
+func writeModel(t *testing.T, _ *testenv.Env, m meshModel) ([]string, map[string]*corev1.Pod) {
 	t.Helper()
+	dir := t.TempDir()
 	model := fmt.Sprintf(`apiVersion: v1
 kind: Service
 metadata: {name: echo, namespace: %[1]s}
@@ -153,11 +208,17 @@ spec:
   selector: {matchLabels: {app: echo}}
   action: ALLOW
   rules: [{from: [{source: {principals: [%[7]s]}}]}]
-`, ns, echoPort, server.Name, server.IP, server.ServiceAccount, serverPort,
-		trustDomain+"/ns/"+client.Namespace+"/sa/"+client.ServiceAccount)
+`, m.Namespace, echoPort, m.Server.Name, m.Server.IP, m.Server.ServiceAccount, m.ServerPort,
+		principal(m.Client))
 	if err := os.WriteFile(filepath.Join(dir, "mesh.yaml"), []byte(model), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return []string{"--configDir", dir}, nil
+}
+
+// principal is w's identity as an AuthorizationPolicy source names it.
+func principal(w workload) string {
+	return trustDomain + "/ns/" + w.Namespace + "/sa/" + w.ServiceAccount
 }
 
 // checkAgentCerts verifies what pilot-agent wrote to OUTPUT_CERTS: the

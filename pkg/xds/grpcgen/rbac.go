@@ -16,7 +16,12 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 )
 
-const rbacFilterName = "envoy.filters.http.rbac"
+// The RBAC filters' names, Istio's: gRPC refuses a listener whose HTTP
+// filters share a name, so the DENY filter has its own.
+const (
+	rbacFilterName     = "envoy.filters.http.rbac"
+	rbacDenyFilterName = "envoy.filters.http.rbac.DENY"
+)
 
 // rbacFilters translates AuthorizationPolicies into a DENY filter and an
 // ALLOW filter, in that order. No ALLOW policy means no ALLOW filter; an
@@ -59,14 +64,14 @@ func (g *Generator) rbacFilters(policies []*model.AuthorizationPolicy) ([]*hcm.H
 	}
 	var out []*hcm.HttpFilter
 	if len(deny.Policies) > 0 {
-		f, err := rbacFilter(deny)
+		f, err := rbacFilter(rbacDenyFilterName, deny)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, f)
 	}
 	if hasAllow {
-		f, err := rbacFilter(allow)
+		f, err := rbacFilter(rbacFilterName, allow)
 		if err != nil {
 			return nil, err
 		}
@@ -75,12 +80,12 @@ func (g *Generator) rbacFilters(policies []*model.AuthorizationPolicy) ([]*hcm.H
 	return out, nil
 }
 
-func rbacFilter(r *rbacconfig.RBAC) (*hcm.HttpFilter, error) {
+func rbacFilter(name string, r *rbacconfig.RBAC) (*hcm.HttpFilter, error) {
 	a, err := anypb.New(&rbacfilter.RBAC{Rules: r})
 	if err != nil {
 		return nil, fmt.Errorf("rbac filter: %w", err)
 	}
-	return &hcm.HttpFilter{Name: rbacFilterName, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: a}}, nil
+	return &hcm.HttpFilter{Name: name, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: a}}, nil
 }
 
 // rulePolicy translates one rule; ok is false when the rule must be left

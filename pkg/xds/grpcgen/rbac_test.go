@@ -19,7 +19,13 @@ func rbacOf(t *testing.T, policies string) []*rbacconfig.RBAC {
 		t.Fatal(err)
 	}
 	var out []*rbacconfig.RBAC
+	names := map[string]bool{}
 	for _, f := range filters {
+		// gRPC refuses a listener whose HTTP filters share a name.
+		if names[f.GetName()] {
+			t.Fatalf("two RBAC filters named %s", f.GetName())
+		}
+		names[f.GetName()] = true
 		var r rbacfilter.RBAC
 		if err := f.GetTypedConfig().UnmarshalTo(&r); err != nil {
 			t.Fatal(err)
@@ -41,6 +47,15 @@ func TestRBACTranslation(t *testing.T) {
 		policies string
 		check    func(t *testing.T, rs []*rbacconfig.RBAC)
 	}{
+		"a DENY and an ALLOW policy give a DENY filter, then an ALLOW filter": {
+			policies: policy("ALLOW", `[{from: [{source: {principals: ["cluster.local/ns/app/sa/client"]}}]}]`) +
+				strings.Replace(policy("DENY", `[{from: [{source: {principals: ["cluster.local/ns/app/sa/bad"]}}]}]`), "name: p,", "name: q,", 1),
+			check: func(t *testing.T, rs []*rbacconfig.RBAC) {
+				if len(rs) != 2 || rs[0].GetAction() != rbacconfig.RBAC_DENY || rs[1].GetAction() != rbacconfig.RBAC_ALLOW {
+					t.Errorf("filters: %v", rs)
+				}
+			},
+		},
 		"no policy means no filter": {
 			check: func(t *testing.T, rs []*rbacconfig.RBAC) {
 				if len(rs) != 0 {
