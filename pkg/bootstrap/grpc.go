@@ -8,7 +8,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -16,14 +15,17 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// newGRPCServer builds the secure gRPC server with the limits an untrusted
-// peer must not exceed.
+// newGRPCServer builds a gRPC server with the limits an untrusted peer must
+// not exceed; with a nil tlsConfig it is plaintext.
 func newGRPCServer(cfg Config, tlsConfig *tls.Config, log *slog.Logger) *grpc.Server {
-	return grpc.NewServer(
-		grpc.Creds(credentials.NewTLS(tlsConfig)),
+	var creds []grpc.ServerOption
+	if tlsConfig != nil {
+		creds = append(creds, grpc.Creds(credentials.NewTLS(tlsConfig)))
+	}
+	return grpc.NewServer(append(creds,
 		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize),
 		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
-		grpc.ConnectionTimeout(10*time.Second),
+		grpc.ConnectionTimeout(connectionTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
 			MinTime:             10 * time.Second,
 			PermitWithoutStream: true,
@@ -34,7 +36,7 @@ func newGRPCServer(cfg Config, tlsConfig *tls.Config, log *slog.Logger) *grpc.Se
 		}),
 		grpc.ChainUnaryInterceptor(recoverUnary(log)),
 		grpc.ChainStreamInterceptor(recoverStream(log)),
-	)
+	)...)
 }
 
 // tlsConfig serves istiod's current certificate and verifies client
@@ -57,7 +59,7 @@ func (s *Server) tlsConfig() *tls.Config {
 	}
 }
 
-func limitListener(ln net.Listener, n int) net.Listener { return netutil.LimitListener(ln, n) }
+func limitListener(ln net.Listener, n int) net.Listener { return newShedListener(ln, n) }
 
 // errPanic is the opaque answer to a request whose handler panicked.
 var errPanic = status.Error(codes.Internal, "internal error")

@@ -24,7 +24,7 @@ import (
 // model publish to each client's receipt (it ACKs at once). The debounce
 // is 1ms so that the push itself is measured.
 func BenchmarkConvergence(b *testing.B) {
-	for _, n := range []int{100, 1000} {
+	for _, n := range []int{100, 1000, 5000} {
 		b.Run(fmt.Sprintf("clients=%d", n), func(b *testing.B) { benchConvergence(b, n) })
 	}
 }

@@ -4,6 +4,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -23,8 +26,10 @@ type pushState struct {
 	snap      *model.Snapshot
 	changedAt time.Time // first model change this push carries; zero at start
 
-	mu    sync.Mutex
-	built map[string]*builtResource
+	mu          sync.Mutex
+	built       map[string]*builtResource
+	shared      map[sharedKey]*response
+	sharedBytes int
 }
 
 type builtResource struct {
@@ -35,7 +40,7 @@ type builtResource struct {
 }
 
 func newPushState(snap *model.Snapshot, changedAt time.Time) *pushState {
-	return &pushState{snap: snap, changedAt: changedAt, built: make(map[string]*builtResource)}
+	return &pushState{snap: snap, changedAt: changedAt, built: make(map[string]*builtResource), shared: make(map[sharedKey]*response)}
 }
 
 // resource returns r marshalled, building it once per snapshot and key.
@@ -69,4 +74,107 @@ func (st *pushState) resource(r grpcgen.Resource) (*builtResource, error) {
 		b.any = &anypb.Any{TypeUrl: "type.googleapis.com/" + string(msg.ProtoReflect().Descriptor().FullName()), Value: raw}
 	})
 	return b, b.err
+}
+
+// maxSharedBytes bounds, roughly, the memory of the responses one push
+// state keeps: proxies choose what they ask for, so past it responses are
+// built for the one proxy only.
+const maxSharedBytes = 64 << 20
+
+// sharedKey identifies what a response is generated from within one push
+// state: the type, the names asked for and the proxy fields generation
+// reads.
+type sharedKey struct {
+	typeURL  string
+	proxy    string // proxyKey
+	names    string // namesKey
+	wildcard bool
+}
+
+// response is the resources of one type for every proxy that asks the same
+// thing of one push state, with their state-of-the-world version. Proxies
+// share it read-only; each sends its own DiscoveryResponse around it.
+type response struct {
+	once      sync.Once
+	gen       []generated
+	resources []*anypb.Any
+	version   string
+	size      int
+}
+
+// response returns the resources of key for a proxy gp, generating them
+// once per push state and key however many proxies ask.
+func (st *pushState) response(s *Server, gp *grpcgen.Proxy, key sharedKey, names []string) *response {
+	st.mu.Lock()
+	r, ok := st.shared[key]
+	if !ok {
+		r = &response{}
+		// The key, and per name a generated resource and a pointer.
+		if cost := len(key.names) + len(key.proxy) + 64*len(names); st.sharedBytes+cost <= maxSharedBytes {
+			st.shared[key] = r
+			st.sharedBytes += cost
+		}
+	}
+	st.mu.Unlock()
+	r.once.Do(func() { r.build(s, st, gp, key, names) })
+	return r
+}
+
+func (r *response) build(s *Server, st *pushState, gp *grpcgen.Proxy, key sharedKey, names []string) {
+	for _, res := range s.gen.Generate(st.snap, gp, key.typeURL, names, key.wildcard) {
+		b, err := st.resource(res)
+		if err != nil {
+			s.log.Error("generating resource; leaving it out", "type", shortType(key.typeURL), "name", res.Name, "err", err)
+			continue
+		}
+		r.gen = append(r.gen, generated{name: res.Name, hash: b.hash, any: b.any})
+	}
+	r.finish(key)
+}
+
+// finish fills in what follows from r.gen. The version covers the names
+// asked for and the content, so a NACKed response is not repeated until
+// one of them changes.
+func (r *response) finish(key sharedKey) {
+	h := sha256.New()
+	if key.wildcard {
+		h.Write([]byte("*"))
+	}
+	h.Write([]byte(key.names))
+	h.Write([]byte{0})
+	r.resources = make([]*anypb.Any, 0, len(r.gen))
+	for _, g := range r.gen {
+		h.Write(appendField(appendField(nil, g.name), g.hash))
+		r.resources = append(r.resources, g.any)
+		r.size += len(g.any.Value)
+	}
+	r.version = hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// namesKey is sorted names as one string. Each name is length-prefixed, so
+// names a proxy chooses cannot make two lists share a key.
+func namesKey(sorted []string) string {
+	var b []byte
+	for _, n := range sorted {
+		b = appendField(b, n)
+	}
+	return string(b)
+}
+
+// proxyKey is every field of gp that generation reads, as one string.
+func proxyKey(gp *grpcgen.Proxy) string {
+	if gp == nil {
+		return ""
+	}
+	b := appendField(nil, gp.Namespace)
+	for _, k := range slices.Sorted(maps.Keys(gp.Labels)) {
+		b = appendField(appendField(b, k), gp.Labels[k])
+	}
+	return string(b)
+}
+
+func appendField(b []byte, s string) []byte {
+	b = strconv.AppendInt(b, int64(len(s)), 10)
+	b = append(b, ':')
+	return append(b, s...)
 }

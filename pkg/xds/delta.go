@@ -48,16 +48,12 @@ func (p *proxy) openDelta(typeURL string, w *deltaWatch) func() {
 // is not sent again until it changes.
 func (p *proxy) respondDeltaLocked(typeURL string, w *deltaWatch, st *pushState) {
 	start := p.srv.cfg.Clock()
-	names := make([]string, 0, len(w.sub.SubscribedResources()))
-	for n := range w.sub.SubscribedResources() {
-		names = append(names, n)
-	}
+	r := p.responseLocked(st, typeURL, subscriptionOf(w.sub))
 	held := w.sub.ReturnedResources()
-	next := make(map[string]string, len(held))
+	next := make(map[string]string, len(r.gen))
 	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: typeURL}
 	size := 0
-	slices.Sort(names)
-	for _, b := range p.generateLocked(st, typeURL, names, w.sub.IsWildcard()) {
+	for _, b := range r.gen {
 		next[b.name] = b.hash
 		if held[b.name] != b.hash {
 			resp.Resources = append(resp.Resources, &discovery.Resource{Name: b.name, Version: b.hash, Resource: b.any})
@@ -84,9 +80,7 @@ func (p *proxy) respondDeltaLocked(typeURL string, w *deltaWatch, st *pushState)
 	p.deltaAnswered[typeURL] = true
 	delete(p.deltaWatches, typeURL)
 	p.pending[typeURL] = sent{changedAt: st.changedAt}
-	t := shortType(typeURL)
-	p.srv.metrics.pushTime.WithLabelValues(t).Observe(p.srv.cfg.Clock().Sub(start).Seconds())
-	p.srv.metrics.configSize.WithLabelValues(t).Observe(float64(size))
+	p.srv.metrics.observe(typeURL, p.srv.cfg.Clock().Sub(start), size)
 }
 
 // respondedDelta records an incremental response the stream is sending.

@@ -1,6 +1,10 @@
 package xds
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // metrics carries Istio's pilot metric names, so dashboards keep working.
 type metrics struct {
@@ -10,6 +14,24 @@ type metrics struct {
 	convergence prometheus.Histogram
 	configSize  *prometheus.HistogramVec
 	rejects     *prometheus.CounterVec
+
+	// byType holds pushTime and configSize of each served type, resolved
+	// once rather than per response.
+	byType map[string]typeObservers
+}
+
+type typeObservers struct{ pushTime, configSize prometheus.Observer }
+
+// observe records one response of typeURL: the time taken to produce it
+// and the size of its resources.
+func (m *metrics) observe(typeURL string, took time.Duration, size int) {
+	o, ok := m.byType[typeURL]
+	if !ok {
+		t := shortType(typeURL)
+		o = typeObservers{m.pushTime.WithLabelValues(t), m.configSize.WithLabelValues(t)}
+	}
+	o.pushTime.Observe(took.Seconds())
+	o.configSize.Observe(float64(size))
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -35,6 +57,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		rejects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pilot_total_xds_rejects", Help: "xDS responses rejected by proxies, by type.",
 		}, []string{"type"}),
+	}
+	m.byType = make(map[string]typeObservers)
+	for _, t := range []string{typeListener, typeRoute, typeCluster, typeEndpoint, typeSecret} {
+		m.byType[t] = typeObservers{m.pushTime.WithLabelValues(shortType(t)), m.configSize.WithLabelValues(shortType(t))}
 	}
 	if reg != nil {
 		reg.MustRegister(m.proxies, m.pushes, m.pushTime, m.convergence, m.configSize, m.rejects)

@@ -2,8 +2,6 @@ package xds
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"slices"
 	"sync"
 	"time"
@@ -12,7 +10,6 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
-	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/bulwark-mesh/bulwark/pkg/sds"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
@@ -27,6 +24,7 @@ type proxy struct {
 	mu      sync.Mutex
 	node    *core.Node // the authenticated first node; nil before
 	gp      *grpcgen.Proxy
+	gpKey   *string   // proxyKey(gp), once gp is set
 	sp      sds.Proxy // for secrets
 	watches map[string]*watch
 	subs    map[string]subscription // from the last request that was not stale
@@ -49,6 +47,7 @@ type watch struct {
 // subscription is what a proxy asked for of one type.
 type subscription struct {
 	names    []string // sorted
+	key      string   // namesKey(names)
 	wildcard bool
 }
 
@@ -103,39 +102,22 @@ func (p *proxy) pushAll(st *pushState) {
 	}
 }
 
-// respondLocked generates the response for w and sends it when its version
-// differs from the last one sent. The version covers the names asked for
-// and the content, so a NACKed response is not repeated until one changes.
+// respondLocked sends w the response to what the proxy asks for of
+// typeURL when its version differs from the last one sent. The version
+// covers the names asked for and the content, so a NACKed response is not
+// repeated until one of them changes.
 func (p *proxy) respondLocked(typeURL string, w *watch, st *pushState) {
 	start := p.srv.cfg.Clock()
-	sub := p.subs[typeURL]
-	names, wildcard := sub.names, sub.wildcard
-	h := sha256.New()
-	if wildcard {
-		h.Write([]byte("*\x00"))
-	}
-	for _, n := range names {
-		h.Write([]byte(n))
-		h.Write([]byte{0})
-	}
-	h.Write([]byte{1})
-	var resources []*anypb.Any
-	size := 0
-	for _, b := range p.generateLocked(st, typeURL, names, wildcard) {
-		h.Write([]byte(b.name + "\x00" + b.hash + "\x00"))
-		resources = append(resources, b.any)
-		size += len(b.any.Value)
-	}
-	version := hex.EncodeToString(h.Sum(nil)[:8])
-	if last, ok := p.sent[typeURL]; ok && last.version == version {
+	r := p.responseLocked(st, typeURL, p.subs[typeURL])
+	if last, ok := p.sent[typeURL]; ok && last.version == r.version {
 		return
 	}
 	resp := &cache.PassthroughResponse{
 		Request: w.req,
 		DiscoveryResponse: &discovery.DiscoveryResponse{
-			VersionInfo: version,
+			VersionInfo: r.version,
 			TypeUrl:     typeURL,
-			Resources:   resources,
+			Resources:   r.resources, // shared: go-control-plane only sets the nonce on the response
 		},
 	}
 	// The stream's channel holds one response per type, and a watch gets
@@ -148,10 +130,28 @@ func (p *proxy) respondLocked(typeURL string, w *watch, st *pushState) {
 		return
 	}
 	delete(p.watches, typeURL) // one response per watch
-	p.pending[typeURL] = sent{version: version, changedAt: st.changedAt}
-	t := shortType(typeURL)
-	p.srv.metrics.pushTime.WithLabelValues(t).Observe(p.srv.cfg.Clock().Sub(start).Seconds())
-	p.srv.metrics.configSize.WithLabelValues(t).Observe(float64(size))
+	p.pending[typeURL] = sent{version: r.version, changedAt: st.changedAt}
+	p.srv.metrics.observe(typeURL, p.srv.cfg.Clock().Sub(start), r.size)
+}
+
+// responseLocked returns the resources of typeURL the proxy asks for in
+// sub: shared with every proxy asking the same of st, except secrets,
+// which are the proxy's own.
+func (p *proxy) responseLocked(st *pushState, typeURL string, sub subscription) *response {
+	key := sharedKey{typeURL: typeURL, names: sub.key, wildcard: sub.wildcard}
+	if typeURL == typeSecret {
+		r := &response{gen: p.generateLocked(st, typeURL, sub.names, sub.wildcard)}
+		r.finish(key)
+		return r
+	}
+	if p.gpKey == nil && p.gp != nil {
+		k := proxyKey(p.gp)
+		p.gpKey = &k
+	}
+	if p.gpKey != nil {
+		key.proxy = *p.gpKey
+	}
+	return st.response(p.srv, p.gp, key, sub.names)
 }
 
 // responded records a response the stream is sending.
@@ -222,5 +222,5 @@ func subscriptionOf(sub cache.Subscription) subscription {
 		names = append(names, n)
 	}
 	slices.Sort(names)
-	return subscription{names: names, wildcard: sub.IsWildcard()}
+	return subscription{names: names, key: namesKey(names), wildcard: sub.IsWildcard()}
 }

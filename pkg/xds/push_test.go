@@ -79,23 +79,41 @@ func TestDebounceMaxBoundsTheWait(t *testing.T) {
 	}
 }
 
+// TestNACKStormIsNotAnswered sends 1,000 NACKs of the last response: none
+// is answered, so there is no re-push loop, and each is counted once.
 func TestNACKStormIsNotAnswered(t *testing.T) {
+	const nacks = 1000
 	h := newHarness(t, testModel(t, baseManifests), nil)
 	st, first := subscribeEDS(t, h)
 	h.store.Publish(testModel(t, withWorkloads(1)))
 	second := recv(t, st)
 	pushes := testutil.ToFloat64(h.srv.metrics.pushes.WithLabelValues("eds"))
-	for range 500 {
+	for range nacks {
 		if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: grpcgen.EndpointType, ResourceNames: []string{echoCluster},
 			VersionInfo: first.GetVersionInfo(), ResponseNonce: second.GetNonce(), ErrorDetail: &status.Status{Message: "no"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// Requests are handled in order, so the probe's response is the first
+	// one after the storm only if the storm caused none.
 	noResponse(t, st, grpcgen.ClusterType)
 	if got := testutil.ToFloat64(h.srv.metrics.pushes.WithLabelValues("eds")); got != pushes {
-		t.Errorf("EDS pushes went from %v to %v under NACKs", pushes, got)
+		t.Errorf("EDS responses went from %v to %v under %d NACKs", pushes, got, nacks)
 	}
-	if got := testutil.ToFloat64(h.srv.metrics.rejects.WithLabelValues("eds")); got != 500 {
-		t.Errorf("rejects %v, want 500", got)
+	if got := testutil.ToFloat64(h.srv.metrics.rejects.WithLabelValues("eds")); got != nacks {
+		t.Errorf("rejects %v, want %d", got, nacks)
+	}
+	if got := h.srv.Proxies()[0].Rejected[grpcgen.EndpointType]; got != "no" {
+		t.Errorf("rejection detail %q", got)
+	}
+
+	// A model change after the storm is pushed once.
+	h.store.Publish(testModel(t, withWorkloads(2)))
+	if got := endpointCount(t, recv(t, st)); got != 3 {
+		t.Fatalf("pushed %d endpoints after the NACK storm, want 3", got)
+	}
+	noResponse(t, st, grpcgen.RouteType)
+	if got := testutil.ToFloat64(h.srv.metrics.pushes.WithLabelValues("eds")); got != pushes+1 {
+		t.Errorf("EDS responses went from %v to %v after one change", pushes, got)
 	}
 }

@@ -19,9 +19,7 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -103,12 +101,9 @@ type fleet struct {
 	addr string
 	tls  *tls.Config
 
-	ready       atomic.Int64 // sessions that have ACKed all subscriptions
-	otherErrors atomic.Int64 // stream errors other than ResourceExhausted
-	exhausted   atomic.Int64 // ResourceExhausted rejections
-	errMu       sync.Mutex
-	errCodes    map[codes.Code]int // other errors by code
-	errSample   map[codes.Code]string
+	ready    atomic.Int64 // sessions that have ACKed all subscriptions
+	retries  retries
+	stopping atomic.Bool // connection errors are the fleet's own
 
 	// After a model change: the EDS version before it, when the change was
 	// written, and each proxy's time to ACK a different version.
@@ -148,14 +143,18 @@ func newFleet(b *testing.B, srv *server, n int) *fleet {
 	return f
 }
 
-// start connects n proxies at once; each retries with jittered backoff
+// start connects n proxies at once. Like a real xDS client, each one's
+// channel reconnects with gRPC's connection backoff, and its ADS stream
+// waits for the channel and is retried with jittered backoff on any error
 // until ctx ends.
 func (f *fleet) start(b *testing.B, ctx context.Context, n int) {
 	b.Helper()
+	f.stopping.Store(false)
 	f.proxies = make([]*simProxy, n)
 	for i := range n {
 		conn, err := grpc.NewClient(f.addr,
-			grpc.WithTransportCredentials(credentials.NewTLS(f.tls)),
+			grpc.WithTransportCredentials(countingCreds{credentials.NewTLS(f.tls), f}),
+			grpc.WithContextDialer(f.dial), grpc.WithDefaultCallOptions(grpc.WaitForReady(true)),
 			grpc.WithReadBufferSize(4<<10), grpc.WithWriteBufferSize(4<<10), grpc.WithSharedWriteBuffer(true))
 		if err != nil {
 			b.Fatal(err)
@@ -170,6 +169,7 @@ func (f *fleet) start(b *testing.B, ctx context.Context, n int) {
 
 // stop closes every connection at once and waits for the proxies to end.
 func (f *fleet) stop() {
+	f.stopping.Store(true)
 	for _, p := range f.proxies {
 		p.cancel()
 		p.conn.Close()
@@ -186,18 +186,7 @@ func (f *fleet) run(ctx context.Context, p *simProxy) {
 		if ctx.Err() != nil {
 			return
 		}
-		if status.Code(err) == codes.ResourceExhausted {
-			f.exhausted.Add(1)
-		} else {
-			f.otherErrors.Add(1)
-			f.errMu.Lock()
-			if f.errCodes == nil {
-				f.errCodes, f.errSample = map[codes.Code]int{}, map[codes.Code]string{}
-			}
-			f.errCodes[status.Code(err)]++
-			f.errSample[status.Code(err)] = err.Error()
-			f.errMu.Unlock()
-		}
+		f.retries.stream(err)
 		d := min(backoffMax, backoffBase<<min(attempt, 10))
 		select {
 		case <-ctx.Done():
@@ -303,17 +292,5 @@ func (f *fleet) waitReady(b *testing.B, n int, timeout time.Duration) time.Durat
 }
 
 func (f *fleet) progress() string {
-	f.errMu.Lock()
-	defer f.errMu.Unlock()
-	return fmt.Sprintf("ready %d, converged %d, ResourceExhausted %d, other errors %d %v %q",
-		f.ready.Load(), f.converged.Load(), f.exhausted.Load(), f.otherErrors.Load(), f.errCodes, f.errSample)
-}
-
-// resetErrors forgets the errors counted so far.
-func (f *fleet) resetErrors() {
-	f.errMu.Lock()
-	defer f.errMu.Unlock()
-	f.exhausted.Store(0)
-	f.otherErrors.Store(0)
-	f.errCodes, f.errSample = nil, nil
+	return fmt.Sprintf("ready %d, converged %d; %s", f.ready.Load(), f.converged.Load(), &f.retries)
 }
