@@ -190,7 +190,7 @@ func (c *Config) Validate() error {
 	if c.GracePeriod < 0 {
 		return errors.New("grace period must not be negative")
 	}
-	for name, addr := range map[string]string{"secureGRPCAddr": c.SecureGRPCAddr, "httpAddr": c.HTTPAddr, "httpsAddr": c.HTTPSAddr, "monitoringAddr": c.MonitoringAddr} {
+	for name, addr := range map[string]string{"secureGRPCAddr": c.SecureGRPCAddr, "grpcAddr": c.GRPCAddr, "httpAddr": c.HTTPAddr, "httpsAddr": c.HTTPSAddr, "monitoringAddr": c.MonitoringAddr} {
 		if addr == "" {
 			continue
 		}

@@ -20,6 +20,7 @@ func TestValidate(t *testing.T) {
 		"a jwt ca file needs a rule":            {mutate: func(c *Config) { c.JWTCAFile = "/x" }, want: "without a jwt rule"},
 		"token audiences are required":          {mutate: func(c *Config) { c.TokenAudiences = nil }, want: "audience"},
 		"an address needs a port":               {mutate: func(c *Config) { c.SecureGRPCAddr = "127.0.0.1" }, want: "secureGRPCAddr"},
+		"the plaintext address needs a port":    {mutate: func(c *Config) { c.GRPCAddr = "15010" }, want: "grpcAddr"},
 		"zero limits are refused":               {mutate: func(c *Config) { c.MaxRecvMsgSize = 0 }, want: "limits"},
 	}
 	for name, tc := range tests {
@@ -52,6 +53,9 @@ func TestDefaultsDependOnMode(t *testing.T) {
 	kube.setDefaults()
 	if kube.SecureGRPCAddr != ":15012" || kube.CACertsDir != "/etc/cacerts" {
 		t.Errorf("kubernetes mode: %s, %s", kube.SecureGRPCAddr, kube.CACertsDir)
+	}
+	if local.GRPCAddr != "" || kube.GRPCAddr != "" {
+		t.Errorf("plaintext xDS is on by default: %q locally, %q in Kubernetes", local.GRPCAddr, kube.GRPCAddr)
 	}
 }
 

@@ -37,6 +37,9 @@ type Server struct {
 	serving     *servingcert.Rotator
 	grpc        *grpc.Server
 	grpcServing atomic.Bool // the secure gRPC server is serving
+	// plaintext serves unauthenticated xDS (Istio's 15010); nil unless
+	// Config.GRPCAddr is set. It never serves the CSR API or secrets.
+	plaintext *grpc.Server
 	// webhooksServing: the admission webhooks answer on the HTTPS port.
 	webhooksServing atomic.Bool
 	injector        *inject.FileSource
@@ -96,6 +99,10 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	s.grpc = newGRPCServer(cfg, s.tlsConfig(), log)
 	if err := s.wireXDS(chain, td); err != nil {
 		return nil, err
+	}
+	if cfg.GRPCAddr != "" {
+		s.plaintext = newGRPCServer(cfg, nil, log)
+		s.xds.RegisterPlaintext(s.plaintext)
 	}
 	service.New(service.Config{
 		Authenticator: chain,
@@ -213,28 +220,15 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := os.MkdirAll(s.cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
-	secure, err := listen(s.cfg.SecureGRPCAddr, s.cfg.MaxConnections)
+	addrs := []string{s.cfg.SecureGRPCAddr, s.cfg.HTTPAddr, s.cfg.MonitoringAddr, s.cfg.HTTPSAddr}
+	if s.plaintext != nil {
+		addrs = append(addrs, s.cfg.GRPCAddr)
+	}
+	lns, err := listenAll(addrs, s.cfg.MaxConnections)
 	if err != nil {
 		return err
 	}
-	httpLn, err := listen(s.cfg.HTTPAddr, 0)
-	if err != nil {
-		secure.Close()
-		return err
-	}
-	monLn, err := listen(s.cfg.MonitoringAddr, 0)
-	if err != nil {
-		secure.Close()
-		httpLn.Close()
-		return err
-	}
-	webhookLn, err := listen(s.cfg.HTTPSAddr, 0)
-	if err != nil {
-		secure.Close()
-		httpLn.Close()
-		monLn.Close()
-		return err
-	}
+	secure, httpLn, monLn, webhookLn := lns[0], lns[1], lns[2], lns[3]
 	s.log.Info("istiod starting", "mode", s.mode(), "trust_domain", s.cfg.TrustDomain,
 		"secure_grpc", secure.Addr().String(), "http", httpLn.Addr().String(), "monitoring", monLn.Addr().String(), "webhooks", webhookLn.Addr().String(),
 		"state_dir", s.cfg.StateDir, "cacerts_dir", s.cfg.CACertsDir)
@@ -247,7 +241,11 @@ func (s *Server) Run(ctx context.Context) error {
 		g.Go(func() error { return s.kube.run(ctx) })
 	}
 	g.Go(func() error { return s.serving.Run(ctx) })
-	g.Go(func() error { return s.serveGRPC(ctx, secure) })
+	g.Go(func() error { return s.serveSecureGRPC(ctx, secure) })
+	if s.plaintext != nil {
+		s.log.Warn("plaintext xDS enabled: proxies on it are not authenticated and get configuration only", "addr", lns[4].Addr().String())
+		g.Go(func() error { return s.serveGRPC(ctx, s.plaintext, lns[4], "plaintext gRPC", nil) })
+	}
 	g.Go(func() error { return s.injector.Run(ctx) })
 	g.Go(func() error { return s.xds.Run(ctx) })
 	g.Go(func() error { return s.sds.Run(ctx) })
@@ -263,48 +261,82 @@ func (s *Server) Run(ctx context.Context) error {
 	return nil
 }
 
-// serveGRPC serves the secure port once the serving certificate exists, and
-// drains in-flight RPCs on shutdown.
-func (s *Server) serveGRPC(ctx context.Context, ln net.Listener) error {
+// serveSecureGRPC serves the secure port once the serving certificate
+// exists.
+func (s *Server) serveSecureGRPC(ctx context.Context, ln net.Listener) error {
 	select {
 	case <-ctx.Done():
 		ln.Close()
 		return nil
 	case <-s.serving.Ready():
 	}
+	return s.serveGRPC(ctx, s.grpc, ln, "secure gRPC", &s.grpcServing)
+}
+
+// serveGRPC serves gs on ln until ctx is done, then drains in-flight RPCs
+// for the grace period. serving, when given, is true while it serves.
+func (s *Server) serveGRPC(ctx context.Context, gs *grpc.Server, ln net.Listener, name string, serving *atomic.Bool) error {
 	errc := make(chan error, 1)
-	go func() { errc <- s.grpc.Serve(ln) }()
-	s.grpcServing.Store(true)
-	s.log.Info("secure gRPC serving", "addr", ln.Addr().String())
+	go func() { errc <- gs.Serve(ln) }()
+	if serving != nil {
+		serving.Store(true)
+	}
+	s.log.Info(name+" serving", "addr", ln.Addr().String())
 
 	select {
 	case err := <-errc:
-		return fmt.Errorf("secure gRPC: %w", err)
+		return fmt.Errorf("%s: %w", name, err)
 	case <-ctx.Done():
 	}
-	s.grpcServing.Store(false)
+	if serving != nil {
+		serving.Store(false)
+	}
 	drained := make(chan struct{})
-	go func() { s.grpc.GracefulStop(); close(drained) }()
+	go func() { gs.GracefulStop(); close(drained) }()
 	select {
 	case <-drained:
 	case <-time.After(s.cfg.GracePeriod):
-		s.log.Warn("grace period over, closing remaining RPCs", "grace_period", s.cfg.GracePeriod)
-		s.grpc.Stop()
+		s.log.Warn("grace period over, closing remaining RPCs", "server", name, "grace_period", s.cfg.GracePeriod)
+		gs.Stop()
 		<-drained
 	}
 	return nil
 }
 
 // Ready reports whether istiod can serve: the CA is loaded, the secure
-// gRPC server serves with a certificate and, in Kubernetes mode, the
-// caches are synced.
-func (s *Server) Ready() bool { return s.ca.Ready() && s.grpcServing.Load() && s.kubeSynced() }
+// gRPC server serves with a certificate, xDS serves a mesh model read from
+// its source and, in Kubernetes mode, the caches are synced.
+func (s *Server) Ready() bool {
+	return s.ca.Ready() && s.grpcServing.Load() && s.kubeSynced() && s.xds.HasSynced()
+}
 
 func (s *Server) mode() string {
 	if s.cfg.KubernetesMode() {
 		return "kubernetes"
 	}
 	return "local"
+}
+
+// listenAll listens on every address, or on none: on an error the
+// listeners already open are closed. The gRPC ports (the first and, when
+// present, the fifth) are limited to maxConns connections each.
+func listenAll(addrs []string, maxConns int) ([]net.Listener, error) {
+	lns := make([]net.Listener, 0, len(addrs))
+	for i, addr := range addrs {
+		limit := 0
+		if i == 0 || i == 4 {
+			limit = maxConns
+		}
+		ln, err := listen(addr, limit)
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return nil, err
+		}
+		lns = append(lns, ln)
+	}
+	return lns, nil
 }
 
 // listen binds addr; maxConns > 0 bounds the open connections.

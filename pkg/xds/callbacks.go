@@ -122,27 +122,36 @@ func (c callbacks) authenticate(p *proxy, node *core.Node) error {
 		s.log.Warn("proxy rejected", "node", node.GetId(), "err", err)
 		return status.Error(codes.InvalidArgument, "invalid node metadata")
 	}
-	caller, err := s.cfg.Authenticator.Authenticate(p.ctx)
-	if err != nil {
-		s.log.Warn("proxy authentication failed", "node", node.GetId(), "err", err)
-		return errUnauthenticated
-	}
 	want, err := meta.Identity(s.cfg.TrustDomain)
-	if err != nil || !slices.Contains(caller.Identities, want) {
-		s.log.Warn("proxy rejected", "node", node.GetId(), "claimed", want.String(),
-			"authenticated", fmt.Sprint(caller.Identities), "err", ErrIdentityMismatch)
-		return errForbidden
+	plaintext := isPlaintext(p.ctx)
+	authenticator := "none (plaintext port)"
+	switch {
+	case plaintext && err != nil:
+		s.log.Warn("proxy rejected", "node", node.GetId(), "err", err)
+		return status.Error(codes.InvalidArgument, "invalid node identity")
+	case !plaintext:
+		caller, aerr := s.cfg.Authenticator.Authenticate(p.ctx)
+		if aerr != nil {
+			s.log.Warn("proxy authentication failed", "node", node.GetId(), "err", aerr)
+			return errUnauthenticated
+		}
+		if err != nil || !slices.Contains(caller.Identities, want) {
+			s.log.Warn("proxy rejected", "node", node.GetId(), "claimed", want.String(),
+				"authenticated", fmt.Sprint(caller.Identities), "err", ErrIdentityMismatch)
+			return errForbidden
+		}
+		authenticator = caller.Authenticator
 	}
 	p.mu.Lock()
 	p.node = node
 	p.gp = &grpcgen.Proxy{Namespace: meta.Namespace, Labels: meta.Labels}
-	p.sp = sds.Proxy{Namespace: meta.Namespace, ServiceAccount: meta.ServiceAccount, Secure: tlsStream(p.ctx)}
+	p.sp = sds.Proxy{Namespace: meta.Namespace, ServiceAccount: meta.ServiceAccount, Secure: !plaintext && tlsStream(p.ctx)}
 	p.mu.Unlock()
 	s.mu.Lock()
 	s.byNode[node] = p
 	s.mu.Unlock()
 	s.metrics.proxies.Inc()
-	s.log.Info("proxy connected", "node", node.GetId(), "identity", want.String(), "authenticator", caller.Authenticator)
+	s.log.Info("proxy connected", "node", node.GetId(), "identity", want.String(), "authenticator", authenticator)
 	return nil
 }
 

@@ -52,6 +52,12 @@ type harness struct {
 
 func newHarness(t *testing.T, snap *model.Snapshot, mod func(*Config)) *harness {
 	t.Helper()
+	return newHarnessOn(t, snap, mod, (*Server).Register)
+}
+
+// newHarnessOn is newHarness with the ADS service registered by register.
+func newHarnessOn(t *testing.T, snap *model.Snapshot, mod func(*Config), register func(*Server, grpc.ServiceRegistrar)) *harness {
+	t.Helper()
 	store := model.NewStore()
 	if snap != nil {
 		store.Publish(snap)
@@ -70,7 +76,7 @@ func newHarness(t *testing.T, snap *model.Snapshot, mod func(*Config)) *harness 
 	}
 	lis := bufconn.Listen(1 << 20)
 	gs := grpc.NewServer()
-	srv.Register(gs)
+	register(srv, gs)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = srv.Run(ctx); close(done) }()

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -115,5 +116,26 @@ func TestNACKStormIsNotAnswered(t *testing.T) {
 	noResponse(t, st, grpcgen.RouteType)
 	if got := testutil.ToFloat64(h.srv.metrics.pushes.WithLabelValues("eds")); got != pushes+1 {
 		t.Errorf("EDS responses went from %v to %v after one change", pushes, got)
+	}
+}
+
+func TestFirstModelIsAppliedAtOnceAndLaterOnesDebounced(t *testing.T) {
+	h := newHarness(t, nil, func(c *Config) { c.DebounceQuiet, c.DebounceMax = time.Hour, time.Hour })
+	if h.srv.HasSynced() {
+		t.Fatal("synced before any source published")
+	}
+	first := testModel(t, baseManifests)
+	h.store.Publish(first)
+	deadline := time.Now().Add(10 * time.Second)
+	for !h.srv.HasSynced() {
+		if time.Now().After(deadline) {
+			t.Fatal("the first model was not applied without waiting for quiet")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	h.store.Publish(testModel(t, strings.Replace(baseManifests, "10.0.0.2", "10.0.0.3", 1)))
+	time.Sleep(50 * time.Millisecond)
+	if got := h.srv.state.Load().snap.Version; got != first.Version {
+		t.Fatalf("a later model was applied before the debounce: %s", got)
 	}
 }

@@ -184,7 +184,9 @@ func (s *Server) Run(ctx context.Context) error {
 				first = s.cfg.Clock()
 			}
 			pending = snap
-			if s.cfg.Clock().Sub(first) >= s.cfg.DebounceMax {
+			// The first model is applied at once: there is nothing to
+			// coalesce it with, and readiness waits for it.
+			if !s.HasSynced() || s.cfg.Clock().Sub(first) >= s.cfg.DebounceMax {
 				quiet.Stop()
 				push()
 				continue
@@ -197,6 +199,10 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// HasSynced reports whether a model published by a source (a snapshot
+// with a version) is the one served.
+func (s *Server) HasSynced() bool { return s.state.Load().snap.Version != "" }
 
 // push makes snap current and answers every open watch it changes.
 func (s *Server) push(snap *model.Snapshot, changedAt time.Time) {
