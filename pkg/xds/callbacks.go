@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -35,8 +36,8 @@ type callbacks struct{ s *Server }
 
 func (c callbacks) OnStreamOpen(ctx context.Context, id int64, typeURL string) error {
 	s := c.s
-	if !s.limiter.Allow() {
-		return errRateLimited
+	if err := s.admit(ctx); err != nil {
+		return err
 	}
 	p := newProxy(s, id)
 	p.ctx = ctx
@@ -208,4 +209,30 @@ func (s *Server) CreateWatch(req *cache.Request, sub cache.Subscription, ch chan
 // Fetch implements cache.ConfigFetcher.
 func (s *Server) Fetch(context.Context, *cache.Request) (cache.Response, error) {
 	return nil, status.Error(codes.Unimplemented, "REST xDS is not supported")
+}
+
+// admit takes a turn from the new-stream limiter, waiting for it when it
+// comes within StreamWait, and refuses the stream otherwise.
+func (s *Server) admit(ctx context.Context) error {
+	r := s.limiter.Reserve()
+	if !r.OK() {
+		return errRateLimited
+	}
+	d := r.Delay()
+	if d == 0 {
+		return nil
+	}
+	if d > s.cfg.StreamWait {
+		r.Cancel()
+		return errRateLimited
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		r.Cancel()
+		return ctx.Err()
+	}
 }

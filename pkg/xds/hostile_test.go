@@ -67,3 +67,41 @@ func heapInuse() int64 {
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapInuse)
 }
+
+// Streams whose turn comes within StreamWait wait for it instead of being
+// refused; the rest are refused at once.
+func TestStreamsWaitBrieflyForTheirTurn(t *testing.T) {
+	h := newHarness(t, testModel(t, baseManifests), func(c *Config) {
+		c.StreamRate, c.StreamBurst, c.StreamWait = 10, 1, time.Second
+	})
+	open := func(n int) (served, shed int64) {
+		var ok, exhausted atomic.Int64
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() {
+				st := h.stream(clientID)
+				_ = st.Send(&discovery.DiscoveryRequest{Node: testNode("app", "client", nil), TypeUrl: grpcgen.ListenerType, ResourceNames: []string{echoListener}})
+				_, err := st.Recv()
+				switch status.Code(err) {
+				case codes.OK:
+					ok.Add(1)
+				case codes.ResourceExhausted:
+					exhausted.Add(1)
+				default:
+					t.Errorf("stream: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+		return ok.Load(), exhausted.Load()
+	}
+	// Five turns come within 0.4 s: all wait and are served.
+	if served, shed := open(5); served != 5 || shed != 0 {
+		t.Fatalf("%d served and %d refused, want 5 and 0", served, shed)
+	}
+	// Of 40 at once, about 11 turns come within a second.
+	served, shed := open(40)
+	if served < 5 || served > 15 || served+shed != 40 {
+		t.Fatalf("%d served and %d refused of 40, want about 11 served", served, shed)
+	}
+}

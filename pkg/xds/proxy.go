@@ -140,7 +140,7 @@ func (p *proxy) respondLocked(typeURL string, w *watch, st *pushState) {
 func (p *proxy) responseLocked(st *pushState, typeURL string, sub subscription) *response {
 	key := sharedKey{typeURL: typeURL, names: sub.key, wildcard: sub.wildcard}
 	if typeURL == typeSecret {
-		r := &response{gen: p.generateLocked(st, typeURL, sub.names, sub.wildcard)}
+		r := &response{gen: p.secretsLocked(sub.names)}
 		r.finish(key)
 		return r
 	}

@@ -34,29 +34,17 @@ type generated struct {
 	any  *anypb.Any
 }
 
-// generateLocked returns the resources of typeURL for the proxy. Secrets
-// come from the SecretSource and are not shared between proxies; other
-// types are built once per push state.
-func (p *proxy) generateLocked(st *pushState, typeURL string, names []string, wildcard bool) []generated {
+// secretsLocked returns the secrets of names the proxy may have. They come
+// from the SecretSource and are never shared between proxies.
+func (p *proxy) secretsLocked(names []string) []generated {
 	var out []generated
-	if typeURL == typeSecret {
-		for _, sec := range p.srv.cfg.Secrets.Generate(p.ctx, p.sp, names) {
-			g, err := marshalSecret(sec)
-			if err != nil {
-				p.srv.log.Error("generating resource; leaving it out", "type", shortType(typeURL), "name", sec.GetName(), "err", err)
-				continue
-			}
-			out = append(out, g)
-		}
-		return out
-	}
-	for _, r := range p.srv.gen.Generate(st.snap, p.gp, typeURL, names, wildcard) {
-		b, err := st.resource(r)
+	for _, sec := range p.srv.cfg.Secrets.Generate(p.ctx, p.sp, names) {
+		g, err := marshalSecret(sec)
 		if err != nil {
-			p.srv.log.Error("generating resource; leaving it out", "type", shortType(typeURL), "name", r.Name, "err", err)
+			p.srv.log.Error("generating resource; leaving it out", "type", shortType(typeSecret), "name", sec.GetName(), "err", err)
 			continue
 		}
-		out = append(out, generated{name: r.Name, hash: b.hash, any: b.any})
+		out = append(out, g)
 	}
 	return out
 }

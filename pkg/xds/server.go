@@ -60,6 +60,7 @@ const (
 	DefaultDebounceMax   = 10 * time.Second
 	DefaultStreamRate    = 100 // new streams per second
 	DefaultStreamBurst   = 500
+	DefaultStreamWait    = time.Second
 	DefaultMaxNames      = 10000 // resource names in one request
 )
 
@@ -81,10 +82,13 @@ type Config struct {
 	// push; DebounceMax bounds how long a push waits for quiet.
 	DebounceQuiet time.Duration
 	DebounceMax   time.Duration
-	// StreamRate and StreamBurst bound how fast new streams are accepted;
-	// others get ResourceExhausted.
+	// StreamRate and StreamBurst bound how fast new streams are accepted.
+	// A stream whose turn comes within StreamWait waits for it (so at most
+	// about StreamRate×StreamWait streams wait at once); others get
+	// ResourceExhausted at once.
 	StreamRate  rate.Limit
 	StreamBurst int
+	StreamWait  time.Duration
 	// Secrets, when set, serves the Secret type (SDS) on the same
 	// streams, to proxies on TLS streams only; without it Secret requests
 	// are ignored like any unknown type.
@@ -117,6 +121,7 @@ func New(cfg Config) (*Server, error) {
 	cfg.DebounceMax = cmp.Or(cfg.DebounceMax, DefaultDebounceMax)
 	cfg.StreamRate = cmp.Or(cfg.StreamRate, DefaultStreamRate)
 	cfg.StreamBurst = cmp.Or(cfg.StreamBurst, DefaultStreamBurst)
+	cfg.StreamWait = cmp.Or(cfg.StreamWait, DefaultStreamWait)
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
