@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -19,7 +18,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,6 +25,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	pb "istio.io/api/security/v1alpha1"
+
+	"github.com/bulwark-mesh/bulwark/internal/logtest"
 )
 
 // binDir holds the istiod and mkcerts binaries built once for this package.
@@ -61,7 +61,7 @@ type istiod struct {
 	http     string
 	metrics  string
 	webhook  string
-	log      *syncBuffer
+	log      *logtest.Buffer
 	exited   chan struct{}
 }
 
@@ -79,7 +79,7 @@ func freePort(t *testing.T) string {
 func startIstiod(t *testing.T, stateDir string, extra ...string) *istiod {
 	t.Helper()
 	p := &istiod{t: t, stateDir: stateDir, grpc: freePort(t), http: freePort(t), metrics: freePort(t), webhook: freePort(t),
-		log: new(syncBuffer), exited: make(chan struct{})}
+		log: new(logtest.Buffer), exited: make(chan struct{})}
 	args := append([]string{"discovery", "--state-dir", stateDir,
 		"--secureGRPCAddr", p.grpc, "--httpAddr", p.http, "--monitoringAddr", p.metrics, "--httpsAddr", p.webhook}, extra...)
 	p.cmd = exec.Command(filepath.Join(binDir, "istiod"), args...)
@@ -118,24 +118,6 @@ func (p *istiod) waitReady() {
 		time.Sleep(50 * time.Millisecond)
 	}
 	p.t.Fatalf("istiod not ready in 20s:\n%s", p.log.String())
-}
-
-// syncBuffer collects a process's output while tests read it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // credentials are files as `istiod mint-cert` writes them.

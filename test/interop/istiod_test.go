@@ -1,7 +1,6 @@
 package interop
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulwark-mesh/bulwark/internal/logtest"
 	"github.com/bulwark-mesh/bulwark/internal/testenv"
 )
 
@@ -109,7 +109,7 @@ type istiod struct {
 	HTTPSAddr      string // admission webhooks (15017)
 
 	bin  string
-	logs *syncBuffer
+	logs *logtest.Buffer
 }
 
 // startIstiod runs `istiod discovery` on free loopback ports with a fresh
@@ -125,7 +125,7 @@ func startIstiod(t *testing.T, extraArgs ...string) *istiod {
 		MonitoringAddr: freeAddr(t),
 		HTTPSAddr:      freeAddr(t),
 		bin:            istiodBinary(t),
-		logs:           &syncBuffer{},
+		logs:           &logtest.Buffer{},
 	}
 	args := append([]string{
 		"discovery",
@@ -277,22 +277,4 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
-}
-
-// syncBuffer collects a process's output from its copying goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

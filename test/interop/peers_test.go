@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/bulwark-mesh/bulwark/internal/logtest"
 )
 
 // peerBuild holds the processes that play the data plane in the
@@ -73,7 +75,7 @@ func peerBinariesFor(t *testing.T) peers {
 type process struct {
 	name   string
 	cmd    *exec.Cmd
-	logs   *syncBuffer
+	logs   *logtest.Buffer
 	exited chan struct{}
 }
 
@@ -82,7 +84,7 @@ type process struct {
 // output logged if the test failed.
 func startProcess(t *testing.T, name string, cmd *exec.Cmd) *process {
 	t.Helper()
-	p := &process{name: name, cmd: cmd, logs: &syncBuffer{}, exited: make(chan struct{})}
+	p := &process{name: name, cmd: cmd, logs: &logtest.Buffer{}, exited: make(chan struct{})}
 	cmd.Stderr = p.logs
 	if cmd.Stdout == nil {
 		cmd.Stdout = p.logs

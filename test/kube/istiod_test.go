@@ -25,6 +25,7 @@ import (
 	pb "istio.io/api/security/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/bulwark-mesh/bulwark/internal/logtest"
 	"github.com/bulwark-mesh/bulwark/internal/testenv"
 	"github.com/bulwark-mesh/bulwark/pkg/bootstrap"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/rootcert"
@@ -36,7 +37,7 @@ type istiod struct {
 	name   string
 	srv    *bootstrap.Server
 	cfg    bootstrap.Config
-	logs   *logBuffer
+	logs   *logtest.Buffer
 	stop   func()
 	exited chan struct{}
 }
@@ -69,7 +70,7 @@ func newIstiod(t *testing.T, name, ns, kubeconfig string) *istiod {
 	cfg.HTTPSAddr = freeAddr(t)
 	cfg.MonitoringAddr = freeAddr(t)
 	cfg.GracePeriod = time.Second
-	logs := &logBuffer{}
+	logs := &logtest.Buffer{}
 	log := slog.New(slog.NewTextHandler(io.MultiWriter(logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	srv, err := bootstrap.New(cfg, log.With("istiod", name))
 	if err != nil {

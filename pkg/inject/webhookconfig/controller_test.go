@@ -1,12 +1,10 @@
 package webhookconfig
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/bulwark-mesh/bulwark/internal/logtest"
 )
 
 const (
@@ -150,7 +150,7 @@ func TestMissingConfigurationIsPatchedOnceCreated(t *testing.T) {
 		gets.Add(1)
 		return false, nil, nil
 	})
-	logs := &syncBuffer{}
+	logs := &logtest.Buffer{}
 	start(t, Config{Client: client, Bundles: bundles, MutatingName: injector, ValidatingName: validator,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	// Several reconciles while the configuration is missing log it once.
@@ -231,23 +231,4 @@ func TestRunRefusesAnIncompleteConfig(t *testing.T) {
 			}
 		})
 	}
-}
-
-// syncBuffer is a log destination safe for the controller's goroutine and
-// the test to share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

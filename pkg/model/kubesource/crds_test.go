@@ -16,14 +16,15 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/bulwark-mesh/bulwark/internal/logtest"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 )
 
 // fakeSource runs a source over fakes, with fast polls, until the test
 // ends.
-func fakeSource(t *testing.T, kube *fakeKube, istio *istiofake.Clientset) (*Source, *recorder, *logs) {
+func fakeSource(t *testing.T, kube *fakeKube, istio *istiofake.Clientset) (*Source, *recorder, *logtest.Recorder) {
 	t.Helper()
-	logs, log := newLogs(t)
+	logs, log := logtest.New(t)
 	store := &recorder{Store: model.NewStore()}
 	src, err := New(Config{
 		Client: kube, Istio: istio, Publisher: store, Logger: log,
@@ -58,7 +59,7 @@ func TestReadyWithoutTheIstioCRDs(t *testing.T) {
 	calls := kube.disc.called()
 	eventually(t, "discovery asked again", func() bool { return kube.disc.called() > calls+4 })
 	for _, k := range istioKinds() {
-		if n := logs.count("WARN", "Istio CRD "+k.crd()+" not installed; no "+k.kind+" policies apply until it is"); n != 1 {
+		if n := logs.Count("WARN", "Istio CRD "+k.crd()+" not installed; no "+k.kind+" policies apply until it is"); n != 1 {
 			t.Errorf("%s logged missing %d times, want once", k.crd(), n)
 		}
 	}
@@ -74,9 +75,9 @@ func TestAServedKindThatCannotBeReadKeepsItUnsynced(t *testing.T) {
 	src, store, logs := fakeSource(t, kube, istio)
 
 	eventually(t, "a report of the pending cache", func() bool {
-		return logs.count("WARN", "waiting for Kubernetes caches to sync", "authorizationpolicies") >= 2
+		return logs.Count("WARN", "waiting for Kubernetes caches to sync", "authorizationpolicies") >= 2
 	})
-	if logs.count("WARN", "Kubernetes list or watch failed", "authorizationpolicies", "forbidden") == 0 {
+	if logs.Count("WARN", "Kubernetes list or watch failed", "authorizationpolicies", "forbidden") == 0 {
 		t.Error("the Forbidden list was not logged")
 	}
 	if src.HasSynced() || len(store.published()) != 0 {
@@ -103,10 +104,10 @@ func TestAFailingDiscoveryKeepsItUnsynced(t *testing.T) {
 	if src.HasSynced() || len(store.published()) != 0 {
 		t.Fatalf("synced %t, published %v, without knowing what is served", src.HasSynced(), store.published())
 	}
-	if logs.count("WARN", "Kubernetes discovery failed; retrying", "etcd unavailable") == 0 {
+	if logs.Count("WARN", "Kubernetes discovery failed; retrying", "etcd unavailable") == 0 {
 		t.Error("the failure was not logged")
 	}
-	if logs.count("not installed") != 0 {
+	if logs.Count("not installed") != 0 {
 		t.Error("a failed discovery was read as CRDs not installed")
 	}
 
@@ -141,7 +142,7 @@ func TestAKindInstalledLaterIsPickedUp(t *testing.T) {
 	check(t, "create policy", err)
 	waitFor(t, store.Store, "the second DENY policy", func(s *model.Snapshot) bool { return echoPolicies(s) == 2 })
 	for _, crd := range []string{"destinationrules.networking.istio.io", "authorizationpolicies.security.istio.io"} {
-		if logs.count("INFO", "Istio CRD "+crd+" served; watching it") != 1 {
+		if logs.Count("INFO", "Istio CRD "+crd+" served; watching it") != 1 {
 			t.Errorf("picking up %s was not logged once", crd)
 		}
 	}

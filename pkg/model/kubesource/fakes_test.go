@@ -1,11 +1,8 @@
 package kubesource
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -123,54 +120,6 @@ func forbid(c *istiofake.Clientset, resource string, on *atomic.Bool) {
 		}
 		return true, nil, apierrors.NewForbidden(schema.GroupResource{Resource: resource}, "", fmt.Errorf("RBAC: no list"))
 	})
-}
-
-// logs records what a source logs, and writes it to t.
-type logs struct {
-	t     testing.TB
-	mu    sync.Mutex
-	lines []string
-}
-
-func newLogs(t testing.TB) (*logs, *slog.Logger) {
-	l := &logs{t: t}
-	return l, slog.New(l)
-}
-
-func (l *logs) Enabled(context.Context, slog.Level) bool { return true }
-
-func (l *logs) Handle(_ context.Context, r slog.Record) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s", r.Level, r.Message)
-	r.Attrs(func(a slog.Attr) bool {
-		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
-		return true
-	})
-	l.t.Log(b.String())
-	l.mu.Lock()
-	l.lines = append(l.lines, b.String())
-	l.mu.Unlock()
-	return nil
-}
-
-func (l *logs) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *logs) WithGroup(string) slog.Handler      { return l }
-
-// count counts the lines holding every one of parts.
-func (l *logs) count(parts ...string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, line := range l.lines {
-		all := true
-		for _, p := range parts {
-			all = all && strings.Contains(line, p)
-		}
-		if all {
-			n++
-		}
-	}
-	return n
 }
 
 // eventually waits until cond holds.

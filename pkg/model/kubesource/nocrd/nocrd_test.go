@@ -5,12 +5,9 @@ package nocrd_test
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/bulwark-mesh/bulwark/internal/logtest"
 	"github.com/bulwark-mesh/bulwark/internal/testenv"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/model/kubesource"
@@ -57,10 +55,11 @@ func TestIstioCRDsInstalledAfterStart(t *testing.T) {
 		t.Fatalf("Istio CRDs of the chart: %v %v", crds, err)
 	}
 	t.Cleanup(func() { uninstallCRDs(t, env.Config, kube) })
-	logs, store := newLogs(t), model.NewStore()
+	logs, _ := logtest.New(t)
+	store := model.NewStore()
 	src := runSource(t, env.Config, store, logs)
 	eventually(t, "synced without the CRDs", src.HasSynced)
-	if n := logs.count("not installed; no"); n != 4 {
+	if n := logs.Count("not installed; no"); n != 4 {
 		t.Errorf("%d kinds logged missing, want 4", n)
 	}
 	_, err = kube.CoreV1().Services(ns).Create(ctx, &corev1.Service{
@@ -89,11 +88,12 @@ func TestIstioCRDsInstalledAfterStart(t *testing.T) {
 		env.InstallCRDs(t, crds...)
 		role := grantAllButAuthorizationPolicies(t, kube, ns)
 		cfg := env.RESTConfigForToken(env.ServiceAccountToken(t, ns, "istiod", nil, nil))
-		logs, store := newLogs(t), model.NewStore()
+		logs, _ := logtest.New(t)
+		store := model.NewStore()
 		src := runSource(t, cfg, store, logs)
 		eventually(t, "a report of only the AuthorizationPolicies pending", func() bool {
-			return logs.count("waiting for Kubernetes caches to sync", "pending=[authorizationpolicies]") > 0 &&
-				logs.count("Kubernetes list or watch failed", "resource=authorizationpolicies", "forbidden") > 0
+			return logs.Count("waiting for Kubernetes caches to sync", "pending=[authorizationpolicies]") > 0 &&
+				logs.Count("Kubernetes list or watch failed", "resource=authorizationpolicies", "forbidden") > 0
 		})
 		if src.HasSynced() || store.Current().Version != "" {
 			t.Fatalf("synced %t, published %q, without reading the AuthorizationPolicies", src.HasSynced(), store.Current().Version)
@@ -145,7 +145,7 @@ func istioClient(t *testing.T, cfg *rest.Config) versioned.Interface {
 
 // runSource runs a source reading the cluster as cfg, with fast polls,
 // until the test ends.
-func runSource(t *testing.T, cfg *rest.Config, store *model.Store, logs *logs) *kubesource.Source {
+func runSource(t *testing.T, cfg *rest.Config, store *model.Store, logs *logtest.Recorder) *kubesource.Source {
 	t.Helper()
 	kube, err := kubernetes.NewForConfig(rest.CopyConfig(cfg))
 	check(t, "client", err)
@@ -224,48 +224,3 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		}
 	}
 }
-
-// logs is a slog handler that writes to t and keeps the lines.
-type logs struct {
-	t     *testing.T
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *logs) Enabled(context.Context, slog.Level) bool { return true }
-
-func (l *logs) Handle(_ context.Context, r slog.Record) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s %s", r.Level, r.Message)
-	r.Attrs(func(a slog.Attr) bool {
-		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
-		return true
-	})
-	l.t.Log(b.String())
-	l.mu.Lock()
-	l.lines = append(l.lines, b.String())
-	l.mu.Unlock()
-	return nil
-}
-
-func (l *logs) WithAttrs([]slog.Attr) slog.Handler { return l }
-func (l *logs) WithGroup(string) slog.Handler      { return l }
-
-// count counts the lines holding every one of parts.
-func (l *logs) count(parts ...string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, line := range l.lines {
-		all := true
-		for _, p := range parts {
-			all = all && strings.Contains(line, p)
-		}
-		if all {
-			n++
-		}
-	}
-	return n
-}
-
-func newLogs(t *testing.T) *logs { return &logs{t: t} }
