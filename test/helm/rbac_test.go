@@ -39,6 +39,7 @@ func TestRBACGrantsWhatIstiodNeeds(t *testing.T) {
 		{"", "namespaces", "get", ""}, {"", "namespaces", "list", ""}, {"", "namespaces", "watch", ""},
 		{"", "secrets", "list", ""}, {"", "secrets", "watch", ""},
 		{"", "pods", "get", ""}, {"", "pods", "list", ""}, {"", "pods", "watch", ""},
+		{"", "nodes", "list", ""}, {"", "nodes", "watch", ""},
 		{"", "services", "list", ""}, {"", "services", "watch", ""},
 		{"discovery.k8s.io", "endpointslices", "list", ""}, {"discovery.k8s.io", "endpointslices", "watch", ""},
 		{"security.istio.io", "peerauthentications", "list", ""}, {"security.istio.io", "peerauthentications", "watch", ""},
@@ -60,6 +61,8 @@ func TestRBACGrantsWhatIstiodNeeds(t *testing.T) {
 		{"", "secrets", "create", ""}, {"", "secrets", "update", ""}, {"", "secrets", "patch", ""}, {"", "secrets", "delete", ""},
 		{"", "configmaps", "patch", ""}, {"", "configmaps", "delete", ""},
 		{"", "pods", "create", ""},
+		// Nodes are read for their locality labels, never written.
+		{"", "nodes", "update", ""}, {"", "nodes", "patch", ""}, {"", "nodes", "delete", ""},
 		{"admissionregistration.k8s.io", "mutatingwebhookconfigurations", "update", "someone-elses-webhook"},
 		{"admissionregistration.k8s.io", "validatingwebhookconfigurations", "watch", "someone-elses-webhook"},
 		// istiod updates (pkg/inject/webhookconfig); docs/rbac.md grants no patch.

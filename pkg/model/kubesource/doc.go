@@ -1,6 +1,6 @@
 // Package kubesource builds the mesh model from a Kubernetes cluster.
 //
-// A Source watches, cluster-wide, core/v1 Services and Pods,
+// A Source watches, cluster-wide, core/v1 Services, Pods and Nodes,
 // discovery.k8s.io/v1 EndpointSlices, security.istio.io/v1
 // PeerAuthentication, AuthorizationPolicy and RequestAuthentication, and
 // networking.istio.io/v1 DestinationRule. Once every cache has synced it
@@ -8,7 +8,8 @@
 // at most one rebuild per Config.Delay, and handlers never block. A
 // snapshot's version is a hash of its content, so a rebuild that changes
 // nothing (a resync, a pod status update the model does not read) publishes
-// nothing. Snapshots are copies: nothing in them is shared with the
+// nothing. Pod and node updates that change nothing the model reads (a
+// node's status heartbeat, every few seconds per node) do not even rebuild. Snapshots are copies: nothing in them is shared with the
 // informers' caches.
 //
 // # Istio CRDs
@@ -58,9 +59,19 @@
 //     namespace with that IP gives labels and service account; with no such
 //     pod, or several (host network), the endpoint has no labels and no
 //     service account, as in Istio: it is not an Istio mTLS peer;
-//   - the locality is the pod's topology.istio.io/locality (or
-//     istio-locality) label, dots read as slashes, else "/<zone>" from the
-//     endpoint's zone: nodes are not watched, so the region is unknown;
+//   - the locality is computed as Istio computes a pod's. The pod's
+//     topology.istio.io/locality label, or when absent its istio-locality
+//     label, names it, dots read as slashes unless it has slashes; an
+//     empty value names none. Else the node named by the endpoint's
+//     nodeName, or else by the pod's spec.nodeName, gives
+//     "<region>/<zone>/<subzone>" from its labels
+//     topology.kubernetes.io/region and topology.kubernetes.io/zone (each,
+//     when unset or empty, from its deprecated
+//     failure-domain.beta.kubernetes.io twin) and topology.istio.io/subzone,
+//     parts not set left empty; a node with none of them gives "", whatever
+//     the endpoint's zone. A node not in the cache, or none named, leaves
+//     "/<zone>" from the endpoint's zone, or "" (Istio gives ""). Unlike
+//     Istio, an endpoint without a pod is placed by its nodeName's node;
 //   - every endpoint has weight 1.
 //
 // The source reads no WorkloadEntries; model.Build would add those a
@@ -69,8 +80,9 @@
 // # Memory
 //
 // Pods are cached trimmed to name, namespace, UID, labels, deletion mark,
-// service account, phase and IPs; Services and EndpointSlices lose annotations;
-// every object loses its managed fields.
+// service account, node name, phase and IPs; Nodes to their name and the
+// five labels above that place their pods; Services and EndpointSlices
+// lose annotations; every object loses its managed fields.
 //
 // # Bad content
 //

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"maps"
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -12,29 +11,25 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 )
 
-// Pod labels that name a workload's locality, as Istio reads them: the
-// first present wins; dots separate its parts unless it has slashes.
-const (
-	localityLabel       = "topology.istio.io/locality"
-	legacyLocalityLabel = "istio-locality"
-)
-
 // workload is what an endpoint takes from its pod.
 type workload struct {
 	namespace      string
 	serviceAccount string
 	labels         map[string]string // a copy, shared by the pod's endpoints
-	locality       string
+	locality       string            // from the pod's labels
+	nodeName       string
 }
 
-// podLookup finds and converts the pods of one build, each once.
+// podLookup finds and converts the pods of one build, and the nodes they
+// run on, each once.
 type podLookup struct {
-	l    listers
-	seen map[string]*workload // by namespace/name/uid; nil: pod not known
+	l     listers
+	seen  map[string]*workload // by namespace/name/uid; nil: pod not known
+	nodes map[string]nodeLoc   // by name
 }
 
 func newPodLookup(l listers) *podLookup {
-	return &podLookup{l: l, seen: make(map[string]*workload)}
+	return &podLookup{l: l, seen: make(map[string]*workload), nodes: make(map[string]nodeLoc)}
 }
 
 // endpointsOf is svc's endpoints from its EndpointSlices: every address of
@@ -99,10 +94,7 @@ func addEndpoint(out map[uint32][]model.Endpoint, size int, ports [][2]uint32, n
 		if aw == nil {
 			aw = pods.byIP(namespace, addr)
 		}
-		locality := aw.locality
-		if locality == "" && deref(e.Zone) != "" {
-			locality = "/" + *e.Zone
-		}
+		locality := pods.locality(aw, e)
 		for _, p := range ports {
 			if out[p[0]] == nil {
 				out[p[0]] = make([]model.Endpoint, 0, size)
@@ -186,19 +178,8 @@ func workloadOf(pod *corev1.Pod) *workload {
 		serviceAccount: cmp.Or(pod.Spec.ServiceAccountName, "default"),
 		labels:         maps.Clone(pod.Labels),
 		locality:       podLocality(pod.Labels),
+		nodeName:       pod.Spec.NodeName,
 	}
-}
-
-// podLocality is the locality a pod's labels name, "" if none.
-func podLocality(labels map[string]string) string {
-	l, ok := labels[localityLabel]
-	if !ok {
-		l = labels[legacyLocalityLabel]
-	}
-	if strings.Contains(l, "/") {
-		return l
-	}
-	return strings.ReplaceAll(l, ".", "/")
 }
 
 // dedupe sorts eps by address and port and drops repeats, keeping the

@@ -25,7 +25,7 @@ func cacheListers(tb testing.TB, objs ...any) listers {
 	tb.Helper()
 	nsIndex := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	idx := map[string]cache.Indexer{}
-	for _, kind := range []string{"svc", "eps", "pod", "pa", "ap", "ra", "dr"} {
+	for _, kind := range []string{"svc", "eps", "pod", "node", "pa", "ap", "ra", "dr"} {
 		idx[kind] = cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIndex)
 	}
 	if err := idx["pod"].AddIndexers(cache.Indexers{podIPIndex: indexPodIPs}); err != nil {
@@ -37,7 +37,7 @@ func cacheListers(tb testing.TB, objs ...any) listers {
 			tb.Fatal(err)
 		}
 		kind := map[string]string{
-			"*v1.Service": "svc", "*v1.EndpointSlice": "eps", "*v1.Pod": "pod",
+			"*v1.Service": "svc", "*v1.EndpointSlice": "eps", "*v1.Pod": "pod", "*v1.Node": "node",
 			"*v1.PeerAuthentication": "pa", "*v1.AuthorizationPolicy": "ap",
 			"*v1.RequestAuthentication": "ra", "*v1.DestinationRule": "dr",
 		}[fmt.Sprintf("%T", o)]
@@ -53,6 +53,7 @@ func cacheListers(tb testing.TB, objs ...any) listers {
 		slices:       discoverylisters.NewEndpointSliceLister(idx["eps"]),
 		pods:         corelisters.NewPodLister(idx["pod"]),
 		podIndex:     idx["pod"],
+		nodes:        corelisters.NewNodeLister(idx["node"]),
 		peerAuthn:    securitylisters.NewPeerAuthenticationLister(idx["pa"]),
 		authz:        securitylisters.NewAuthorizationPolicyLister(idx["ap"]),
 		requestAuthn: securitylisters.NewRequestAuthenticationLister(idx["ra"]),
@@ -105,6 +106,11 @@ func podEndpoint(ns, name, ip string) discoveryv1.Endpoint {
 		Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
 		TargetRef:  &corev1.ObjectReference{Kind: "Pod", Namespace: ns, Name: name},
 	}
+}
+
+// newNode is a node with labels.
+func newNode(name string, labels map[string]string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: objectMeta("", name, labels)}
 }
 
 func newPeerAuthentication(ns, name string) *istiosecurity.PeerAuthentication {

@@ -32,6 +32,7 @@ type listers struct {
 	slices       discoverylisters.EndpointSliceLister
 	pods         corelisters.PodLister
 	podIndex     cache.Indexer // with podIPIndex
+	nodes        corelisters.NodeLister
 	peerAuthn    securitylisters.PeerAuthenticationLister
 	authz        securitylisters.AuthorizationPolicyLister
 	requestAuthn securitylisters.RequestAuthenticationLister
@@ -64,6 +65,7 @@ func newInformers(client kubernetes.Interface, istio versioned.Interface, log *s
 	kf := k8sinformers.NewSharedInformerFactoryWithOptions(client, 0, k8sinformers.WithTransform(transform))
 	isf := istioinformers.NewSharedInformerFactoryWithOptions(istio, 0, istioinformers.WithTransform(transform))
 	svc, eps, pods := kf.Core().V1().Services(), kf.Discovery().V1().EndpointSlices(), kf.Core().V1().Pods()
+	nodes := kf.Core().V1().Nodes()
 	inf := &informers{
 		kube:    kf,
 		istio:   isf,
@@ -74,6 +76,7 @@ func newInformers(client kubernetes.Interface, istio versioned.Interface, log *s
 		missing: istioKinds(),
 		listers: listers{
 			services: svc.Lister(), slices: eps.Lister(), pods: pods.Lister(), podIndex: pods.Informer().GetIndexer(),
+			nodes: nodes.Lister(),
 		},
 	}
 	for _, k := range inf.missing {
@@ -84,6 +87,7 @@ func newInformers(client kubernetes.Interface, istio versioned.Interface, log *s
 	}
 	kube := map[string]cache.SharedIndexInformer{
 		"services": svc.Informer(), "endpointslices": eps.Informer(), "pods": pods.Informer(),
+		"nodes": nodes.Informer(),
 	}
 	for _, name := range slices.Sorted(maps.Keys(kube)) {
 		if err := inf.watch(name, kube[name]); err != nil {
@@ -156,8 +160,8 @@ func watchErrorLogger(log *slog.Logger, name string) cache.WatchErrorHandlerWith
 }
 
 // handler asks for a rebuild on every change. Resyncs, which repeat an
-// object unchanged, and pod updates that change nothing the model reads
-// are ignored.
+// object unchanged, and pod and node updates that change nothing the model
+// reads (a node's status heartbeats) are ignored.
 type handler struct{ changed func() }
 
 var _ cache.ResourceEventHandler = handler{}
@@ -167,8 +171,13 @@ func (h handler) OnAdd(any, bool) { h.changed() }
 func (h handler) OnDelete(any) { h.changed() }
 
 func (h handler) OnUpdate(oldObj, newObj any) {
-	if oldPod, ok := oldObj.(*corev1.Pod); ok {
-		if newPod, ok := newObj.(*corev1.Pod); ok && samePod(oldPod, newPod) {
+	switch o := oldObj.(type) {
+	case *corev1.Pod:
+		if n, ok := newObj.(*corev1.Pod); ok && samePod(o, n) {
+			return
+		}
+	case *corev1.Node:
+		if n, ok := newObj.(*corev1.Node); ok && sameNode(o, n) {
 			return
 		}
 	}

@@ -62,6 +62,12 @@ func check(t *testing.T, what string, err error) {
 // pod creates a pod and, as a kubelet would, gives it ip.
 func (c *cluster) pod(t *testing.T, name, sa, ip string, labels map[string]string) *corev1.Pod {
 	t.Helper()
+	return c.podOn(t, name, sa, ip, "", labels)
+}
+
+// podOn creates a pod bound to node, as a scheduler would, and gives it ip.
+func (c *cluster) podOn(t *testing.T, name, sa, ip, node string, labels map[string]string) *corev1.Pod {
+	t.Helper()
 	ctx := context.Background()
 	if sa != "default" {
 		_, err := c.kube.CoreV1().ServiceAccounts(c.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{})
@@ -71,6 +77,7 @@ func (c *cluster) pod(t *testing.T, name, sa, ip string, labels map[string]strin
 	}
 	p := newPod(c.ns, name, sa, "", labels)
 	p.UID, p.ResourceVersion, p.Status = "", "", corev1.PodStatus{}
+	p.Spec.NodeName = node
 	p, err := c.kube.CoreV1().Pods(c.ns).Create(ctx, p, metav1.CreateOptions{})
 	check(t, "create pod", err)
 	p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}
@@ -110,41 +117,74 @@ func (c *cluster) create(t *testing.T, obj any) {
 type buildLog struct {
 	mu     sync.Mutex
 	ns     string
+	nodes  []string // the nodes whose resourceVersions to record
 	builds []build1
 }
 
 type build1 struct {
-	echoVersion string // echo's resourceVersion in the cache
-	published   bool
+	echoVersion  string            // echo's resourceVersion in the cache
+	nodeVersions map[string]string // the resourceVersions of buildLog.nodes
+	published    bool
 }
 
 func (b *buildLog) record(l listers, published bool) {
-	var rv string
+	x := build1{nodeVersions: map[string]string{}, published: published}
 	if svc, err := l.services.Services(b.ns).Get("echo"); err == nil {
-		rv = svc.ResourceVersion
+		x.echoVersion = svc.ResourceVersion
+	}
+	for _, name := range b.nodes {
+		if n, err := l.nodes.Get(name); err == nil {
+			x.nodeVersions[name] = n.ResourceVersion
+		}
 	}
 	b.mu.Lock()
-	b.builds = append(b.builds, build1{echoVersion: rv, published: published})
+	b.builds = append(b.builds, x)
 	b.mu.Unlock()
+}
+
+// all returns the rebuilds so far.
+func (b *buildLog) all() []build1 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]build1(nil), b.builds...)
+}
+
+// waitForBuild waits for a rebuild that satisfies cond.
+func (b *buildLog) waitForBuild(t *testing.T, what string, cond func(build1) bool) build1 {
+	t.Helper()
+	for deadline := time.Now().Add(waitTimeout); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		for _, x := range b.all() {
+			if cond(x) {
+				return x
+			}
+		}
+	}
+	t.Fatalf("no rebuild saw %s", what)
+	return build1{}
 }
 
 // waitForEcho waits for a rebuild that saw echo at resourceVersion rv.
 func (b *buildLog) waitForEcho(t *testing.T, rv string) build1 {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for time.Now().Before(deadline) {
-		b.mu.Lock()
-		for _, x := range b.builds {
-			if x.echoVersion == rv {
-				b.mu.Unlock()
-				return x
-			}
+	return b.waitForBuild(t, "echo at resourceVersion "+rv, func(x build1) bool { return x.echoVersion == rv })
+}
+
+// settle waits until the source has not rebuilt for a while, so that no
+// rebuild asked for earlier is still to come.
+func (b *buildLog) settle(t *testing.T) {
+	t.Helper()
+	const quiet = 200 * time.Millisecond
+	n := len(b.all())
+	for deadline := time.Now().Add(waitTimeout); ; {
+		time.Sleep(quiet)
+		if m := len(b.all()); m == n {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the source kept rebuilding: %d rebuilds", m)
+		} else {
+			n = m
 		}
-		b.mu.Unlock()
-		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatalf("no rebuild saw echo at resourceVersion %s", rv)
-	return build1{}
 }
 
 func TestSourceAgainstAPIServer(t *testing.T) {
@@ -295,4 +335,94 @@ func TestSourceAgainstAPIServer(t *testing.T) {
 func sameButLabels(a, b model.Endpoint) bool {
 	a.Labels, b.Labels = nil, nil
 	return reflect.DeepEqual(a, b)
+}
+
+// node creates a node with labels, deleted when the test ends. Nodes are
+// cluster-wide: its name starts with the test's namespace.
+func (c *cluster) node(t *testing.T, suffix string, labels map[string]string) *corev1.Node {
+	t.Helper()
+	ctx := context.Background()
+	n, err := c.kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: c.ns + "-" + suffix, Labels: labels}}, metav1.CreateOptions{})
+	check(t, "create node", err)
+	t.Cleanup(func() { _ = c.kube.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{}) })
+	return n
+}
+
+func TestNodeLocalityAgainstAPIServer(t *testing.T) {
+	c := newCluster(t)
+	ctx := context.Background()
+	host := "echo." + c.ns + ".svc.cluster.local"
+	// canary is a node no endpoint is on: its changes, ordered after the
+	// node's in the same watch, show when the source has seen the node's.
+	canary := c.node(t, "canary", placed("r", "z", "c1"))
+	node := c.node(t, "a", placed("r", "z", "s"))
+	c.create(t, newService(c.ns, "echo", map[string]string{"app": "echo"}, servicePort("grpc", 8080, intstr.FromInt32(9000))))
+	c.podOn(t, "echo-1", "default", "10.2.0.1", node.Name, map[string]string{"app": "echo"})
+	ep := podEndpoint(c.ns, "echo-1", "10.2.0.1")
+	ep.Zone = ptr.To("slice-zone")
+	c.create(t, newSlice(c.ns, "echo-a", "echo", map[string]int32{"grpc": 9000}, ep))
+
+	store := &recorder{Store: model.NewStore()}
+	log := &buildLog{ns: c.ns, nodes: []string{node.Name, canary.Name}}
+	// A short delay rebuilds after each event rather than after a batch, so
+	// a rebuild for the heartbeat alone would show.
+	src, err := New(Config{Client: c.kube, Istio: c.istio, Publisher: store, Logger: testLogger(t), Delay: time.Millisecond})
+	check(t, "New", err)
+	src.afterBuild = log.record
+	runSource(t, src)
+	locality := func(s *model.Snapshot) string {
+		if svc := s.Service(host); svc != nil && len(svc.Endpoints[8080]) == 1 {
+			return svc.Endpoints[8080][0].Locality
+		}
+		return ""
+	}
+
+	t.Run("the pod's node places its endpoint", func(t *testing.T) {
+		waitFor(t, store.Store, "echo-1 in r/z/s", func(s *model.Snapshot) bool { return locality(s) == "r/z/s" })
+	})
+
+	t.Run("a node status heartbeat rebuilds and publishes nothing", func(t *testing.T) {
+		log.settle(t)
+		before, published, builds := store.Current().Version, len(store.published()), len(log.all())
+		n, err := c.kube.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+		check(t, "get node", err)
+		n.Status.Conditions = []corev1.NodeCondition{{
+			Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.Now(), Reason: "KubeletReady",
+		}}
+		n, err = c.kube.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		check(t, "heartbeat", err)
+		cn, err := c.kube.CoreV1().Nodes().Get(ctx, canary.Name, metav1.GetOptions{})
+		check(t, "get canary", err)
+		cn.Labels[subzoneLabel] = "c2"
+		cn, err = c.kube.CoreV1().Nodes().Update(ctx, cn, metav1.UpdateOptions{})
+		check(t, "relabel canary", err)
+		log.waitForBuild(t, "the relabelled canary", func(x build1) bool { return x.nodeVersions[canary.Name] == cn.ResourceVersion })
+		for _, x := range log.all()[builds:] {
+			if x.nodeVersions[node.Name] == n.ResourceVersion && x.nodeVersions[canary.Name] != cn.ResourceVersion {
+				t.Error("the heartbeat alone caused a rebuild")
+				break
+			}
+		}
+		if store.Current().Version != before || len(store.published()) != published {
+			t.Errorf("version %s → %s, %d → %d publications", before, store.Current().Version, published, len(store.published()))
+		}
+	})
+
+	t.Run("a zone label change publishes the new locality", func(t *testing.T) {
+		published := len(store.published())
+		n, err := c.kube.CoreV1().Nodes().Get(ctx, node.Name, metav1.GetOptions{})
+		check(t, "get node", err)
+		n.Labels[corev1.LabelTopologyZone] = "z2"
+		_, err = c.kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		check(t, "relabel node", err)
+		waitFor(t, store.Store, "echo-1 in r/z2/s", func(s *model.Snapshot) bool { return locality(s) == "r/z2/s" })
+		if len(store.published()) <= published {
+			t.Error("the new locality was not published")
+		}
+	})
+
+	t.Run("a deleted node leaves the endpoint's zone", func(t *testing.T) {
+		check(t, "delete node", c.kube.CoreV1().Nodes().Delete(ctx, node.Name, metav1.DeleteOptions{}))
+		waitFor(t, store.Store, "echo-1 in /slice-zone", func(s *model.Snapshot) bool { return locality(s) == "/slice-zone" })
+	})
 }

@@ -109,22 +109,34 @@ func TestHandlerIgnoresWhatTheModelDoesNotRead(t *testing.T) {
 	relabelled := statusOnly.DeepCopy()
 	relabelled.Labels["version"] = "v2"
 	relabelled.ResourceVersion = "3"
+	scheduled := relabelled.DeepCopy()
+	scheduled.Spec.NodeName = "n"
+	scheduled.ResourceVersion = "4"
 	svc := echoService()
 	annotated := svc.DeepCopy()
 	annotated.ResourceVersion = "2"
+	node := trimNode(newNode("n", placed("r", "z", "")))
+	heartbeat := node.DeepCopy()
+	heartbeat.ResourceVersion = "2"
+	rezoned := heartbeat.DeepCopy()
+	rezoned.Labels[corev1.LabelTopologyZone] = "z2"
+	rezoned.ResourceVersion = "3"
 
 	h.OnUpdate(pod, pod)
 	h.OnUpdate(pod, statusOnly)
 	h.OnUpdate(svc, svc)
+	h.OnUpdate(node, heartbeat)
 	if calls != 0 {
-		t.Fatalf("resyncs and unread pod changes asked for %d rebuilds", calls)
+		t.Fatalf("resyncs and unread pod and node changes asked for %d rebuilds", calls)
 	}
 	h.OnUpdate(statusOnly, relabelled)
+	h.OnUpdate(relabelled, scheduled)
 	h.OnUpdate(svc, annotated)
+	h.OnUpdate(heartbeat, rezoned)
 	h.OnAdd(svc, false)
 	h.OnDelete(svc)
-	if calls != 4 {
-		t.Fatalf("changes asked for %d rebuilds, want 4", calls)
+	if calls != 6 {
+		t.Fatalf("changes asked for %d rebuilds, want 6", calls)
 	}
 }
 
@@ -140,6 +152,7 @@ func TestMarkDirtyNeverBlocks(t *testing.T) {
 
 func TestTransformTrimsPods(t *testing.T) {
 	pod := echoPod("a", "10.0.0.1")
+	pod.Spec.NodeName = "n"
 	pod.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
 	pod.Annotations = map[string]string{"big": "value"}
 	out, err := transform(pod)
@@ -150,7 +163,8 @@ func TestTransformTrimsPods(t *testing.T) {
 	if len(trimmed.Spec.Containers) != 0 || trimmed.Annotations != nil || trimmed.ManagedFields != nil {
 		t.Errorf("pod not trimmed: %+v", trimmed)
 	}
-	if trimmed.Labels["app"] != "echo" || trimmed.Spec.ServiceAccountName != "echo" || trimmed.Status.PodIP != "10.0.0.1" || trimmed.UID != pod.UID {
+	if trimmed.Labels["app"] != "echo" || trimmed.Spec.ServiceAccountName != "echo" || trimmed.Status.PodIP != "10.0.0.1" || trimmed.UID != pod.UID ||
+		trimmed.Spec.NodeName != "n" {
 		t.Errorf("pod lost what the model reads: %+v", trimmed)
 	}
 	again, _ := transform(trimmed)

@@ -9,15 +9,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// transform trims an object before the informer caches it. A pod keeps only
-// what the model reads (a cluster has many pods, each large); Services and
-// EndpointSlices lose their annotations, which the model never reads; every
-// object loses its managed fields. It is idempotent, as informers require.
+// transform trims an object before the informer caches it. A pod or a node
+// keeps only what the model reads (a cluster has many, each large);
+// Services and EndpointSlices lose their annotations, which the model never
+// reads; every object loses its managed fields. It is idempotent, as informers require.
 // Tombstones and objects without metadata pass unchanged.
 func transform(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
 		return trimPod(o), nil
+	case *corev1.Node:
+		return trimNode(o), nil
 	case *corev1.Service, *discoveryv1.EndpointSlice:
 		m := o.(metav1.Object)
 		m.SetManagedFields(nil)
@@ -32,7 +34,7 @@ func transform(obj any) (any, error) {
 }
 
 // trimPod is the part of pod the model reads: identity, labels, service
-// account and addresses.
+// account, node and addresses.
 func trimPod(pod *corev1.Pod) *corev1.Pod {
 	return &corev1.Pod{
 		TypeMeta: pod.TypeMeta,
@@ -44,7 +46,7 @@ func trimPod(pod *corev1.Pod) *corev1.Pod {
 			Labels:            pod.Labels,
 			DeletionTimestamp: pod.DeletionTimestamp,
 		},
-		Spec: corev1.PodSpec{ServiceAccountName: pod.Spec.ServiceAccountName},
+		Spec: corev1.PodSpec{ServiceAccountName: pod.Spec.ServiceAccountName, NodeName: pod.Spec.NodeName},
 		Status: corev1.PodStatus{
 			Phase:  pod.Status.Phase,
 			PodIP:  pod.Status.PodIP,
@@ -58,6 +60,7 @@ func trimPod(pod *corev1.Pod) *corev1.Pod {
 func samePod(a, b *corev1.Pod) bool {
 	return a.UID == b.UID &&
 		a.Spec.ServiceAccountName == b.Spec.ServiceAccountName &&
+		a.Spec.NodeName == b.Spec.NodeName &&
 		a.Status.Phase == b.Status.Phase &&
 		a.Status.PodIP == b.Status.PodIP &&
 		slices.Equal(a.Status.PodIPs, b.Status.PodIPs) &&

@@ -183,7 +183,7 @@ func grantAllButAuthorizationPolicies(t *testing.T, kube kubernetes.Interface, n
 	role, err := kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: ns + "-model"},
 		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"services", "pods"}, Verbs: read},
+			{APIGroups: []string{""}, Resources: []string{"services", "pods", "nodes"}, Verbs: read},
 			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: read},
 			{APIGroups: []string{"security.istio.io"}, Resources: []string{"peerauthentications", "requestauthentications"}, Verbs: read},
 			{APIGroups: []string{"networking.istio.io"}, Resources: []string{"destinationrules"}, Verbs: read},

@@ -1,0 +1,120 @@
+package kubesource
+
+import (
+	"cmp"
+	"maps"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Pod labels that name a workload's locality, as Istio reads them: the
+// first present wins; dots separate its parts unless it has slashes.
+const (
+	localityLabel       = "topology.istio.io/locality"
+	legacyLocalityLabel = "istio-locality"
+)
+
+// subzoneLabel is the node label Istio reads as the subzone of the pods on
+// the node.
+const subzoneLabel = "topology.istio.io/subzone"
+
+// nodeLabels are the node labels that place the pods on a node: the only
+// ones a cached Node keeps.
+var nodeLabels = []string{
+	corev1.LabelTopologyRegion, corev1.LabelFailureDomainBetaRegion,
+	corev1.LabelTopologyZone, corev1.LabelFailureDomainBetaZone,
+	subzoneLabel,
+}
+
+// podLocality is the locality a pod's labels name, "" if none.
+func podLocality(labels map[string]string) string {
+	l, ok := labels[localityLabel]
+	if !ok {
+		l = labels[legacyLocalityLabel]
+	}
+	if strings.Contains(l, "/") {
+		return l
+	}
+	return strings.ReplaceAll(l, ".", "/")
+}
+
+// nodeLocality is the locality of the pods on a node with labels, as
+// Istio computes it: "<region>/<zone>/<subzone>", parts not set left
+// empty, or "" when none is set. A topology.kubernetes.io label wins over
+// its deprecated failure-domain.beta.kubernetes.io twin unless its value is
+// empty.
+func nodeLocality(labels map[string]string) string {
+	region := cmp.Or(labels[corev1.LabelTopologyRegion], labels[corev1.LabelFailureDomainBetaRegion])
+	zone := cmp.Or(labels[corev1.LabelTopologyZone], labels[corev1.LabelFailureDomainBetaZone])
+	subzone := labels[subzoneLabel]
+	if region == "" && zone == "" && subzone == "" {
+		return ""
+	}
+	return region + "/" + zone + "/" + subzone
+}
+
+// locality is the locality of endpoint e of workload w. The pod's
+// locality label wins; else the labels of its node, named by the
+// endpoint's nodeName or else the pod's spec.nodeName, give it, even when
+// they place it nowhere (""), as in Istio. A node not in the cache (or
+// none named) leaves "/<zone>" of the endpoint's zone, or "".
+func (p *podLookup) locality(w *workload, e *discoveryv1.Endpoint) string {
+	if w.locality != "" {
+		return w.locality
+	}
+	if l, ok := p.nodeLocality(cmp.Or(deref(e.NodeName), w.nodeName)); ok {
+		return l
+	}
+	if z := deref(e.Zone); z != "" {
+		return "/" + z
+	}
+	return ""
+}
+
+// nodeLocality returns the locality of the pods on the named node, and
+// whether the node is known.
+func (p *podLookup) nodeLocality(name string) (string, bool) {
+	if name == "" {
+		return "", false
+	}
+	l, seen := p.nodes[name]
+	if !seen {
+		l = nodeLoc{}
+		if node, err := p.l.nodes.Get(name); err == nil {
+			l = nodeLoc{locality: nodeLocality(node.Labels), known: true}
+		}
+		p.nodes[name] = l
+	}
+	return l.locality, l.known
+}
+
+// nodeLoc is what a build found of a node.
+type nodeLoc struct {
+	locality string
+	known    bool
+}
+
+// trimNode is the part of node the model reads: its name and the labels
+// that place its pods. A cluster may have thousands of nodes, each large.
+func trimNode(node *corev1.Node) *corev1.Node {
+	var kept map[string]string
+	for _, k := range nodeLabels {
+		if v, ok := node.Labels[k]; ok {
+			if kept == nil {
+				kept = make(map[string]string, len(nodeLabels))
+			}
+			kept[k] = v
+		}
+	}
+	return &corev1.Node{
+		TypeMeta:   node.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Name: node.Name, ResourceVersion: node.ResourceVersion, Labels: kept},
+	}
+}
+
+// sameNode reports whether two trimmed versions of a node are the same to
+// the model: a kubelet updates its node's status every few seconds.
+func sameNode(a, b *corev1.Node) bool { return maps.Equal(a.Labels, b.Labels) }
