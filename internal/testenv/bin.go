@@ -10,8 +10,6 @@ import (
 
 const (
 	modulePath = "github.com/bulwark-mesh/bulwark"
-	binEnv     = "BULWARK_TESTENV_BIN"
-	keepEnv    = "BULWARK_TESTENV_KEEP"
 )
 
 // binaries are the paths of the programs the environment runs.
@@ -20,17 +18,18 @@ type binaries struct {
 	apiserver string
 }
 
-// findBinaries locates etcd and kube-apiserver in $BULWARK_TESTENV_BIN or,
-// by default, in .cache/testenv/bin at the repository root.
+// findBinaries locates etcd and kube-apiserver in .cache/testenv/bin at
+// the repository root, where `make testenv` builds them.
 func findBinaries() (binaries, error) {
-	dir := os.Getenv(binEnv)
-	if dir == "" {
-		root, err := repoRoot()
-		if err != nil {
-			return binaries{}, fmt.Errorf("locate test binaries (set %s or run `make testenv`): %w", binEnv, err)
-		}
-		dir = filepath.Join(root, ".cache", "testenv", "bin")
+	root, err := repoRoot()
+	if err != nil {
+		return binaries{}, fmt.Errorf("locate test binaries: %w", err)
 	}
+	return binariesIn(filepath.Join(root, ".cache", "testenv", "bin"))
+}
+
+// binariesIn checks that dir holds both programs.
+func binariesIn(dir string) (binaries, error) {
 	b := binaries{
 		etcd:      filepath.Join(dir, "etcd"),
 		apiserver: filepath.Join(dir, "kube-apiserver"),
@@ -42,8 +41,8 @@ func findBinaries() (binaries, error) {
 		}
 	}
 	if len(missing) > 0 {
-		return binaries{}, fmt.Errorf("test binaries missing: %s; run `make testenv` at the repository root to build them (or set %s)",
-			strings.Join(missing, ", "), binEnv)
+		return binaries{}, fmt.Errorf("test binaries missing: %s; run `make testenv` at the repository root to build them",
+			strings.Join(missing, ", "))
 	}
 	return b, nil
 }

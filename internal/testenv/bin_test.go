@@ -9,10 +9,9 @@ import (
 
 func TestMissingBinariesNameTheMakeTarget(t *testing.T) {
 	dir := t.TempDir()
-	t.Setenv(binEnv, dir)
-	_, err := findBinaries()
+	_, err := binariesIn(dir)
 	if err == nil {
-		t.Fatal("findBinaries in an empty directory: no error")
+		t.Fatal("binariesIn an empty directory: no error")
 	}
 	for _, want := range []string{"make testenv", filepath.Join(dir, "kube-apiserver"), filepath.Join(dir, "etcd")} {
 		if !strings.Contains(err.Error(), want) {
@@ -21,17 +20,16 @@ func TestMissingBinariesNameTheMakeTarget(t *testing.T) {
 	}
 }
 
-func TestBinariesFoundInOverrideDir(t *testing.T) {
+func TestBinariesFoundInTheirDirectory(t *testing.T) {
 	dir := t.TempDir()
 	for _, name := range []string{"etcd", "kube-apiserver"} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte("#!/bin/sh\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	t.Setenv(binEnv, dir)
-	b, err := findBinaries()
+	b, err := binariesIn(dir)
 	if err != nil {
-		t.Fatalf("findBinaries: %v", err)
+		t.Fatalf("binariesIn: %v", err)
 	}
 	if b.apiserver != filepath.Join(dir, "kube-apiserver") || b.etcd != filepath.Join(dir, "etcd") {
 		t.Errorf("found %+v", b)

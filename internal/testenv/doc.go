@@ -23,10 +23,9 @@
 //
 // The binaries are built from their Go modules by `make testenv`
 // (hack/testenv/build.sh) into .cache/testenv/bin at the repository root.
-// BULWARK_TESTENV_BIN points at another directory holding kube-apiserver and
-// etcd. A missing binary fails the test with a message naming `make testenv`;
-// it never skips. BULWARK_TESTENV_KEEP=1 keeps the run directory (logs,
-// certificates, etcd data) for inspection.
+// A missing binary fails the test with a message naming `make testenv`; it
+// never skips. When a test of the package failed, the run directory (logs,
+// certificates, etcd data) is kept for inspection and its path printed.
 //
 // # What the apiserver offers
 //

@@ -40,7 +40,7 @@ func start() (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create run directory: %w", err)
 	}
-	c := &cluster{runDir: runDir, keep: os.Getenv(keepEnv) != ""}
+	c := &cluster{runDir: runDir}
 	keys, err := newPKI(runDir)
 	if err != nil {
 		c.stop()
@@ -219,8 +219,8 @@ func (c *cluster) stopProcesses() {
 	c.apiserver, c.etcd = nil, nil
 }
 
-// stop kills both processes and removes the run directory unless asked to
-// keep it.
+// stop kills both processes and removes the run directory unless it is
+// kept: after a failed run its logs explain the failure.
 func (c *cluster) stop() {
 	c.stopProcesses()
 	if c.keep {

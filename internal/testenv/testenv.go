@@ -46,8 +46,9 @@ var shared struct {
 	err    error
 }
 
-// Run runs the tests and then stops the environment if a test started it.
-// Call it from TestMain: os.Exit(testenv.Run(m)).
+// Run runs the tests and then stops the environment if a test started it;
+// when a test failed, the run directory (apiserver and etcd logs) is kept
+// and its path printed. Call it from TestMain: os.Exit(testenv.Run(m)).
 func Run(m *testing.M) int {
 	shared.mu.Lock()
 	shared.inMain = true
@@ -59,6 +60,7 @@ func Run(m *testing.M) int {
 	env := shared.env
 	shared.mu.Unlock()
 	if env != nil {
+		env.cluster.keep = code != 0
 		env.cluster.stop()
 	}
 	return code

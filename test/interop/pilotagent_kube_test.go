@@ -139,8 +139,8 @@ func createRunningPod(ctx context.Context, t *testing.T, env *testenv.Env, w wor
 // hostAddress returns an IPv4 (else IPv6) address of an interface of this
 // machine that is up and neither loopback nor link-local, for the server:
 // the apiserver refuses such addresses in an EndpointSlice ("may not be in
-// the loopback range"), as a cluster's pods never have them. The test is
-// skipped on a machine without one.
+// the loopback range"), as a cluster's pods never have them. The test fails
+// on a machine without one rather than pass without having run.
 func hostAddress(t *testing.T) string {
 	t.Helper()
 	ifaces, err := net.Interfaces()
@@ -170,7 +170,7 @@ func hostAddress(t *testing.T) string {
 		}
 	}
 	if v6 == "" {
-		t.Skip("no address other than loopback and link-local on this machine for an EndpointSlice to name")
+		t.Fatal("no address other than loopback and link-local on this machine for an EndpointSlice to name")
 	}
 	return v6
 }
