@@ -4,12 +4,13 @@ import (
 	"testing"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
 )
 
 func TestResponsesAreSharedOnlyBetweenProxiesAskingTheSame(t *testing.T) {
 	store := model.NewStore()
-	store.Publish(testModel(t, baseManifests))
+	store.Publish(modeltest.Load(t, baseManifests))
 	srv, err := New(Config{Model: store, Authenticator: headerAuth{}, TrustDomain: testTD})
 	if err != nil {
 		t.Fatal(err)

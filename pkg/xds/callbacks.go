@@ -194,16 +194,23 @@ var knownTypes = map[string]bool{typeListener: true, typeRoute: true, typeCluste
 
 // CreateWatch implements cache.ConfigWatcher.
 func (s *Server) CreateWatch(req *cache.Request, sub cache.Subscription, ch chan cache.Response) (func(), error) {
-	s.mu.Lock()
-	p := s.byNode[req.GetNode()]
-	s.mu.Unlock()
-	if p == nil {
-		return nil, errUnauthenticated
-	}
-	if !s.knownType(req.GetTypeUrl()) {
-		return func() {}, nil
+	p, serve, err := s.watcher(req.GetNode(), req.GetTypeUrl())
+	if !serve {
+		return func() {}, err
 	}
 	return p.open(req.GetTypeUrl(), &watch{req: req, sub: sub, ch: ch}), nil
+}
+
+// watcher is the authenticated proxy of node, and whether typeURL is
+// served to it: unknown types are ignored without ending the stream.
+func (s *Server) watcher(node *core.Node, typeURL string) (p *proxy, serve bool, err error) {
+	s.mu.Lock()
+	p = s.byNode[node]
+	s.mu.Unlock()
+	if p == nil {
+		return nil, false, errUnauthenticated
+	}
+	return p, s.knownType(typeURL), nil
 }
 
 // Fetch implements cache.ConfigFetcher.

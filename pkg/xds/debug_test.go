@@ -11,11 +11,12 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
 
+	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
 )
 
 func TestSynczAccess(t *testing.T) {
-	h := newHarness(t, testModel(t, baseManifests), nil)
+	h := newHarness(t, modeltest.Load(t, baseManifests), nil)
 	tests := map[string]struct {
 		remote, method string
 		code           int
@@ -40,7 +41,7 @@ func TestSynczAccess(t *testing.T) {
 }
 
 func TestSynczShowsAckAndNack(t *testing.T) {
-	h := newHarness(t, testModel(t, baseManifests), nil)
+	h := newHarness(t, modeltest.Load(t, baseManifests), nil)
 	st := h.stream(clientID)
 	send := func(req *discovery.DiscoveryRequest) {
 		t.Helper()

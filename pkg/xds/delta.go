@@ -16,14 +16,9 @@ type deltaWatch struct {
 
 // CreateDeltaWatch implements cache.ConfigWatcher for incremental xDS.
 func (s *Server) CreateDeltaWatch(req *cache.DeltaRequest, sub cache.Subscription, ch chan cache.DeltaResponse) (func(), error) {
-	s.mu.Lock()
-	p := s.byNode[req.GetNode()]
-	s.mu.Unlock()
-	if p == nil {
-		return nil, errUnauthenticated
-	}
-	if !s.knownType(req.GetTypeUrl()) {
-		return func() {}, nil
+	p, serve, err := s.watcher(req.GetNode(), req.GetTypeUrl())
+	if !serve {
+		return func() {}, err
 	}
 	return p.openDelta(req.GetTypeUrl(), &deltaWatch{req: req, sub: sub, ch: ch}), nil
 }

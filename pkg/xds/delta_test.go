@@ -9,6 +9,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
 )
 
@@ -49,7 +50,7 @@ func recvDelta(t *testing.T, st deltaStream) *discovery.DeltaDiscoveryResponse {
 }
 
 func TestDelta(t *testing.T) {
-	h := newHarness(t, testModel(t, baseManifests), nil)
+	h := newHarness(t, modeltest.Load(t, baseManifests), nil)
 	st := h.deltaStream(clientID)
 	send := func(r *discovery.DeltaDiscoveryRequest) {
 		t.Helper()
@@ -79,7 +80,7 @@ func TestDelta(t *testing.T) {
 	send(&discovery.DeltaDiscoveryRequest{TypeUrl: grpcgen.EndpointType, ResponseNonce: first.GetNonce()})
 
 	// A change sends only what changed.
-	h.store.Publish(testModel(t, baseManifests+`---
+	h.store.Publish(modeltest.Load(t, baseManifests+`---
 apiVersion: networking.istio.io/v1
 kind: WorkloadEntry
 metadata: {name: echo-2, namespace: app}
@@ -104,7 +105,7 @@ spec: {address: 10.0.0.3, labels: {app: echo}, serviceAccount: echo}
 	if r := recvDelta(t, st); r.GetTypeUrl() != grpcgen.RouteType { // the unsubscription is processed
 		t.Fatalf("got an unexpected %s response", r.GetTypeUrl())
 	}
-	next := testModel(t, baseManifests)
+	next := modeltest.Load(t, baseManifests)
 	h.store.Publish(next)
 	h.srv.push(next, time.Time{}) // synchronously: a response it queues comes before the next one
 	send(&discovery.DeltaDiscoveryRequest{TypeUrl: grpcgen.ListenerType, ResourceNamesSubscribe: []string{echoListener}})
@@ -116,7 +117,7 @@ spec: {address: 10.0.0.3, labels: {app: echo}, serviceAccount: echo}
 // TestDeltaAndStateOfTheWorldStreamsCoexist checks that streams of both
 // kinds, whose servers number them independently, keep separate state.
 func TestDeltaAndStateOfTheWorldStreamsCoexist(t *testing.T) {
-	h := newHarness(t, testModel(t, baseManifests), nil)
+	h := newHarness(t, modeltest.Load(t, baseManifests), nil)
 	sotw := h.stream(clientID)
 	if err := sotw.Send(&discovery.DiscoveryRequest{Node: testNode("app", "client", nil), TypeUrl: grpcgen.ListenerType, ResourceNames: []string{echoListener}}); err != nil {
 		t.Fatal(err)

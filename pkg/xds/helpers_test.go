@@ -157,17 +157,6 @@ func noResponse(t *testing.T, st discovery.AggregatedDiscoveryService_StreamAggr
 	return r
 }
 
-func testModel(t *testing.T, manifests string) *model.Snapshot {
-	t.Helper()
-	dir := t.TempDir()
-	catest.WriteFiles(t, dir, map[string][]byte{"mesh.yaml": []byte(manifests)})
-	snap, err := model.LoadDir(dir, model.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return snap
-}
-
 const baseManifests = `
 apiVersion: v1
 kind: Service

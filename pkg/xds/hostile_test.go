@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
 )
 
@@ -26,7 +27,7 @@ func TestStreamBurstIsShed(t *testing.T) {
 	if raceEnabled {
 		streams = 2000
 	}
-	h := newHarness(t, testModel(t, baseManifests), func(c *Config) { c.StreamRate, c.StreamBurst = 0.0001, burst })
+	h := newHarness(t, modeltest.Load(t, baseManifests), func(c *Config) { c.StreamRate, c.StreamBurst = 0.0001, burst })
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-id", clientID)
 	client := discovery.NewAggregatedDiscoveryServiceClient(h.conn)
 	var served, shed atomic.Int64
@@ -71,7 +72,7 @@ func heapInuse() int64 {
 // Streams whose turn comes within StreamWait wait for it instead of being
 // refused; the rest are refused at once.
 func TestStreamsWaitBrieflyForTheirTurn(t *testing.T) {
-	h := newHarness(t, testModel(t, baseManifests), func(c *Config) {
+	h := newHarness(t, modeltest.Load(t, baseManifests), func(c *Config) {
 		c.StreamRate, c.StreamBurst, c.StreamWait = 10, 1, time.Second
 	})
 	open := func(n int) (served, shed int64) {

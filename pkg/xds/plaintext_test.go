@@ -12,6 +12,7 @@ import (
 
 	"github.com/bulwark-mesh/bulwark/pkg/authn"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/catest"
+	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
 	"github.com/bulwark-mesh/bulwark/pkg/sds"
 )
 
@@ -30,7 +31,7 @@ func newPlaintextHarness(t *testing.T, calls *int) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newHarnessOn(t, testModel(t, baseManifests), func(c *Config) {
+	return newHarnessOn(t, modeltest.Load(t, baseManifests), func(c *Config) {
 		c.Authenticator = refuseAll{calls}
 		c.Secrets = secrets
 	}, (*Server).RegisterPlaintext)

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/genproto/googleapis/rpc/status"
 
+	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
 )
 
@@ -56,10 +57,10 @@ func withWorkloads(n int) string {
 }
 
 func TestBurstOfChangesIsPushedOnce(t *testing.T) {
-	h := newHarness(t, testModel(t, baseManifests), func(c *Config) { c.DebounceQuiet, c.DebounceMax = 100*time.Millisecond, time.Hour })
+	h := newHarness(t, modeltest.Load(t, baseManifests), func(c *Config) { c.DebounceQuiet, c.DebounceMax = 100*time.Millisecond, time.Hour })
 	st, _ := subscribeEDS(t, h)
 	for i := 1; i <= 5; i++ {
-		h.store.Publish(testModel(t, withWorkloads(i)))
+		h.store.Publish(modeltest.Load(t, withWorkloads(i)))
 	}
 	r := recv(t, st)
 	if got := endpointCount(t, r); got != 6 {
@@ -71,10 +72,10 @@ func TestBurstOfChangesIsPushedOnce(t *testing.T) {
 
 func TestDebounceMaxBoundsTheWait(t *testing.T) {
 	// The quiet period never ends within the test; only the bound pushes.
-	h := newHarness(t, testModel(t, baseManifests), func(c *Config) { c.DebounceQuiet, c.DebounceMax = time.Hour, time.Nanosecond })
+	h := newHarness(t, modeltest.Load(t, baseManifests), func(c *Config) { c.DebounceQuiet, c.DebounceMax = time.Hour, time.Nanosecond })
 	st, _ := subscribeEDS(t, h)
-	h.store.Publish(testModel(t, withWorkloads(1)))
-	h.store.Publish(testModel(t, withWorkloads(2)))
+	h.store.Publish(modeltest.Load(t, withWorkloads(1)))
+	h.store.Publish(modeltest.Load(t, withWorkloads(2)))
 	if got := endpointCount(t, recv(t, st)); got < 2 {
 		t.Fatalf("pushed %d endpoints", got)
 	}
@@ -84,9 +85,9 @@ func TestDebounceMaxBoundsTheWait(t *testing.T) {
 // is answered, so there is no re-push loop, and each is counted once.
 func TestNACKStormIsNotAnswered(t *testing.T) {
 	const nacks = 1000
-	h := newHarness(t, testModel(t, baseManifests), nil)
+	h := newHarness(t, modeltest.Load(t, baseManifests), nil)
 	st, first := subscribeEDS(t, h)
-	h.store.Publish(testModel(t, withWorkloads(1)))
+	h.store.Publish(modeltest.Load(t, withWorkloads(1)))
 	second := recv(t, st)
 	pushes := testutil.ToFloat64(h.srv.metrics.pushes.WithLabelValues("eds"))
 	for range nacks {
@@ -109,7 +110,7 @@ func TestNACKStormIsNotAnswered(t *testing.T) {
 	}
 
 	// A model change after the storm is pushed once.
-	h.store.Publish(testModel(t, withWorkloads(2)))
+	h.store.Publish(modeltest.Load(t, withWorkloads(2)))
 	if got := endpointCount(t, recv(t, st)); got != 3 {
 		t.Fatalf("pushed %d endpoints after the NACK storm, want 3", got)
 	}
@@ -124,7 +125,7 @@ func TestFirstModelIsAppliedAtOnceAndLaterOnesDebounced(t *testing.T) {
 	if h.srv.HasSynced() {
 		t.Fatal("synced before any source published")
 	}
-	first := testModel(t, baseManifests)
+	first := modeltest.Load(t, baseManifests)
 	h.store.Publish(first)
 	deadline := time.Now().Add(10 * time.Second)
 	for !h.srv.HasSynced() {
@@ -133,7 +134,7 @@ func TestFirstModelIsAppliedAtOnceAndLaterOnesDebounced(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	h.store.Publish(testModel(t, strings.Replace(baseManifests, "10.0.0.2", "10.0.0.3", 1)))
+	h.store.Publish(modeltest.Load(t, strings.Replace(baseManifests, "10.0.0.2", "10.0.0.3", 1)))
 	time.Sleep(50 * time.Millisecond)
 	if got := h.srv.state.Load().snap.Version; got != first.Version {
 		t.Fatalf("a later model was applied before the debounce: %s", got)

@@ -25,6 +25,7 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/ca"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/catest"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
 	"github.com/bulwark-mesh/bulwark/pkg/sds"
 )
 
@@ -86,7 +87,7 @@ func newSDSHarness(t *testing.T, useTLS bool, b *bundles, objs ...runtime.Object
 		t.Fatal(err)
 	}
 	store := model.NewStore()
-	store.Publish(testModel(t, baseManifests))
+	store.Publish(modeltest.Load(t, baseManifests))
 	reg := prometheus.NewRegistry()
 	srv, err := New(Config{
 		Model: store, Authenticator: headerAuth{}, TrustDomain: testTD, Registerer: reg,

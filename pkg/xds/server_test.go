@@ -11,6 +11,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
 )
 
@@ -55,7 +56,7 @@ func TestStreamRejections(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			h := newHarness(t, testModel(t, baseManifests), nil)
+			h := newHarness(t, modeltest.Load(t, baseManifests), nil)
 			st := h.stream(tc.id)
 			if err := st.Send(tc.req); err != nil {
 				t.Fatal(err)
@@ -69,7 +70,7 @@ func TestStreamRejections(t *testing.T) {
 }
 
 func TestNewStreamsAreRateLimited(t *testing.T) {
-	h := newHarness(t, testModel(t, baseManifests), func(c *Config) { c.StreamRate, c.StreamBurst = 0.001, 1 })
+	h := newHarness(t, modeltest.Load(t, baseManifests), func(c *Config) { c.StreamRate, c.StreamBurst = 0.001, 1 })
 	first := h.stream(clientID)
 	if err := first.Send(&discovery.DiscoveryRequest{Node: testNode("app", "client", nil), TypeUrl: grpcgen.ListenerType, ResourceNames: []string{echoListener}}); err != nil {
 		t.Fatal(err)
@@ -83,7 +84,7 @@ func TestNewStreamsAreRateLimited(t *testing.T) {
 }
 
 func TestProtocol(t *testing.T) {
-	h := newHarness(t, testModel(t, baseManifests), nil)
+	h := newHarness(t, modeltest.Load(t, baseManifests), nil)
 	st := h.stream(clientID)
 	send := func(r *discovery.DiscoveryRequest) {
 		t.Helper()
@@ -142,7 +143,7 @@ func probeCluster(t *testing.T, st discovery.AggregatedDiscoveryService_StreamAg
 }
 
 func TestModelChangeIsPushed(t *testing.T) {
-	h := newHarness(t, testModel(t, baseManifests), nil)
+	h := newHarness(t, modeltest.Load(t, baseManifests), nil)
 	st := h.stream(clientID)
 	if err := st.Send(&discovery.DiscoveryRequest{Node: testNode("app", "client", nil), TypeUrl: grpcgen.EndpointType, ResourceNames: []string{echoCluster}}); err != nil {
 		t.Fatal(err)
@@ -152,7 +153,7 @@ func TestModelChangeIsPushed(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	h.store.Publish(testModel(t, baseManifests+`---
+	h.store.Publish(modeltest.Load(t, baseManifests+`---
 apiVersion: networking.istio.io/v1
 kind: WorkloadEntry
 metadata: {name: echo-2, namespace: app}
@@ -189,7 +190,7 @@ spec: {address: 10.0.0.3, labels: {app: echo}, serviceAccount: echo}
 }
 
 func TestEmptyFirstRequestIsWildcard(t *testing.T) {
-	h := newHarness(t, testModel(t, baseManifests), nil)
+	h := newHarness(t, modeltest.Load(t, baseManifests), nil)
 	st := h.stream(clientID)
 	if err := st.Send(&discovery.DiscoveryRequest{Node: testNode("app", "client", nil), TypeUrl: grpcgen.ClusterType}); err != nil {
 		t.Fatal(err)

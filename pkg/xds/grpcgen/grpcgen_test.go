@@ -12,8 +12,8 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/bulwark-mesh/bulwark/pkg/ca/catest"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
 )
 
 const manifests = `
@@ -47,13 +47,7 @@ var td = spiffeid.RequireTrustDomainFromString("cluster.local")
 
 func load(t *testing.T, extra string) *model.Snapshot {
 	t.Helper()
-	dir := t.TempDir()
-	catest.WriteFiles(t, dir, map[string][]byte{"mesh.yaml": []byte(manifests + extra)})
-	snap, err := model.LoadDir(dir, model.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return snap
+	return modeltest.Load(t, manifests+extra)
 }
 
 // build generates one resource and checks it passes Envoy's validation.
