@@ -220,11 +220,12 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := os.MkdirAll(s.cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
-	addrs := []string{s.cfg.SecureGRPCAddr, s.cfg.HTTPAddr, s.cfg.MonitoringAddr, s.cfg.HTTPSAddr}
+	// The gRPC ports face proxies and are bounded in connections.
+	ports := []port{{s.cfg.SecureGRPCAddr, s.cfg.MaxConnections}, {s.cfg.HTTPAddr, 0}, {s.cfg.MonitoringAddr, 0}, {s.cfg.HTTPSAddr, 0}}
 	if s.plaintext != nil {
-		addrs = append(addrs, s.cfg.GRPCAddr)
+		ports = append(ports, port{s.cfg.GRPCAddr, s.cfg.MaxConnections})
 	}
-	lns, err := listenAll(addrs, s.cfg.MaxConnections)
+	lns, err := listenAll(ports)
 	if err != nil {
 		return err
 	}
@@ -317,17 +318,19 @@ func (s *Server) mode() string {
 	return "local"
 }
 
-// listenAll listens on every address, or on none: on an error the
-// listeners already open are closed. The gRPC ports (the first and, when
-// present, the fifth) are limited to maxConns connections each.
-func listenAll(addrs []string, maxConns int) ([]net.Listener, error) {
-	lns := make([]net.Listener, 0, len(addrs))
-	for i, addr := range addrs {
-		limit := 0
-		if i == 0 || i == 4 {
-			limit = maxConns
-		}
-		ln, err := listen(addr, limit)
+// port is an address to listen on and its bound on open connections (0:
+// none).
+type port struct {
+	addr     string
+	maxConns int
+}
+
+// listenAll listens on every port, or on none: on an error the listeners
+// already open are closed.
+func listenAll(ports []port) ([]net.Listener, error) {
+	lns := make([]net.Listener, 0, len(ports))
+	for _, p := range ports {
+		ln, err := listen(p.addr, p.maxConns)
 		if err != nil {
 			for _, l := range lns {
 				l.Close()
