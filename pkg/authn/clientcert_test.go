@@ -231,22 +231,7 @@ func TestClientCert(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			a := NewClientCert(testTD, ca.pool, func() time.Time { return t0 })
 			caller, err := a.Authenticate(tc.ctx)
-			if tc.wantErr != nil {
-				if !errors.Is(err, tc.wantErr) {
-					t.Fatalf("Authenticate() error = %v, want %v", err, tc.wantErr)
-				}
-				t.Logf("refused: %v", err)
-				return
-			}
-			if err != nil {
-				t.Fatalf("Authenticate() error = %v", err)
-			}
-			if len(caller.Identities) != 1 || caller.Identities[0].String() != tc.wantID {
-				t.Errorf("Identities = %v, want [%s]", caller.Identities, tc.wantID)
-			}
-			if caller.Authenticator != KindClientCert {
-				t.Errorf("Authenticator = %q, want %q", caller.Authenticator, KindClientCert)
-			}
+			checkCaller(t, caller, err, wantCaller{err: tc.wantErr, id: tc.wantID, kind: KindClientCert})
 		})
 	}
 }

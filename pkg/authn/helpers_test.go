@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -78,4 +79,41 @@ func mustID(t testing.TB, s string) spiffeid.ID {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// wantCaller is what an Authenticate call should give: an error matching
+// err, or a caller with exactly identity id, found by kind, with clusterID
+// and pod (nil: no pod).
+type wantCaller struct {
+	err       error
+	id        string
+	kind      string
+	clusterID string
+	pod       *Pod
+}
+
+// checkCaller checks an Authenticate result. It reports whether the caller
+// was accepted, so that a test can check more of it.
+func checkCaller(t *testing.T, caller *Caller, err error, want wantCaller) bool {
+	t.Helper()
+	if want.err != nil {
+		if !errors.Is(err, want.err) {
+			t.Fatalf("Authenticate() error = %v, want %v", err, want.err)
+		}
+		t.Logf("refused: %v", err)
+		return false
+	}
+	if err != nil {
+		t.Fatalf("Authenticate() error = %v", err)
+	}
+	if len(caller.Identities) != 1 || caller.Identities[0].String() != want.id {
+		t.Errorf("Identities = %v, want [%s]", caller.Identities, want.id)
+	}
+	if caller.Authenticator != want.kind || caller.ClusterID != want.clusterID {
+		t.Errorf("Authenticator, ClusterID = %q, %q; want %q, %q", caller.Authenticator, caller.ClusterID, want.kind, want.clusterID)
+	}
+	if (caller.Pod == nil) != (want.pod == nil) || (caller.Pod != nil && *caller.Pod != *want.pod) {
+		t.Errorf("Pod = %+v, want %+v", caller.Pod, want.pod)
+	}
+	return true
 }

@@ -156,24 +156,8 @@ func TestKubeJWT(t *testing.T) {
 				ctx = bearerContext(token, "clusterid", "east")
 			}
 			caller, err := k.Authenticate(ctx)
-			if tc.wantErr != nil {
-				if !errors.Is(err, tc.wantErr) {
-					t.Fatalf("Authenticate() error = %v, want %v", err, tc.wantErr)
-				}
-				t.Logf("refused: %v", err)
+			if !checkCaller(t, caller, err, wantCaller{err: tc.wantErr, id: tc.wantID, kind: KindKubernetes, clusterID: "east", pod: tc.wantPod}) {
 				return
-			}
-			if err != nil {
-				t.Fatalf("Authenticate() error = %v", err)
-			}
-			if len(caller.Identities) != 1 || caller.Identities[0].String() != tc.wantID {
-				t.Errorf("Identities = %v, want [%s]", caller.Identities, tc.wantID)
-			}
-			if caller.Authenticator != KindKubernetes || caller.ClusterID != "east" {
-				t.Errorf("Authenticator, ClusterID = %q, %q; want %q, east", caller.Authenticator, caller.ClusterID, KindKubernetes)
-			}
-			if (caller.Pod == nil) != (tc.wantPod == nil) || (caller.Pod != nil && *caller.Pod != *tc.wantPod) {
-				t.Errorf("Pod = %+v, want %+v", caller.Pod, tc.wantPod)
 			}
 			if !slices.Equal(rev.audiences, []string{"istio-ca"}) {
 				t.Errorf("reviewed for audiences %q, want [istio-ca]", rev.audiences)

@@ -185,25 +185,7 @@ func TestOIDC(t *testing.T) {
 				Clock:       func() time.Time { return t0 },
 			})
 			caller, err := o.Authenticate(bearerContext(tc.token, "clusterid", "west"))
-			if tc.wantErr != nil {
-				if !errors.Is(err, tc.wantErr) {
-					t.Fatalf("Authenticate() error = %v, want %v", err, tc.wantErr)
-				}
-				t.Logf("refused: %v", err)
-				return
-			}
-			if err != nil {
-				t.Fatalf("Authenticate() error = %v", err)
-			}
-			if len(caller.Identities) != 1 || caller.Identities[0].String() != tc.wantID {
-				t.Errorf("Identities = %v, want [%s]", caller.Identities, tc.wantID)
-			}
-			if caller.Authenticator != KindOIDC || caller.ClusterID != "west" {
-				t.Errorf("Authenticator, ClusterID = %q, %q; want %q, west", caller.Authenticator, caller.ClusterID, KindOIDC)
-			}
-			if (caller.Pod == nil) != (tc.wantPod == nil) || (caller.Pod != nil && *caller.Pod != *tc.wantPod) {
-				t.Errorf("Pod = %+v, want %+v", caller.Pod, tc.wantPod)
-			}
+			checkCaller(t, caller, err, wantCaller{err: tc.wantErr, id: tc.wantID, kind: KindOIDC, clusterID: "west", pod: tc.wantPod})
 		})
 	}
 }
