@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bulwark-mesh/bulwark/pkg/ca/catest"
 	"google.golang.org/grpc/peer"
 )
 
@@ -277,7 +278,7 @@ func TestClientCertRemembersVerificationsOnlyWhileValid(t *testing.T) {
 	ca := newTestCA(t, "root")
 	cert, _ := ca.sign(t, workloadTemplate(t, workloadID))
 	roots := ca.pool()
-	clock := newFakeClock(t0)
+	clock := catest.NewClock(t0)
 	a := NewClientCert(testTD, func() *x509.CertPool { return roots }, clock.Now)
 	ctx := tlsPeerContext(context.Background(), cert)
 

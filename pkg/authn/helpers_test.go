@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,26 +21,6 @@ var (
 	// t0 is the fixed "now" of the tests.
 	t0 = time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
 )
-
-// fakeClock is a settable clock.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock(now time.Time) *fakeClock { return &fakeClock{now: now} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // mdContext returns a context with incoming gRPC metadata of key/value pairs.
 func mdContext(kv ...string) context.Context {

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/bulwark-mesh/bulwark/pkg/ca/catest"
 )
 
 // fakeReviewer answers every review with the same result and counts calls.
@@ -226,7 +228,7 @@ func TestKubeJWTCache(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			clock := newFakeClock(t0)
+			clock := catest.NewClock(t0)
 			rev := &fakeReviewer{review: goodReview()}
 			k := NewKubeJWT(KubeJWTConfig{TrustDomain: testTD, Reviewer: rev, CacheTTL: tc.ttl, Clock: clock.Now})
 			ctx := bearerContext(unsignedJWT(t, tc.claims))
