@@ -49,6 +49,7 @@ func TestCABundleIsPatchedIntoEveryWebhook(t *testing.T) {
 func TestEditsAreReverted(t *testing.T) {
 	t.Parallel()
 	client := fake.NewClientset(mutatingConfig(injector, "a"), validatingConfig(validator, "v"))
+	waitWatches := countWatches(client)
 	bundles := &fakeBundles{}
 	bundles.set("root-1")
 	start(t, Config{Client: client, Bundles: bundles, MutatingName: injector, ValidatingName: validator})
@@ -56,6 +57,7 @@ func TestEditsAreReverted(t *testing.T) {
 		s := readState(t, client, injector, validator)
 		return allEqual(s.mutatingCA, "root-1") && allEqual(s.validatingCA, "root-1")
 	})
+	waitWatches(t, 2)
 
 	api := client.AdmissionregistrationV1()
 	m, err := api.MutatingWebhookConfigurations().Get(context.Background(), injector, metav1.GetOptions{})
@@ -99,6 +101,7 @@ func TestBundleChangeIsApplied(t *testing.T) {
 func TestFailurePolicyFlipsOnlyAfterReady(t *testing.T) {
 	t.Parallel()
 	client := fake.NewClientset(mutatingConfig(injector, "a"), validatingConfig(validator, "v1", "v2"))
+	waitWatches := countWatches(client)
 	bundles := &fakeBundles{}
 	bundles.set("root-1")
 	var ready atomic.Bool
@@ -125,6 +128,7 @@ func TestFailurePolicyFlipsOnlyAfterReady(t *testing.T) {
 	}
 
 	// Once ready, a later downgrade is put back.
+	waitWatches(t, 2)
 	api := client.AdmissionregistrationV1().ValidatingWebhookConfigurations()
 	v, err := api.Get(context.Background(), validator, metav1.GetOptions{})
 	if err != nil {
@@ -143,6 +147,7 @@ func TestFailurePolicyFlipsOnlyAfterReady(t *testing.T) {
 func TestMissingConfigurationIsPatchedOnceCreated(t *testing.T) {
 	t.Parallel()
 	client := fake.NewClientset()
+	waitWatches := countWatches(client)
 	bundles := &fakeBundles{}
 	bundles.set("root-1")
 	var gets atomic.Int32
@@ -163,6 +168,7 @@ func TestMissingConfigurationIsPatchedOnceCreated(t *testing.T) {
 		t.Errorf("logged %d waits, want one per configuration:\n%s", n, logs.String())
 	}
 
+	waitWatches(t, 2)
 	api := client.AdmissionregistrationV1()
 	if _, err := api.MutatingWebhookConfigurations().Create(context.Background(), mutatingConfig(injector, "a"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -11,7 +11,10 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/bulwark-mesh/bulwark/pkg/ca"
 )
@@ -168,4 +171,32 @@ func allPolicies(ps []string, want string) bool {
 		}
 	}
 	return len(ps) > 0
+}
+
+// countWatches makes client count the watches its callers start, and
+// returns a wait for at least n of them. A fake clientset's watch does not
+// replay what changed before it started, while an informer reports synced
+// once it has listed: a test that edits an object must first wait for the
+// watches, or its edit can fall between the list and the watch.
+func countWatches(client *fake.Clientset) func(t *testing.T, n int) {
+	var mu sync.Mutex
+	started := 0
+	client.PrependWatchReactor("*", func(action k8stesting.Action) (bool, watch.Interface, error) {
+		w, err := client.Tracker().Watch(action.GetResource(), action.GetNamespace())
+		if err != nil {
+			return false, nil, err
+		}
+		mu.Lock()
+		started++
+		mu.Unlock()
+		return true, w, nil
+	})
+	return func(t *testing.T, n int) {
+		t.Helper()
+		eventually(t, wait, "watches started", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return started >= n
+		})
+	}
 }
