@@ -22,9 +22,12 @@
 // ..data links are followed through their targets only once) holds one or
 // more Kubernetes-style documents separated by "---". Recognised kinds:
 //
-//   - v1 Service: metadata.name/namespace, spec.selector and spec.ports
-//     (name, port, targetPort as a number, appProtocol). Its hostname is
-//     <name>.<namespace>.svc.<domain> (domain defaults to cluster.local).
+//   - v1 Service: metadata.name/namespace, spec.selector, spec.clusterIP(s)
+//     (the virtual IPs Envoy sidecars intercept for TCP ports; "None" or
+//     absent for none) and spec.ports (name, port, targetPort as a number,
+//     appProtocol; the protocol follows Istio: appProtocol, else the name's
+//     prefix). Its hostname is <name>.<namespace>.svc.<domain> (domain
+//     defaults to cluster.local).
 //   - networking.istio.io/v1 WorkloadEntry: one workload instance. spec
 //     (istio.io/api networking/v1) gives address, ports (service port name →
 //     the workload's port), labels, serviceAccount, locality and weight. A

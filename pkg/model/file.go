@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -268,6 +269,20 @@ func decodeService(js []byte, meta Meta) (*Service, error) {
 		return nil, fmt.Errorf("Service %s: %w: %w", meta.Name, ErrInvalid, err)
 	}
 	svc := &Service{Meta: meta, Selector: k.Spec.Selector}
+	ips := k.Spec.ClusterIPs
+	if len(ips) == 0 && k.Spec.ClusterIP != "" {
+		ips = []string{k.Spec.ClusterIP}
+	}
+	for _, ip := range ips {
+		if ip == corev1.ClusterIPNone {
+			continue
+		}
+		a, err := netip.ParseAddr(ip)
+		if err != nil || a.Zone() != "" || a.Is4In6() {
+			return nil, fmt.Errorf("Service %s: cluster IP %q: %w", meta.Name, ip, ErrInvalid)
+		}
+		svc.Addresses = append(svc.Addresses, a.String())
+	}
 	for _, p := range k.Spec.Ports {
 		if p.Port <= 0 || p.Port > 65535 {
 			return nil, fmt.Errorf("Service %s: port %d: %w", meta.Name, p.Port, ErrInvalid)
@@ -276,7 +291,11 @@ func decodeService(js []byte, meta Meta) (*Service, error) {
 		if target > 65535 {
 			return nil, fmt.Errorf("Service %s: target port %d: %w", meta.Name, target, ErrInvalid)
 		}
-		svc.Ports = append(svc.Ports, Port{Name: p.Name, Port: uint32(p.Port), TargetPort: target, Protocol: string(p.Protocol)})
+		port := Port{Name: p.Name, Port: uint32(p.Port), TargetPort: target, Protocol: string(p.Protocol)}
+		if p.AppProtocol != nil && *p.AppProtocol != "" {
+			port.Protocol = *p.AppProtocol
+		}
+		svc.Ports = append(svc.Ports, port)
 	}
 	return svc, nil
 }

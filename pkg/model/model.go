@@ -28,8 +28,11 @@ type Service struct {
 	Meta
 	// Hostname is <name>.<namespace>.svc.<domain>.
 	Hostname string
-	Selector map[string]string
-	Ports    []Port
+	// Addresses are the service's virtual IPs (a Kubernetes Service's
+	// cluster IPs); none for a headless service.
+	Addresses []string
+	Selector  map[string]string
+	Ports     []Port
 	// Endpoints are the service's workload instances by service port
 	// number. A source may supply them (Kubernetes EndpointSlices); Build
 	// adds the WorkloadEntries the selector matches and sorts them.
@@ -92,10 +95,24 @@ type DestinationRule struct {
 	Spec *networkingv1.DestinationRule
 }
 
+// Pod is a running pod of the registry: the workload a sidecar that names
+// it serves.
+type Pod struct {
+	Meta
+	UID            string
+	ServiceAccount string
+	Labels         map[string]string
+	IPs            []string
+}
+
 // Resources are the inputs of a Snapshot.
 type Resources struct {
-	Services               []*Service // Build adds selected Workloads to Endpoints
-	Workloads              []*Workload
+	Services  []*Service // Build adds selected Workloads to Endpoints
+	Workloads []*Workload
+	// Pods are the registry's pods, sorted by namespace and name; nil when
+	// the source has no registry of pods (the file model), so that proxies
+	// describe their workload themselves.
+	Pods                   []*Pod
 	PeerAuthentications    []*PeerAuthentication
 	AuthorizationPolicies  []*AuthorizationPolicy
 	RequestAuthentications []*RequestAuthentication
@@ -117,6 +134,7 @@ type Snapshot struct {
 
 	services []*Service // sorted by hostname
 	byHost   map[string]*Service
+	pods     map[Meta]*Pod
 	res      Resources
 }
 
@@ -125,6 +143,15 @@ func (s *Snapshot) Services() []*Service { return s.services }
 
 // Service returns the service of hostname, or nil.
 func (s *Snapshot) Service(hostname string) *Service { return s.byHost[hostname] }
+
+// HasPods reports whether the source has a registry of pods, in which a
+// sidecar's workload is looked up rather than taken from what it claims.
+func (s *Snapshot) HasPods() bool { return s.res.Pods != nil }
+
+// Pod returns the pod namespace/name of the registry, or nil.
+func (s *Snapshot) Pod(namespace, name string) *Pod {
+	return s.pods[Meta{Name: name, Namespace: namespace}]
+}
 
 // Resources returns the snapshot's inputs.
 func (s *Snapshot) Resources() *Resources { return &s.res }
@@ -141,7 +168,10 @@ func Build(version string, opts Options, res Resources) *Snapshot {
 	if opts.RootNamespace == "" {
 		opts.RootNamespace = DefaultRootNamespace
 	}
-	s := &Snapshot{Version: version, Options: opts, byHost: make(map[string]*Service), res: res}
+	s := &Snapshot{Version: version, Options: opts, byHost: make(map[string]*Service), pods: make(map[Meta]*Pod, len(res.Pods)), res: res}
+	for _, p := range res.Pods {
+		s.pods[p.Meta] = p
+	}
 	for _, svc := range res.Services {
 		svc.Hostname = svc.Name + "." + svc.Namespace + ".svc." + opts.Domain
 		svc.Endpoints = endpointsOf(svc, res.Workloads)
@@ -206,4 +236,12 @@ func Matches(selector, labels map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// GetSpec returns the rule's spec; nil for a nil rule.
+func (d *DestinationRule) GetSpec() *networkingv1.DestinationRule {
+	if d == nil {
+		return nil
+	}
+	return d.Spec
 }

@@ -7,9 +7,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	securityv1 "istio.io/api/security/v1"
+	typev1beta1 "istio.io/api/type/v1beta1"
 )
 
 const service = `
@@ -64,8 +68,11 @@ apiVersion: networking.istio.io/v1
 kind: WorkloadEntry
 metadata: {name: x}
 spec: {address: 10.0.0.1, ports: {grpc: "many"}}`}},
-		"a WorkloadEntry without address is rejected": {err: true, files: map[string]string{"a.yaml": "apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: x}\nspec: {}\n"}},
-		"a file over the size limit is rejected":      {err: true, files: map[string]string{"a.yaml": "#" + strings.Repeat("x", MaxFileBytes)}},
+		"a WorkloadEntry without address is rejected":     {err: true, files: map[string]string{"a.yaml": "apiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: x}\nspec: {}\n"}},
+		"a file over the size limit is rejected":          {err: true, files: map[string]string{"a.yaml": "#" + strings.Repeat("x", MaxFileBytes)}},
+		"a Service with cluster IPs loads":                {files: map[string]string{"a.yaml": strings.Replace(service, "selector:", "clusterIPs: [10.96.0.1, 'fd00::1']\n  selector:", 1)}},
+		"a headless Service loads":                        {files: map[string]string{"a.yaml": strings.Replace(service, "selector:", "clusterIP: None\n  selector:", 1)}},
+		"a cluster IP that is not an address is rejected": {err: true, files: map[string]string{"a.yaml": strings.Replace(service, "selector:", "clusterIP: 10.96.0.300\n  selector:", 1)}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -198,5 +205,23 @@ func TestFileSourceWatches(t *testing.T) {
 		if snap.Service("echo.app.svc.cluster.local") != nil {
 			return
 		}
+	}
+}
+
+func TestAuthorizationPoliciesForAWorkload(t *testing.T) {
+	snap := Build("v", Options{}, Resources{AuthorizationPolicies: []*AuthorizationPolicy{
+		{Meta: Meta{Name: "ns-wide", Namespace: "app"}, Spec: &securityv1.AuthorizationPolicy{}},
+		{Meta: Meta{Name: "selected", Namespace: "app"}, Spec: &securityv1.AuthorizationPolicy{Selector: &typev1beta1.WorkloadSelector{MatchLabels: map[string]string{"app": "echo"}}}},
+		{Meta: Meta{Name: "other-workload", Namespace: "app"}, Spec: &securityv1.AuthorizationPolicy{Selector: &typev1beta1.WorkloadSelector{MatchLabels: map[string]string{"app": "web"}}}},
+		{Meta: Meta{Name: "gateway", Namespace: "app"}, Spec: &securityv1.AuthorizationPolicy{TargetRefs: []*typev1beta1.PolicyTargetReference{{Kind: "Gateway", Name: "gw"}}}},
+		{Meta: Meta{Name: "mesh", Namespace: DefaultRootNamespace}, Spec: &securityv1.AuthorizationPolicy{}},
+		{Meta: Meta{Name: "elsewhere", Namespace: "web"}, Spec: &securityv1.AuthorizationPolicy{}},
+	}})
+	var got []string
+	for _, p := range snap.AuthorizationPolicies("app", map[string]string{"app": "echo"}) {
+		got = append(got, p.Namespace+"/"+p.Name)
+	}
+	if want := []string{"app/ns-wide", "app/selected", "istio-system/mesh"}; !slices.Equal(got, want) {
+		t.Errorf("policies %v, want %v (a targetRef policy is a gateway's)", got, want)
 	}
 }

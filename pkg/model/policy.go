@@ -88,11 +88,16 @@ func (s *Snapshot) sortedPeerAuthentications() []*PeerAuthentication {
 
 // AuthorizationPolicies returns the policies that apply to the workload of
 // namespace and labels: those of its namespace and of the root namespace
-// whose selector (if any) matches, sorted by namespace and name.
+// whose selector (if any) matches, sorted by namespace and name. A policy
+// attached by targetRef(s) is for a gateway or waypoint, never a workload,
+// as in Istio.
 func (s *Snapshot) AuthorizationPolicies(namespace string, labels map[string]string) []*AuthorizationPolicy {
 	var out []*AuthorizationPolicy
 	for _, p := range s.res.AuthorizationPolicies {
 		if p.Namespace != namespace && p.Namespace != s.Options.RootNamespace {
+			continue
+		}
+		if p.Spec.GetTargetRef() != nil || len(p.Spec.GetTargetRefs()) > 0 {
 			continue
 		}
 		if !Matches(p.Spec.GetSelector().GetMatchLabels(), labels) {

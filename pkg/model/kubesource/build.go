@@ -3,6 +3,7 @@ package kubesource
 import (
 	"cmp"
 	"maps"
+	"net/netip"
 	"slices"
 
 	"google.golang.org/protobuf/proto"
@@ -25,6 +26,12 @@ func build(l listers, opts model.Options) *model.Snapshot {
 		svc := convertService(k)
 		svc.Endpoints = endpointsOf(svc, bySvc[k.Namespace+"/"+k.Name], pods)
 		res.Services = append(res.Services, svc)
+	}
+	res.Pods = []*model.Pod{} // a registry, even when empty
+	for _, pod := range list(l.pods.List) {
+		if p := convertPod(pod); p != nil {
+			res.Pods = append(res.Pods, p)
+		}
 	}
 	for _, o := range list(l.peerAuthn.List) {
 		res.PeerAuthentications = append(res.PeerAuthentications, &model.PeerAuthentication{
@@ -71,7 +78,7 @@ func clone[M proto.Message](m M) M { return proto.Clone(m).(M) }
 // convertService copies a Service's selector and ports. Ports the
 // apiserver would not accept are left out rather than trusted.
 func convertService(k *corev1.Service) *model.Service {
-	svc := &model.Service{Meta: metaOf(k.Namespace, k.Name), Selector: maps.Clone(k.Spec.Selector)}
+	svc := &model.Service{Meta: metaOf(k.Namespace, k.Name), Selector: maps.Clone(k.Spec.Selector), Addresses: clusterIPs(k.Spec)}
 	for _, p := range k.Spec.Ports {
 		if !validPort(p.Port) {
 			continue
@@ -89,6 +96,45 @@ func convertService(k *corev1.Service) *model.Service {
 		svc.Ports = append(svc.Ports, port)
 	}
 	return svc
+}
+
+// convertPod is the workload of a pod that may run a sidecar: not one that
+// has ended.
+func convertPod(pod *corev1.Pod) *model.Pod {
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return nil
+	}
+	p := &model.Pod{
+		Meta: metaOf(pod.Namespace, pod.Name), UID: string(pod.UID),
+		ServiceAccount: cmp.Or(pod.Spec.ServiceAccountName, "default"), Labels: maps.Clone(pod.Labels),
+	}
+	for _, ip := range pod.Status.PodIPs {
+		if a, err := netip.ParseAddr(ip.IP); err == nil {
+			p.IPs = append(p.IPs, a.String())
+		}
+	}
+	if len(p.IPs) == 0 && pod.Status.PodIP != "" {
+		if a, err := netip.ParseAddr(pod.Status.PodIP); err == nil {
+			p.IPs = []string{a.String()}
+		}
+	}
+	return p
+}
+
+// clusterIPs are a Service's virtual IPs: none when headless, and only
+// well-formed addresses.
+func clusterIPs(spec corev1.ServiceSpec) []string {
+	ips := spec.ClusterIPs
+	if len(ips) == 0 && spec.ClusterIP != "" {
+		ips = []string{spec.ClusterIP}
+	}
+	var out []string
+	for _, ip := range ips {
+		if a, err := netip.ParseAddr(ip); err == nil && !a.Is4In6() && a.Zone() == "" {
+			out = append(out, a.String())
+		}
+	}
+	return out
 }
 
 func validPort(p int32) bool { return p > 0 && p <= 65535 }
@@ -114,6 +160,7 @@ func groupSlices(all []*discoveryv1.EndpointSlice) map[string][]*discoveryv1.End
 
 func sortResources(r *model.Resources) {
 	slices.SortFunc(r.Services, func(a, b *model.Service) int { return byMeta(a.Meta, b.Meta) })
+	slices.SortFunc(r.Pods, func(a, b *model.Pod) int { return byMeta(a.Meta, b.Meta) })
 	slices.SortFunc(r.PeerAuthentications, func(a, b *model.PeerAuthentication) int { return byMeta(a.Meta, b.Meta) })
 	slices.SortFunc(r.AuthorizationPolicies, func(a, b *model.AuthorizationPolicy) int { return byMeta(a.Meta, b.Meta) })
 	slices.SortFunc(r.RequestAuthentications, func(a, b *model.RequestAuthentication) int { return byMeta(a.Meta, b.Meta) })

@@ -207,6 +207,7 @@ func TestVersion(t *testing.T) {
 	}
 	changes := map[string]func(objs []any){
 		"a pod label":          func(o []any) { o[1].(*corev1.Pod).Labels["v"] = "2" },
+		"a cluster IP":         func(o []any) { o[0].(*corev1.Service).Spec.ClusterIP = "10.96.0.9" },
 		"a service port":       func(o []any) { o[0].(*corev1.Service).Spec.Ports[0].Port = 8081 },
 		"a destination rule":   func(o []any) { o[4] = newDestinationRule("app", "dr", "other") },
 		"an endpoint address":  func(o []any) { o[2] = grpcSlice("s", podEndpoint("app", "a", "10.0.0.2")) },
@@ -257,5 +258,31 @@ func TestDryRunAuthorizationPoliciesAreLeftOut(t *testing.T) {
 	got := build(cacheListers(t, enforced, dryRun), model.Options{}).Resources().AuthorizationPolicies
 	if len(got) != 1 || got[0].Name != "enforced" {
 		t.Fatalf("policies %+v, want only the enforced one", got)
+	}
+}
+
+func TestPodsAreTheRegistryOfWorkloads(t *testing.T) {
+	running := echoPod("a", "10.0.0.1")
+	running.Status.PodIPs = []corev1.PodIP{{IP: "10.0.0.1"}, {IP: "fd00::1"}}
+	done := echoPod("b", "10.0.0.2")
+	done.Status.Phase = corev1.PodSucceeded
+	svc := echoService()
+	svc.Spec.ClusterIPs = []string{"10.96.0.1", "fd00::a"}
+	snap := build(cacheListers(t, svc, running, done), model.Options{})
+	if !snap.HasPods() {
+		t.Fatal("a snapshot from the registry has no pods")
+	}
+	p := snap.Pod("app", "a")
+	if p == nil || p.ServiceAccount != "echo" || p.Labels["app"] != "echo" || len(p.IPs) != 2 || p.IPs[1] != "fd00::1" {
+		t.Fatalf("pod a: %+v", p)
+	}
+	if snap.Pod("app", "b") != nil {
+		t.Error("a pod that has ended is a workload")
+	}
+	if got := snap.Service(echoHost).Addresses; len(got) != 2 || got[0] != "10.96.0.1" {
+		t.Errorf("cluster IPs %v", got)
+	}
+	if !build(cacheListers(t), model.Options{}).HasPods() {
+		t.Error("an empty registry reads as no registry")
 	}
 }

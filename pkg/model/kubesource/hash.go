@@ -23,6 +23,8 @@ func versionOf(res *model.Resources) string {
 	for _, s := range res.Services {
 		h.str(s.Namespace, s.Name)
 		h.labels(s.Selector)
+		h.count(len(s.Addresses))
+		h.str(s.Addresses...)
 		h.count(len(s.Ports))
 		for _, p := range s.Ports {
 			h.str(p.Name, p.TargetPortName, p.Protocol)
@@ -35,6 +37,13 @@ func versionOf(res *model.Resources) string {
 				h.labels(e.Labels)
 			}
 		}
+	}
+	h.count(len(res.Pods))
+	for _, p := range res.Pods {
+		h.str(p.Namespace, p.Name, p.UID, p.ServiceAccount)
+		h.labels(p.Labels)
+		h.count(len(p.IPs))
+		h.str(p.IPs...)
 	}
 	h.specs(len(res.PeerAuthentications), func(i int) (model.Meta, proto.Message) {
 		return res.PeerAuthentications[i].Meta, res.PeerAuthentications[i].Spec
