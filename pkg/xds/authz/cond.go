@@ -1,0 +1,136 @@
+package authz
+
+import (
+	"fmt"
+	"unicode/utf8"
+
+	rbacpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
+)
+
+// cond is one condition of a rule: a from.source or to.operation field, or
+// a `when` entry, with the values it matches and those it must not match.
+type cond struct {
+	attr        *attr
+	key         string // the `when` key as written, or the field's name
+	where       string // the field, for problems: "from[0].source.principals", "when[1]"
+	valuesAt    string // where the values are: the field itself, or "when[1].values"
+	notValuesAt string
+	values      []string
+	notValues   []string
+}
+
+// fieldCond is the condition of a from.source or to.operation field: one
+// list, positive or negated.
+func fieldCond(a *attr, name, where string, values []string, negated bool) cond {
+	c := cond{attr: a, key: name, where: where, valuesAt: where, notValuesAt: where}
+	if negated {
+		c.notValues = values
+	} else {
+		c.values = values
+	}
+	return c
+}
+
+// The two sides of RBAC: a condition on the peer is a principal, one on
+// the request or connection a permission.
+type side[T any] struct {
+	gen        func(a *attr) func(gen, string) (T, error)
+	or         func([]T) T
+	not        func(T) T
+	noIdentity func() T // nil where no identity condition lives
+}
+
+var principals = side[*rbacpb.Principal]{
+	gen:        func(a *attr) func(gen, string) (*rbacpb.Principal, error) { return a.principal },
+	or:         orPrincipals,
+	not:        notPrincipal,
+	noIdentity: noIdentity,
+}
+
+var permissions = side[*rbacpb.Permission]{
+	gen: func(a *attr) func(gen, string) (*rbacpb.Permission, error) { return a.permission },
+	or:  orPermissions,
+	not: notPermission,
+}
+
+// compile translates c into the matchers that all must hold, failing closed
+// through b: on anything it cannot translate, an ALLOW rule is dropped and
+// a DENY rule matches more (the positive values are ignored as a whole, a
+// bad not-value alone).
+func compile[T any](b *ruleBuilder, s side[T], c cond) []T {
+	a := c.attr
+	switch {
+	case a.unsupported != "":
+		b.fail(c.where, a.unsupported, true)
+		return nil
+	case !a.grpc && b.t.opts.Flavor == GRPC:
+		b.fail(c.where, fmt.Sprintf("%s is not supported on proxyless gRPC", c.key), true)
+		return nil
+	case a.httpOnly && b.t.forTCP:
+		// As Istio: expected on a TCP chain, so not a problem of the policy.
+		b.fail(c.where, c.key+" is HTTP only", false)
+		return nil
+	case len(c.values) == 0 && len(c.notValues) == 0:
+		b.fail(c.where, "no values", true)
+		return nil
+	}
+	if a.checkKey != nil {
+		if err := a.checkKey(c.key); err != nil {
+			b.fail(c.where, err.Error(), true)
+			return nil
+		}
+	}
+	g := gen{opts: b.t.opts, namespace: b.policy.Namespace, key: c.key}
+	var out []T
+	if len(c.values) > 0 {
+		g.grant = b.allow()
+		if ms, ok := compileValues(b, s, a, g, c.valuesAt, c.values, false); ok {
+			if b.denyIdentityless() && a.identity && s.noIdentity != nil {
+				// No identity cannot prove it is not the one denied.
+				ms = append(ms, s.noIdentity())
+			}
+			out = append(out, s.or(ms))
+		}
+	}
+	if len(c.notValues) > 0 {
+		g.grant = !b.allow()
+		if ms, _ := compileValues(b, s, a, g, c.notValuesAt, c.notValues, true); len(ms) > 0 {
+			out = append(out, s.not(s.or(ms)))
+		}
+	}
+	return out
+}
+
+// compileValues translates each value; ok is false when one failed. For a
+// negated list (of a DENY rule) the values that did translate are returned.
+func compileValues[T any](b *ruleBuilder, s side[T], a *attr, g gen, at string, values []string, negated bool) (ms []T, ok bool) {
+	ok = true
+	if a.check != nil {
+		if err := a.check(values); err != nil {
+			b.fail(at, err.Error(), true)
+			return nil, false
+		}
+	}
+	for i, v := range values {
+		var m T
+		var err error
+		switch {
+		case v == "":
+			err = errEmpty
+		case !utf8.ValidString(v):
+			err = fmt.Errorf("value is not UTF-8")
+		default:
+			m, err = s.gen(a)(g, v)
+		}
+		if err != nil {
+			b.fail(fmt.Sprintf("%s[%d]", at, i), err.Error(), true)
+			ok = false
+			continue
+		}
+		ms = append(ms, m)
+	}
+	if !ok && !negated {
+		return nil, false
+	}
+	return ms, ok
+}

@@ -1,0 +1,148 @@
+package authz
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestFailClosed(t *testing.T) {
+	denyAll := &check{deny: []req{{}, {id: sp("app", "a")}}}
+	run(t, map[string]testCase{
+		"requestPrincipals drop an ALLOW rule": testCase{
+			specs:        []string{`{rules: [{from: [{source: {requestPrincipals: ["*"]}}]}]}`},
+			problems:     []string{"from[0].source.requestPrincipals: request authentication (JWT) is not supported yet: rule dropped"},
+			grpcProblems: []string{"from[0].source.requestPrincipals: request authentication (JWT) is not supported yet: rule dropped"},
+		}.both(denyAll),
+		"notRequestPrincipals drop an ALLOW rule": testCase{
+			specs:        []string{`{rules: [{from: [{source: {notRequestPrincipals: ["x/y"]}}]}]}`},
+			problems:     []string{"notRequestPrincipals"},
+			grpcProblems: []string{"notRequestPrincipals"},
+		}.both(denyAll),
+		"requestPrincipals are left out of a DENY rule, which denies more": testCase{
+			specs:        []string{`{action: DENY, rules: [{from: [{source: {requestPrincipals: [iss/sub]}}], to: [{operation: {paths: [/admin]}}]}]}`},
+			problems:     []string{"requestPrincipals: request authentication (JWT) is not supported yet: left out"},
+			grpcProblems: []string{"requestPrincipals"},
+		}.both(&check{allow: []req{{path: "/a"}}, deny: []req{{path: "/admin"}, {path: "/admin", id: sp("a", "b")}}}),
+		"request.auth keys drop an ALLOW rule and are left out of a DENY rule": {
+			specs: []string{
+				`{rules: [{when: [{key: "request.auth.claims[groups]", values: [admin]}]}]}`,
+				`{rules: [{to: [{operation: {paths: [/public]}}]}]}`,
+				`{action: DENY, rules: [{to: [{operation: {paths: ["/public/secret"]}}], when: [{key: request.auth.principal, values: [a/b]}]}]}`,
+			},
+			envoy:    &check{allow: []req{{path: "/public"}}, deny: []req{{path: "/public/secret"}, {path: "/x"}}},
+			problems: []string{"app/p0 rules[0].when[0]: request authentication", "app/p2 rules[0].when[0]: request authentication (JWT) is not supported yet: left out"},
+		},
+		"a bad port drops an ALLOW rule": testCase{
+			specs:        []string{`{rules: [{to: [{operation: {ports: ["8080", http]}}]}, {to: [{operation: {paths: [/ok]}}]}]}`},
+			problems:     []string{`rules[0].to[0].operation.ports[1]: bad port "http": rule dropped`},
+			grpcProblems: []string{`rules[0].to[0].operation.ports[1]: bad port "http": rule dropped`},
+		}.both(&check{allow: []req{{path: "/ok"}}, deny: []req{{port: 8080}}}),
+		"a bad port leaves the ports out of a DENY rule": testCase{
+			specs:        []string{`{action: DENY, rules: [{to: [{operation: {ports: ["8080", "70000"], paths: [/a]}}]}]}`},
+			problems:     []string{`ports[1]: bad port "70000": left out`},
+			grpcProblems: []string{`ports[1]: bad port "70000": left out`},
+		}.both(&check{allow: []req{{path: "/b"}}, deny: []req{{path: "/a", port: 9090}}}),
+		"a bad not-port of a DENY rule is left out alone": testCase{
+			specs:        []string{`{action: DENY, rules: [{to: [{operation: {notPorts: ["8080", "-1"]}}]}]}`},
+			problems:     []string{`notPorts[1]: bad port "-1": left out`},
+			grpcProblems: []string{`notPorts[1]`},
+		}.both(&check{allow: []req{{port: 8080}}, deny: []req{{port: 9090}}}),
+		"a bad CIDR drops an ALLOW rule and leaves the field out of a DENY rule": {
+			specs: []string{
+				`{rules: [{from: [{source: {ipBlocks: [10.0.0.0/33]}}]}, {to: [{operation: {paths: [/ok, /deny]}}]}]}`,
+				`{action: DENY, rules: [{from: [{source: {ipBlocks: ["fe80::1%eth0"]}}], to: [{operation: {paths: [/deny]}}]}]}`,
+			},
+			envoy:    &check{allow: []req{{path: "/ok"}}, deny: []req{{src: "10.0.0.1"}, {path: "/deny", src: "192.168.0.1"}}},
+			problems: []string{`app/p0 rules[0].from[0].source.ipBlocks[0]: bad CIDR block "10.0.0.0/33": rule dropped`, `app/p1 rules[0].from[0].source.ipBlocks[0]: bad IP address "fe80::1%eth0": left out`},
+		},
+		"an unknown when key drops an ALLOW rule and is left out of a DENY rule (Istio skips that rule)": testCase{
+			specs: []string{
+				`{rules: [{when: [{key: sourc.ip, values: [10.0.0.1]}]}, {to: [{operation: {paths: [/ok, /deny]}}]}]}`,
+				`{action: DENY, rules: [{to: [{operation: {paths: [/deny]}}], when: [{key: destination.namespace, values: [x]}]}]}`,
+			},
+			problems:     []string{`app/p0 rules[0].when[0]: unknown key "sourc.ip": rule dropped`, `app/p1 rules[0].when[0]: unknown key "destination.namespace": left out`},
+			grpcProblems: []string{`unknown key "sourc.ip"`, `unknown key "destination.namespace"`},
+		}.both(&check{allow: []req{{path: "/ok"}}, deny: []req{{path: "/deny"}, {path: "/x"}}}),
+		"a when condition without values fails closed": {
+			specs:    []string{`{rules: [{when: [{key: source.ip}]}]}`},
+			envoy:    denyAll,
+			problems: []string{`rules[0].when[0]: no values: rule dropped`},
+		},
+		"an empty value fails closed": testCase{
+			specs:        []string{`{rules: [{from: [{source: {principals: [""]}}]}]}`},
+			problems:     []string{`principals[0]: empty value: rule dropped`},
+			grpcProblems: []string{`principals[0]: empty value: rule dropped`},
+		}.both(denyAll),
+		"more than 16 service accounts fail closed": testCase{
+			specs:        []string{`{rules: [{from: [{source: {serviceAccounts: [a,b,c,d,e,f,g,h,i,j,k,l,m,"n",o,p,q]}}]}]}`},
+			problems:     []string{`serviceAccounts: 17 service accounts, at most 16 are allowed`},
+			grpcProblems: []string{`serviceAccounts: 17 service accounts`},
+		}.both(denyAll),
+		"a bad service account fails closed": testCase{
+			specs:        []string{`{rules: [{from: [{source: {serviceAccounts: [a/b/c, "x*", "/y"]}}]}]}`},
+			problems:     []string{`serviceAccounts[0]: service account "a/b/c" is not`, `serviceAccounts[1]: service account "x*" has a wildcard`, `serviceAccounts[2]`},
+			grpcProblems: []string{`serviceAccounts[0]`, `serviceAccounts[1]`, `serviceAccounts[2]`},
+		}.both(denyAll),
+		"serviceAccounts combined with principals drop an ALLOW rule": testCase{
+			specs:        []string{`{rules: [{from: [{source: {serviceAccounts: [a], principals: ["*"]}}]}]}`},
+			problems:     []string{`from[0].source.serviceAccounts: serviceAccounts cannot be combined with principals or namespaces: rule dropped`},
+			grpcProblems: []string{`serviceAccounts cannot be combined`},
+		}.both(&check{deny: []req{{id: sp("app", "a")}}}),
+		"serviceAccounts combined with namespaces are left out of a DENY rule": testCase{
+			specs:        []string{`{action: DENY, rules: [{from: [{source: {serviceAccounts: [a], namespaces: [app]}}]}]}`},
+			problems:     []string{`serviceAccounts cannot be combined with principals or namespaces: left out`},
+			grpcProblems: []string{`serviceAccounts cannot be combined`},
+		}.both(&check{allow: []req{{id: sp("other", "a")}}, deny: []req{{id: sp("app", "b")}}}),
+		"a missing or empty source fails closed": {
+			specs:    []string{`{rules: [{from: [{}]}, {from: [{source: {}}]}]}`},
+			envoy:    denyAll,
+			problems: []string{`rules[0].from[0].source: source is missing: rule dropped`, `rules[1].from[0].source: source is empty: rule dropped`},
+		},
+		"a missing operation in a DENY rule matches any operation": {
+			specs:    []string{`{action: DENY, rules: [{from: [{source: {principals: [cluster.local/ns/app/sa/bad]}}], to: [{}]}]}`},
+			envoy:    &check{allow: []req{{id: sp("app", "a")}}, deny: []req{{id: sp("app", "bad")}}},
+			problems: []string{`rules[0].to[0].operation: operation is missing: left out`},
+		},
+		"bad path templates fail closed": {
+			specs:    []string{`{rules: [{to: [{operation: {paths: ["/a/{*}x", "/{**}/{*}", "a/{*}", "/a=b/{*}", "/a/{id}"]}}]}]}`},
+			envoy:    denyAll,
+			problems: []string{`paths[0]: path template "/a/{*}x" has the invalid segment`, `paths[1]: path template "/{**}/{*}" has an operator after {**}`, `paths[2]: path template "a/{*}" does not start with /`, `paths[3]`, `paths[4]: path "/a/{id}" has '{' or '}' outside`},
+		},
+		"bad header keys fail closed": {
+			specs:    []string{`{rules: [{when: [{key: "request.headers[]", values: [a]}]}, {when: [{key: "request.headersX", values: [a]}]}]}`},
+			envoy:    denyAll,
+			problems: []string{`rules[0].when[0]: key "request.headers[]" is not of the form`, `rules[1].when[0]: key "request.headersX"`},
+		},
+		"a bad metadata key fails closed": {
+			specs:    []string{`{rules: [{when: [{key: "experimental.envoy.filters.x", values: [a]}]}]}`},
+			envoy:    denyAll,
+			problems: []string{`key "experimental.envoy.filters.x" is not of the form`},
+		},
+	})
+}
+
+// TestOneBadPolicyOfMany: of 1,000 policies one is invalid: its rule is
+// dropped and reported, the others apply.
+func TestOneBadPolicyOfMany(t *testing.T) {
+	specs := make([]string, 1000)
+	for i := range specs {
+		specs[i] = fmt.Sprintf(`{rules: [{to: [{operation: {paths: [/p%d]}}]}]}`, i)
+	}
+	specs[500] = `{rules: [{to: [{operation: {paths: [/p500], ports: [bad]}}]}]}`
+	policies := parse(t, specs...)
+	for _, flavor := range []Flavor{Envoy, GRPC} {
+		opts := Options{TrustDomain: td, Flavor: flavor}
+		rules := rbacOf(t, policies, opts, false)
+		allowed := func(path string) bool {
+			return evaluator{t: t, grpc: flavor == GRPC, r: req{path: path}.withDefaults()}.allowed(rules)
+		}
+		if !allowed("/p0") || !allowed("/p999") || allowed("/p500") {
+			t.Errorf("%s: /p0 %t, /p999 %t, /p500 %t; want true, true, false", flavor, allowed("/p0"), allowed("/p999"), allowed("/p500"))
+		}
+		problems := Check(policies, opts)
+		if len(problems) != 1 || !strings.HasPrefix(problems[0].String(), "app/p500 rules[0].to[0].operation.ports[0]") {
+			t.Errorf("%s: problems %v", flavor, problems)
+		}
+	}
+}
