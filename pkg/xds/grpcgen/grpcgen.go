@@ -22,18 +22,17 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/spiffe/go-spiffe/v2/spiffeid"
-	"google.golang.org/protobuf/proto"
-
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 )
 
 // Type URLs of the resources generated.
 const (
-	ListenerType = "type.googleapis.com/envoy.config.listener.v3.Listener"
-	RouteType    = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
-	ClusterType  = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
-	EndpointType = "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+	ListenerType = resource.ListenerType
+	RouteType    = resource.RouteType
+	ClusterType  = resource.ClusterType
+	EndpointType = resource.EndpointType
 )
 
 // InboundPrefix starts the name of a server listener, as pilot-agent's
@@ -53,14 +52,8 @@ type Proxy struct {
 	Labels    map[string]string
 }
 
-// Resource is one generated resource. Key identifies its content within a
-// model snapshot: two resources of one snapshot with equal keys are equal,
-// so Build runs once per key and snapshot however many proxies ask.
-type Resource struct {
-	Name  string
-	Key   string
-	Build func() (proto.Message, error)
-}
+// Resource is one generated resource.
+type Resource = resource.Resource
 
 // Generator generates resources for proxyless gRPC.
 type Generator struct {
@@ -112,10 +105,8 @@ func (g *Generator) allNames(snap *model.Snapshot, typeURL string) []string {
 	return out
 }
 
-// ClusterName is Istio's outbound cluster name.
-func ClusterName(host string, port uint32) string {
-	return "outbound|" + strconv.FormatUint(uint64(port), 10) + "||" + host
-}
+// ClusterName is Istio's outbound cluster name without a subset.
+func ClusterName(host string, port uint32) string { return resource.ClusterName(host, "", port) }
 
 func hostPort(host string, port uint32) string {
 	return host + ":" + strconv.FormatUint(uint64(port), 10)

@@ -1,0 +1,329 @@
+package envoygen
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/authz"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
+)
+
+const (
+	virtualInbound     = "virtualInbound"
+	virtualInboundPort = 15006
+)
+
+// inboundTarget is a port of the workload that a service sends to.
+type inboundTarget struct {
+	port     uint32 // the target (container) port
+	protocol protocol
+	svc      *model.Service
+	svcPort  model.Port
+}
+
+// inboundTargets are the target ports of the services that select the
+// proxy's workload (services of its namespace whose selector its labels
+// match), one per port: the first service by hostname decides a port
+// claimed twice. A named target port is resolved by the service's
+// endpoint at one of the proxy's addresses.
+func (b *builder) inboundTargets() []inboundTarget {
+	if b.targets != nil {
+		return *b.targets
+	}
+	out := []inboundTarget{}
+	seen := map[uint32]bool{}
+	for _, svc := range b.snap.Services() {
+		if svc.Namespace != b.p.Namespace || len(svc.Selector) == 0 || !model.Matches(svc.Selector, b.p.Labels) {
+			continue
+		}
+		for _, sp := range svc.Ports {
+			proto := protocolOf(sp)
+			if proto == protoUDP {
+				continue
+			}
+			port := b.targetPort(svc, sp)
+			if port == 0 || port == virtualInboundPort || seen[port] {
+				continue
+			}
+			seen[port] = true
+			out = append(out, inboundTarget{port: port, protocol: proto, svc: svc, svcPort: sp})
+		}
+	}
+	slices.SortFunc(out, func(a, b inboundTarget) int { return cmp.Compare(a.port, b.port) })
+	b.targets = &out
+	return out
+}
+
+func (b *builder) targetPort(svc *model.Service, sp model.Port) uint32 {
+	for _, ep := range svc.Endpoints[sp.Port] {
+		if slices.Contains(b.p.IPs, ep.Address) {
+			return ep.Port
+		}
+	}
+	switch {
+	case sp.TargetPort != 0:
+		return sp.TargetPort
+	case sp.TargetPortName != "":
+		return 0
+	}
+	return sp.Port
+}
+
+// chainSpec is one filter chain of virtualInbound.
+type chainSpec struct {
+	name      string
+	port      uint32 // 0: any port (passthrough)
+	transport string
+	alpn      []string
+	mtls      bool // terminate Istio mTLS
+	http      bool
+	cluster   string
+	vhostName string // HTTP: the inbound virtual host's name
+}
+
+// inboundChains are the chains of one port (or of the passthrough when
+// port is 0) for its mTLS mode, as Istio's filter chain match options
+// make them.
+func inboundChains(port uint32, proto protocol, mode model.MTLSMode, cluster, vhost string) []chainSpec {
+	name := "0.0.0.0_" + strconv.FormatUint(uint64(port), 10)
+	httpName, tcpName := name, name
+	if port == 0 {
+		httpName, tcpName = "virtualInbound-catchall-http", virtualInbound
+	}
+	h := func(transport string, alpn []string, mtls bool) chainSpec {
+		return chainSpec{name: httpName, port: port, transport: transport, alpn: alpn, mtls: mtls, http: true, cluster: cluster, vhostName: vhost}
+	}
+	t := func(transport string, alpn []string, mtls bool) chainSpec {
+		return chainSpec{name: tcpName, port: port, transport: transport, alpn: alpn, mtls: mtls, cluster: cluster}
+	}
+	switch {
+	case proto.isHTTP():
+		switch mode {
+		case model.MTLSStrict:
+			return []chainSpec{h(transportTLS, nil, true)}
+		case model.MTLSPermissive:
+			return []chainSpec{h(transportTLS, istioALPNs, true), h(transportRaw, nil, false)}
+		}
+		return []chainSpec{h(transportRaw, nil, false)}
+	case proto == protoAuto:
+		// The passthrough: HTTP where the client's sidecar or the HTTP
+		// inspector says so, TCP otherwise.
+		switch mode {
+		case model.MTLSStrict:
+			return []chainSpec{h(transportTLS, istioHTTPALPNs, true), t(transportTLS, nil, true)}
+		case model.MTLSPermissive:
+			return []chainSpec{
+				h(transportTLS, istioHTTPALPNs, true), h(transportRaw, plainHTTPALPNs, false),
+				t(transportTLS, mtlsClientALPN, true), t(transportRaw, nil, false), t(transportTLS, nil, false),
+			}
+		}
+		return []chainSpec{h(transportRaw, plainHTTPALPNs, false), t(transportRaw, nil, false)}
+	}
+	switch mode {
+	case model.MTLSStrict:
+		return []chainSpec{t(transportTLS, nil, true)}
+	case model.MTLSPermissive:
+		return []chainSpec{t(transportTLS, istioALPNs, true), t(transportTLS, nil, false), t(transportRaw, nil, false)}
+	}
+	return []chainSpec{t(transportRaw, nil, false)}
+}
+
+// inboundListener is virtualInbound for the proxy's workload.
+func (b *builder) inboundListener() resource.Resource {
+	targets := b.inboundTargets()
+	policies := b.snap.AuthorizationPolicies(b.p.Namespace, b.p.Labels)
+	var specs []chainSpec
+	var k strings.Builder
+	for _, t := range targets {
+		mode := b.snap.MTLSMode(b.p.Namespace, b.p.Labels, t.port)
+		cluster := inboundClusterName(t.port)
+		vhost := "inbound|http|" + strconv.FormatUint(uint64(t.svcPort.Port), 10)
+		specs = append(specs, inboundChains(t.port, t.protocol, mode, cluster, vhost)...)
+		fmt.Fprintf(&k, "%d:%d:%d:%d,", t.port, t.protocol, mode, t.svcPort.Port)
+	}
+	mode := b.snap.MTLSMode(b.p.Namespace, b.p.Labels, 0)
+	specs = append(specs, inboundChains(0, protoAuto, mode, inboundPassthroughCluster, "inbound|http|0")...)
+	fmt.Fprintf(&k, "pass:%d;", mode)
+	for _, p := range policies {
+		k.WriteString(p.Namespace + "/" + p.Name + ",")
+	}
+	return resource.Resource{Name: virtualInbound, Key: key("lds", virtualInbound, k.String()), Build: func() (proto.Message, error) {
+		return b.buildInbound(specs, policies)
+	}}
+}
+
+func (b *builder) buildInbound(specs []chainSpec, policies []*model.AuthorizationPolicy) (*listener.Listener, error) {
+	opts := authz.Options{TrustDomain: b.g.TrustDomain, Flavor: authz.Envoy}
+	httpRBAC, err := authz.HTTPFilters(policies, opts)
+	if err != nil {
+		return nil, fmt.Errorf("listener %s: %w", virtualInbound, err)
+	}
+	tcpRBAC, err := authz.NetworkFilters(policies, opts)
+	if err != nil {
+		return nil, fmt.Errorf("listener %s: %w", virtualInbound, err)
+	}
+	blackhole, err := tcpProxyFilter(blackholeCluster, blackholeCluster)
+	if err != nil {
+		return nil, err
+	}
+	l := &listener.Listener{
+		Name:                             virtualInbound,
+		Address:                          socketAddress("0.0.0.0", virtualInboundPort),
+		TrafficDirection:                 core.TrafficDirection_INBOUND,
+		ListenerFiltersTimeout:           durationpb.New(0),
+		ContinueOnListenerFiltersTimeout: true,
+		FilterChains: []*listener.FilterChain{{
+			Name:             "virtualInbound-blackhole",
+			FilterChainMatch: &listener.FilterChainMatch{DestinationPort: wrapperspb.UInt32(virtualInboundPort)},
+			Filters:          []*listener.Filter{blackhole},
+		}},
+	}
+	for _, s := range specs {
+		fc, err := b.inboundChain(s, httpRBAC, tcpRBAC)
+		if err != nil {
+			return nil, fmt.Errorf("listener %s: %w", virtualInbound, err)
+		}
+		l.FilterChains = append(l.FilterChains, fc)
+	}
+	lf, err := inboundListenerFilters(specs)
+	if err != nil {
+		return nil, err
+	}
+	l.ListenerFilters = lf
+	return l, nil
+}
+
+func (b *builder) inboundChain(s chainSpec, httpRBAC []*hcm.HttpFilter, tcpRBAC []*listener.Filter) (*listener.FilterChain, error) {
+	fc := &listener.FilterChain{
+		Name:             s.name,
+		FilterChainMatch: &listener.FilterChainMatch{TransportProtocol: s.transport, ApplicationProtocols: s.alpn},
+	}
+	if s.port != 0 {
+		fc.FilterChainMatch.DestinationPort = wrapperspb.UInt32(s.port)
+	}
+	if s.mtls {
+		alpn := serverTCPALPNs
+		if s.http {
+			alpn = serverHTTPALPNs
+		}
+		ts, err := b.downstreamMTLS(alpn)
+		if err != nil {
+			return nil, err
+		}
+		fc.TransportSocket = ts
+	}
+	if !s.http {
+		tcp, err := tcpProxyFilter(s.cluster, s.cluster)
+		if err != nil {
+			return nil, err
+		}
+		fc.Filters = append(slices.Clone(tcpRBAC), tcp)
+		return fc, nil
+	}
+	filters := append(slices.Clone(httpRBAC), routerFilter())
+	statPrefix := "inbound_" + s.name
+	if s.port == 0 {
+		statPrefix = inboundPassthroughCluster
+	}
+	m := &hcm.HttpConnectionManager{
+		StatPrefix: statPrefix,
+		RouteSpecifier: &hcm.HttpConnectionManager_RouteConfig{RouteConfig: &route.RouteConfiguration{
+			Name: s.cluster,
+			VirtualHosts: []*route.VirtualHost{{
+				Name:    s.vhostName,
+				Domains: []string{"*"},
+				Routes: []*route.Route{{
+					Name:  "default",
+					Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
+					Action: &route.Route_Route{Route: &route.RouteAction{
+						ClusterSpecifier: &route.RouteAction_Cluster{Cluster: s.cluster},
+						Timeout:          zeroFetchTimeout,
+					}},
+				}},
+			}},
+			ValidateClusters: wrapperspb.Bool(false),
+		}},
+		HttpFilters:              filters,
+		ServerName:               "istio-envoy",
+		ForwardClientCertDetails: hcm.HttpConnectionManager_APPEND_FORWARD,
+		SetCurrentClientCertDetails: &hcm.HttpConnectionManager_SetCurrentClientCertDetails{
+			Subject: wrapperspb.Bool(true), Dns: true, Uri: true,
+		},
+	}
+	commonHCM(m)
+	f, err := hcmFilter(m)
+	if err != nil {
+		return nil, err
+	}
+	fc.Filters = []*listener.Filter{f}
+	return fc, nil
+}
+
+// inboundListenerFilters: original_dst, and the TLS and HTTP inspectors
+// on the ports whose chains read what they find; waiting for bytes a
+// chain does not need would stall server-first protocols.
+func inboundListenerFilters(specs []chainSpec) ([]*listener.ListenerFilter, error) {
+	tlsNeeded, httpNeeded := map[uint32]bool{}, map[uint32]bool{}
+	ports := map[uint32]bool{}
+	for _, s := range specs {
+		ports[s.port] = true
+		if s.transport == transportTLS {
+			tlsNeeded[s.port] = true
+		}
+		if s.transport == transportRaw && len(s.alpn) > 0 {
+			httpNeeded[s.port] = true
+		}
+	}
+	od, err := listenerFilter(originalDstFilterName, originalDstConfig())
+	if err != nil {
+		return nil, err
+	}
+	out := []*listener.ListenerFilter{od}
+	for _, f := range []struct {
+		name   string
+		needed map[uint32]bool
+		cfg    proto.Message
+	}{{tlsInspectorName, tlsNeeded, tlsInspectorConfig()}, {httpInspectorName, httpNeeded, httpInspectorConfig()}} {
+		if len(f.needed) == 0 {
+			continue
+		}
+		lf, err := listenerFilter(f.name, f.cfg)
+		if err != nil {
+			return nil, err
+		}
+		// Disabled on the listener's own port and on declared ports
+		// whose chains do not need it; the passthrough (port 0) decides
+		// for every other port.
+		disabled := []uint32{virtualInboundPort}
+		for p := range ports {
+			if p != 0 && !f.needed[p] {
+				disabled = append(disabled, p)
+			}
+		}
+		if !f.needed[0] {
+			// Needed on declared ports only: disable it everywhere else
+			// by enabling it on exactly those.
+			var enabled []uint32
+			for p := range f.needed {
+				enabled = append(enabled, p)
+			}
+			lf.FilterDisabled = notPorts(enabled)
+		} else {
+			lf.FilterDisabled = portsPredicate(disabled)
+		}
+		out = append(out, lf)
+	}
+	return out, nil
+}
