@@ -4,8 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"maps"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -14,7 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
-	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
 
 // validator is implemented by every go-control-plane resource type.
@@ -44,7 +42,7 @@ func newPushState(snap *model.Snapshot, changedAt time.Time) *pushState {
 }
 
 // resource returns r marshalled, building it once per snapshot and key.
-func (st *pushState) resource(r grpcgen.Resource) (*builtResource, error) {
+func (st *pushState) resource(r resource.Resource) (*builtResource, error) {
 	st.mu.Lock()
 	b, ok := st.built[r.Key]
 	if !ok {
@@ -102,9 +100,9 @@ type response struct {
 	size      int
 }
 
-// response returns the resources of key for a proxy gp, generating them
-// once per push state and key however many proxies ask.
-func (st *pushState) response(s *Server, gp *grpcgen.Proxy, key sharedKey, names []string) *response {
+// response returns the resources of key for a proxy generating with gen,
+// generating them once per push state and key however many proxies ask.
+func (st *pushState) response(s *Server, gen generateFunc, key sharedKey, names []string) *response {
 	st.mu.Lock()
 	r, ok := st.shared[key]
 	if !ok {
@@ -116,12 +114,12 @@ func (st *pushState) response(s *Server, gp *grpcgen.Proxy, key sharedKey, names
 		}
 	}
 	st.mu.Unlock()
-	r.once.Do(func() { r.build(s, st, gp, key, names) })
+	r.once.Do(func() { r.build(s, st, gen, key, names) })
 	return r
 }
 
-func (r *response) build(s *Server, st *pushState, gp *grpcgen.Proxy, key sharedKey, names []string) {
-	for _, res := range s.gen.Generate(st.snap, gp, key.typeURL, names, key.wildcard) {
+func (r *response) build(s *Server, st *pushState, gen generateFunc, key sharedKey, names []string) {
+	for _, res := range gen(st.snap, key.typeURL, names, key.wildcard) {
 		b, err := st.resource(res)
 		if err != nil {
 			s.log.Error("generating resource; leaving it out", "type", shortType(key.typeURL), "name", res.Name, "err", err)
@@ -157,18 +155,6 @@ func namesKey(sorted []string) string {
 	var b []byte
 	for _, n := range sorted {
 		b = appendField(b, n)
-	}
-	return string(b)
-}
-
-// proxyKey is every field of gp that generation reads, as one string.
-func proxyKey(gp *grpcgen.Proxy) string {
-	if gp == nil {
-		return ""
-	}
-	b := appendField(nil, gp.Namespace)
-	for _, k := range slices.Sorted(maps.Keys(gp.Labels)) {
-		b = appendField(appendField(b, k), gp.Labels[k])
 	}
 	return string(b)
 }

@@ -3,6 +3,8 @@ package xds
 import (
 	"testing"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
@@ -17,13 +19,14 @@ func TestResponsesAreSharedOnlyBetweenProxiesAskingTheSame(t *testing.T) {
 	}
 	st := srv.state.Load()
 	names := []string{echoCluster}
-	get := func(gp *grpcgen.Proxy, typeURL string, names []string) *response {
-		key := sharedKey{typeURL: typeURL, proxy: proxyKey(gp), names: namesKey(names)}
-		return st.response(srv, gp, key, names)
+	get := func(w *nodeWorkload, typeURL string, names []string) *response {
+		k, gen := w.scope(srv, st.snap)
+		key := sharedKey{typeURL: typeURL, proxy: k, names: namesKey(names)}
+		return st.response(srv, gen, key, names)
 	}
-	a := &grpcgen.Proxy{Namespace: "app", Labels: map[string]string{"app": "client", "v": "1"}}
-	sameAsA := &grpcgen.Proxy{Namespace: "app", Labels: map[string]string{"v": "1", "app": "client"}}
-	otherLabels := &grpcgen.Proxy{Namespace: "app", Labels: map[string]string{"app": "client", "v": "2"}}
+	a := testGen(t, srv, "grpc", "app", map[string]string{"app": "client", "v": "1"})
+	sameAsA := testGen(t, srv, "grpc", "app", map[string]string{"v": "1", "app": "client"})
+	otherLabels := testGen(t, srv, "grpc", "app", map[string]string{"app": "client", "v": "2"})
 
 	r := get(a, grpcgen.ClusterType, names)
 	if len(r.resources) != 1 || r.version == "" {
@@ -44,9 +47,30 @@ func TestKeysAreUnambiguous(t *testing.T) {
 	if namesKey([]string{"a\x00b"}) == namesKey([]string{"a", "b"}) || namesKey([]string{"1:a"}) == namesKey([]string{"a"}) {
 		t.Error("two name lists share a key")
 	}
-	x := &grpcgen.Proxy{Namespace: "ns", Labels: map[string]string{"a=b": "c"}}
-	y := &grpcgen.Proxy{Namespace: "ns", Labels: map[string]string{"a": "b=c"}}
-	if proxyKey(x) == proxyKey(y) {
+	srv, err := New(Config{Model: model.NewStore(), Authenticator: headerAuth{}, TrustDomain: testTD})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := srv.state.Load().snap
+	key := func(w *nodeWorkload) string { k, _ := w.scope(srv, snap); return k }
+	x := testGen(t, srv, "grpc", "ns", map[string]string{"a=b": "c"})
+	y := testGen(t, srv, "grpc", "ns", map[string]string{"a": "b=c"})
+	if key(x) == key(y) {
 		t.Error("proxies with different labels share a key")
 	}
+	if e := testGen(t, srv, "", "ns", map[string]string{"a=b": "c"}); key(e) == key(x) {
+		t.Error("an Envoy sidecar and a proxyless proxy share a key")
+	}
+}
+
+// testGen is the workload of a sidecar~10.0.0.1 node with generator
+// ("grpc" or "" for Envoy), namespace and labels.
+func testGen(t *testing.T, _ *Server, generator, ns string, labels map[string]string) *nodeWorkload {
+	t.Helper()
+	meta := &NodeMeta{Namespace: ns, ServiceAccount: "sa", Labels: labels, Generator: generator}
+	w, err := nodeWorkloadOf(&core.Node{Id: "sidecar~10.0.0.1~a-1." + ns + "~" + ns + ".svc.cluster.local"}, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
 }

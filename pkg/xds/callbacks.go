@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/bulwark-mesh/bulwark/pkg/sds"
-	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
 )
 
 // Errors returned to proxies: opaque, with details in the log.
@@ -23,6 +22,7 @@ var (
 	errRateLimited     = status.Error(codes.ResourceExhausted, "too many new streams")
 	errUnauthenticated = status.Error(codes.Unauthenticated, "authentication failed")
 	errForbidden       = status.Error(codes.PermissionDenied, "node identity does not match the caller")
+	errPodMismatch     = status.Error(codes.PermissionDenied, "node names a pod of another identity")
 )
 
 // ErrIdentityMismatch is logged when node metadata names another identity
@@ -123,6 +123,11 @@ func (c callbacks) authenticate(p *proxy, node *core.Node) error {
 		s.log.Warn("proxy rejected", "node", node.GetId(), "err", err)
 		return status.Error(codes.InvalidArgument, "invalid node metadata")
 	}
+	wl, err := nodeWorkloadOf(node, meta)
+	if err != nil {
+		s.log.Warn("proxy rejected", "node", node.GetId(), "err", err)
+		return status.Error(codes.InvalidArgument, "invalid node")
+	}
 	want, err := meta.Identity(s.cfg.TrustDomain)
 	plaintext := isPlaintext(p.ctx)
 	authenticator := "none (plaintext port)"
@@ -143,9 +148,13 @@ func (c callbacks) authenticate(p *proxy, node *core.Node) error {
 		}
 		authenticator = caller.Authenticator
 	}
+	if err := wl.check(s.state.Load().snap); err != nil {
+		s.log.Warn("proxy rejected", "node", node.GetId(), "identity", want.String(), "err", err)
+		return errPodMismatch
+	}
 	p.mu.Lock()
 	p.node = node
-	p.gp = &grpcgen.Proxy{Namespace: meta.Namespace, Labels: meta.Labels}
+	p.wl = wl
 	p.sp = sds.Proxy{Namespace: meta.Namespace, ServiceAccount: meta.ServiceAccount, Secure: !plaintext && tlsStream(p.ctx)}
 	p.mu.Unlock()
 	s.mu.Lock()

@@ -11,8 +11,8 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 
+	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/sds"
-	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
 )
 
 // proxy is the state of one ADS stream.
@@ -21,17 +21,20 @@ type proxy struct {
 	streamID int64
 	ctx      context.Context // the stream's, for authentication
 
-	mu      sync.Mutex
-	node    *core.Node // the authenticated first node; nil before
-	gp      *grpcgen.Proxy
-	gpKey   *string   // proxyKey(gp), once gp is set
-	sp      sds.Proxy // for secrets
-	watches map[string]*watch
-	subs    map[string]subscription // from the last request that was not stale
-	pending map[string]sent         // enqueued, by version
-	sent    map[string]sent         // last sent, by type URL
-	acked   map[string]string
-	nacked  map[string]string
+	mu   sync.Mutex
+	node *core.Node    // the authenticated first node; nil before
+	wl   *nodeWorkload // set with node
+	sp   sds.Proxy     // for secrets
+	// The generation scope of wl in scopeSnap, the last snapshot asked.
+	scopeSnap *model.Snapshot
+	scopeKey  string
+	scopeGen  generateFunc
+	watches   map[string]*watch
+	subs      map[string]subscription // from the last request that was not stale
+	pending   map[string]sent         // enqueued, by version
+	sent      map[string]sent         // last sent, by type URL
+	acked     map[string]string
+	nacked    map[string]string
 
 	deltaWatches  map[string]*deltaWatch
 	deltaAnswered map[string]bool
@@ -144,14 +147,12 @@ func (p *proxy) responseLocked(st *pushState, typeURL string, sub subscription) 
 		r.finish(key)
 		return r
 	}
-	if p.gpKey == nil && p.gp != nil {
-		k := proxyKey(p.gp)
-		p.gpKey = &k
+	if p.scopeSnap != st.snap {
+		p.scopeKey, p.scopeGen = p.wl.scope(p.srv, st.snap)
+		p.scopeSnap = st.snap
 	}
-	if p.gpKey != nil {
-		key.proxy = *p.gpKey
-	}
-	return st.response(p.srv, p.gp, key, sub.names)
+	key.proxy = p.scopeKey
+	return st.response(p.srv, p.scopeGen, key, sub.names)
 }
 
 // responded records a response the stream is sending.

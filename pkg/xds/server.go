@@ -18,8 +18,9 @@
 // Incremental: a response carries the resources whose version differs from
 // what the proxy was sent, and the names it holds that are gone.
 //
-// Every proxy gets the proxyless gRPC resources of package grpcgen; a
-// generator for Envoy sidecars is not written yet. With Config.Secrets the
+// A proxy whose metadata says GENERATOR=grpc gets the proxyless gRPC
+// resources of package grpcgen; an Envoy sidecar (node type "sidecar")
+// those of package envoygen. With Config.Secrets the
 // Secret type (SDS: ROOTCA, gateway credentialName secrets) is served on
 // the same streams, and only to proxies whose stream is TLS.
 package xds
@@ -44,6 +45,8 @@ import (
 
 	"github.com/bulwark-mesh/bulwark/pkg/authn"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/authz"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/envoygen"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
 )
 
@@ -93,6 +96,8 @@ type Config struct {
 	// streams, to proxies on TLS streams only; without it Secret requests
 	// are ignored like any unknown type.
 	Secrets SecretSource
+	// Mesh is the mesh-wide configuration of Envoy sidecars.
+	Mesh envoygen.Mesh
 }
 
 // Server is the ADS server.
@@ -100,6 +105,7 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	gen     *grpcgen.Generator
+	envoy   *envoygen.Generator
 	metrics *metrics
 	limiter *rate.Limiter
 	ads     serverv3.Server
@@ -132,6 +138,7 @@ func New(cfg Config) (*Server, error) {
 		cfg:     cfg,
 		log:     cfg.Logger,
 		gen:     &grpcgen.Generator{TrustDomain: cfg.TrustDomain},
+		envoy:   &envoygen.Generator{TrustDomain: cfg.TrustDomain, Mesh: cfg.Mesh},
 		metrics: newMetrics(cfg.Registerer),
 		limiter: rate.NewLimiter(cfg.StreamRate, cfg.StreamBurst),
 		streams: make(map[int64]*proxy),
@@ -171,6 +178,9 @@ func (s *Server) Run(ctx context.Context) error {
 	push := func() {
 		s.push(pending, first)
 		pending = nil
+	}
+	if snap := s.state.Load().snap; snap.Version != "" {
+		s.reportPolicies(snap)
 	}
 	// A change made between New and Subscribe is caught here.
 	if cur := s.cfg.Model.Current(); cur.Version != s.state.Load().snap.Version {
@@ -220,8 +230,17 @@ func (s *Server) push(snap *model.Snapshot, changedAt time.Time) {
 	}
 	s.mu.Unlock()
 	s.log.Debug("pushing model", "version", snap.Version, "proxies", len(proxies))
+	s.reportPolicies(snap)
 	for _, p := range proxies {
 		p.pushAll(st)
+	}
+}
+
+// reportPolicies logs what of the snapshot's AuthorizationPolicies cannot
+// be enforced as written, and how each part fails closed instead.
+func (s *Server) reportPolicies(snap *model.Snapshot) {
+	for _, p := range authz.Check(snap.Resources().AuthorizationPolicies, authz.Options{TrustDomain: s.cfg.TrustDomain, Flavor: authz.Envoy}) {
+		s.log.Warn("authorization policy not enforced as written", "policy", p.Policy.Namespace+"/"+p.Policy.Name, "problem", p.String())
 	}
 }
 

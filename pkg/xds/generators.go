@@ -1,0 +1,151 @@
+package xds
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+
+	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/envoygen"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
+)
+
+// maxInstanceIPs bounds the addresses a proxy may claim.
+const maxInstanceIPs = 16
+
+// ErrPodMismatch is logged when a node names a pod that runs under another
+// service account than the caller's.
+var ErrPodMismatch = errors.New("node names a pod of another service account")
+
+// generateFunc generates the resources of one type for one proxy.
+type generateFunc func(snap *model.Snapshot, typeURL string, names []string, wildcard bool) []resource.Resource
+
+// nodeWorkload is what an authenticated node says of its workload, and
+// how its resources are generated.
+type nodeWorkload struct {
+	envoy          bool // an Envoy sidecar; else proxyless gRPC
+	namespace      string
+	serviceAccount string
+	pod            string // the pod its node ID names; "" for none
+	labels         map[string]string
+	ips            []string
+}
+
+// nodeWorkloadOf reads a node whose metadata parsed. The generator is
+// chosen as Istio chooses it: GENERATOR=grpc is proxyless gRPC; otherwise
+// the node ID's type must be "sidecar", an Envoy sidecar (gateways,
+// "router", are not served).
+func nodeWorkloadOf(node *core.Node, meta *NodeMeta) (*nodeWorkload, error) {
+	w := &nodeWorkload{envoy: meta.Generator != "grpc", namespace: meta.Namespace, serviceAccount: meta.ServiceAccount, labels: meta.Labels}
+	typ, ip, id, err := parseNodeID(node.GetId())
+	switch {
+	case err != nil && w.envoy:
+		return nil, err
+	case err != nil:
+		return w, nil // proxyless clients may name themselves freely
+	case w.envoy && typ != "sidecar":
+		return nil, fmt.Errorf("proxy type %q is not served: %w", typ, ErrBadNode)
+	}
+	// "<pod>.<namespace>" names a pod, which must be of the node's namespace.
+	if pod, ns, ok := strings.Cut(id, "."); ok {
+		if ns != meta.Namespace {
+			return nil, fmt.Errorf("node ID names namespace %q, metadata %q: %w", truncate(ns, 64), meta.Namespace, ErrBadNode)
+		}
+		w.pod = pod
+	}
+	if w.ips, err = instanceIPs(meta.InstanceIPs, ip); err != nil && w.envoy {
+		return nil, err
+	}
+	return w, nil
+}
+
+// parseNodeID reads Istio's "<type>~<ip>~<id>~<domain>".
+func parseNodeID(id string) (typ, ip, name string, err error) {
+	parts := strings.Split(id, "~")
+	if len(parts) != 4 || parts[0] == "" || parts[2] == "" {
+		return "", "", "", fmt.Errorf("node ID %q is not <type>~<ip>~<id>~<domain>: %w", truncate(id, 128), ErrBadNode)
+	}
+	return parts[0], parts[1], parts[2], nil
+}
+
+// instanceIPs are the proxy's addresses: INSTANCE_IPS, else the node ID's.
+func instanceIPs(list, fallback string) ([]string, error) {
+	if list == "" {
+		list = fallback
+	}
+	fields := strings.Split(list, ",")
+	if len(fields) > maxInstanceIPs {
+		return nil, fmt.Errorf("%d instance IPs, limit %d: %w", len(fields), maxInstanceIPs, ErrBadNode)
+	}
+	out := make([]string, 0, len(fields))
+	for _, f := range fields {
+		a, err := netip.ParseAddr(f)
+		if err != nil || a.Zone() != "" {
+			return nil, fmt.Errorf("instance IP %q: %w", truncate(f, 64), ErrBadNode)
+		}
+		out = append(out, a.String())
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+// check refuses a node that names a pod of the registry running under
+// another service account: its identity is not that pod's.
+func (w *nodeWorkload) check(snap *model.Snapshot) error {
+	if pod := w.registryPod(snap); pod != nil && pod.ServiceAccount != w.serviceAccount {
+		return fmt.Errorf("pod %s/%s runs as %q: %w", pod.Namespace, pod.Name, pod.ServiceAccount, ErrPodMismatch)
+	}
+	return nil
+}
+
+func (w *nodeWorkload) registryPod(snap *model.Snapshot) *model.Pod {
+	if w.pod == "" || !snap.HasPods() {
+		return nil
+	}
+	return snap.Pod(w.namespace, w.pod)
+}
+
+// scope is what generation reads of the workload in snap: in a registry
+// of pods, the labels and addresses of the pod the node names when it
+// runs under the node's service account; else what the node claims. key
+// is all of it, after the generator's name: proxies with equal keys get
+// equal resources.
+func (w *nodeWorkload) scope(s *Server, snap *model.Snapshot) (key string, gen generateFunc) {
+	labels, ips := w.labels, w.ips
+	if pod := w.registryPod(snap); pod != nil && pod.ServiceAccount == w.serviceAccount {
+		labels, ips = pod.Labels, pod.IPs
+	}
+	if !w.envoy {
+		gp := &grpcgen.Proxy{Namespace: w.namespace, Labels: labels}
+		return "grpc\x00" + labelsKey(w.namespace, labels), func(snap *model.Snapshot, typeURL string, names []string, wildcard bool) []resource.Resource {
+			return s.gen.Generate(snap, gp, typeURL, names, wildcard)
+		}
+	}
+	ep := &envoygen.Proxy{Namespace: w.namespace, Labels: labels, IPs: ips}
+	return "envoy\x00" + labelsKey(w.namespace, labels) + string(appendField(nil, strings.Join(ips, ","))),
+		func(snap *model.Snapshot, typeURL string, names []string, wildcard bool) []resource.Resource {
+			return s.envoy.Generate(snap, ep, typeURL, names, wildcard)
+		}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// labelsKey is a namespace and labels as one unambiguous string.
+func labelsKey(namespace string, labels map[string]string) string {
+	b := appendField(nil, namespace)
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		b = appendField(appendField(b, k), labels[k])
+	}
+	return string(b)
+}
