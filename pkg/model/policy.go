@@ -132,13 +132,12 @@ func (s *Snapshot) DestinationRule(hostname, clientNamespace string) *Destinatio
 	return nil
 }
 
-// resolveHost expands a short host name: "svc" and "svc.ns" to the FQDN.
+// resolveHost expands a short host name, one without a dot, to the FQDN in
+// namespace, as Istio does; "svc.ns" is taken as written, so it names no
+// Kubernetes service.
 func (s *Snapshot) resolveHost(host, namespace string) string {
-	switch strings.Count(host, ".") {
-	case 0:
+	if !strings.Contains(host, ".") {
 		return host + "." + namespace + ".svc." + s.Options.Domain
-	case 1:
-		return host + ".svc." + s.Options.Domain
 	}
 	return host
 }

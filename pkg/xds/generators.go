@@ -128,10 +128,9 @@ func (w *nodeWorkload) scope(s *Server, snap *model.Snapshot) (key string, gen g
 		}
 	}
 	ep := &envoygen.Proxy{Namespace: w.namespace, Labels: labels, IPs: ips}
-	return "envoy\x00" + labelsKey(w.namespace, labels) + string(appendField(nil, strings.Join(ips, ","))),
-		func(snap *model.Snapshot, typeURL string, names []string, wildcard bool) []resource.Resource {
-			return s.envoy.Generate(snap, ep, typeURL, names, wildcard)
-		}
+	return "envoy\x00" + s.envoy.Scope(snap, ep), func(snap *model.Snapshot, typeURL string, names []string, wildcard bool) []resource.Resource {
+		return s.envoy.Generate(snap, ep, typeURL, names, wildcard)
+	}
 }
 
 func truncate(s string, n int) string {

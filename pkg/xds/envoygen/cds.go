@@ -154,14 +154,9 @@ const (
 	tlsRefused                   // a mode not supported yet: no endpoints, so nothing leaks in plaintext
 )
 
-// tlsOf decides a cluster's TLS from its DestinationRule, as Istio merges
-// it (the subset's port-level setting, the subset's, the rule's
-// port-level, the rule's), else auto-mTLS.
+// tlsOf decides a cluster's TLS from its DestinationRule, else auto-mTLS.
 func (b *builder) tlsOf(oc outboundCluster) clusterTLS {
-	settings := drTLS(oc.subset.GetTrafficPolicy(), oc.port.Port)
-	if settings == nil {
-		settings = drTLS(oc.dr.GetSpec().GetTrafficPolicy(), oc.port.Port)
-	}
+	settings := oc.tlsSettings()
 	switch {
 	case settings == nil:
 	case settings.GetMode() == networkingv1.ClientTLSSettings_ISTIO_MUTUAL:
@@ -177,6 +172,16 @@ func (b *builder) tlsOf(oc outboundCluster) clusterTLS {
 	return tlsAuto
 }
 
+// tlsSettings is the cluster's DestinationRule TLS as Istio merges it: the
+// subset's port-level setting, the subset's, the rule's port-level, the
+// rule's; nil when the rule does not say.
+func (oc outboundCluster) tlsSettings() *networkingv1.ClientTLSSettings {
+	if s := drTLS(oc.subset.GetTrafficPolicy(), oc.port.Port); s != nil {
+		return s
+	}
+	return drTLS(oc.dr.GetSpec().GetTrafficPolicy(), oc.port.Port)
+}
+
 // drTLS is a traffic policy's TLS for port: port-level first. A nil result
 // means the policy does not say.
 func drTLS(tp *networkingv1.TrafficPolicy, port uint32) *networkingv1.ClientTLSSettings {
@@ -190,7 +195,6 @@ func drTLS(tp *networkingv1.TrafficPolicy, port uint32) *networkingv1.ClientTLSS
 
 func (b *builder) outboundClusterResource(oc outboundCluster) resource.Resource {
 	mode := b.tlsOf(oc)
-	sans := b.serviceIdentities(oc.svc)
 	subset := oc.subset.GetName()
 	h2 := protocolOf(oc.port) == protoHTTP2
 	name := oc.name
@@ -214,15 +218,16 @@ func (b *builder) outboundClusterResource(oc outboundCluster) resource.Resource 
 			}
 			c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpOptionsName: opts}
 		}
+		sans := b.serviceIdentities(oc.svc)
 		switch mode {
 		case tlsMutual:
-			ts, err := upstreamMTLS(sans, sni(oc.svc.Hostname, subset, oc.port.Port))
+			ts, err := upstreamMTLS(sans, sni(oc.svc.Hostname, subset, oc.port.Port), h2)
 			if err != nil {
 				return nil, fmt.Errorf("cluster %s: %w", name, err)
 			}
 			c.TransportSocket = ts
 		case tlsAuto:
-			mtls, err := upstreamMTLS(sans, sni(oc.svc.Hostname, subset, oc.port.Port))
+			mtls, err := upstreamMTLS(sans, sni(oc.svc.Hostname, subset, oc.port.Port), h2)
 			if err != nil {
 				return nil, fmt.Errorf("cluster %s: %w", name, err)
 			}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	networkingv1 "istio.io/api/networking/v1"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
@@ -29,10 +30,10 @@ func (b *builder) endpoints() []resource.Resource {
 		if b.tlsOf(oc) == tlsRefused {
 			continue // a static cluster without endpoints
 		}
-		// A subset's endpoints depend on the rule that defines it, which
-		// the client's namespace chooses.
+		// The endpoints depend on the rule that defines a subset or says
+		// how to reach them, which the client's namespace chooses.
 		k := key("eds", oc.name)
-		if oc.subset != nil {
+		if oc.dr != nil {
 			k = key("eds", oc.name, oc.dr.Namespace, oc.dr.Name)
 		}
 		out = append(out, resource.Resource{Name: oc.name, Key: k, Build: func() (proto.Message, error) {
@@ -67,7 +68,7 @@ func (b *builder) loadAssignment(oc outboundCluster) *endpoint.ClusterLoadAssign
 			HealthStatus:        core.HealthStatus_HEALTHY,
 			LoadBalancingWeight: wrapperspb.UInt32(weight),
 		}
-		if b.acceptsMTLS(ep) {
+		if b.acceptsMTLS(oc, ep) {
 			lb.Metadata = &core.Metadata{FilterMetadata: map[string]*structpb.Struct{transportSocketMatchKey: tlsModeMatch()}}
 		}
 		loc.LbEndpoints = append(loc.LbEndpoints, lb)
@@ -84,11 +85,19 @@ func (b *builder) loadAssignment(oc outboundCluster) *endpoint.ClusterLoadAssign
 	return cla
 }
 
-// acceptsMTLS reports whether auto-mTLS may use Istio mTLS toward ep: its
-// workload carries the sidecar's tlsMode label and its PeerAuthentication
-// for the port does not disable mTLS (as Istio's endpoint builder does).
-func (b *builder) acceptsMTLS(ep model.Endpoint) bool {
-	return ep.TLSMode() == tlsModeIstio && b.snap.MTLSMode(ep.Namespace, ep.Labels, ep.Port) != model.MTLSDisable
+// acceptsMTLS reports whether ep is marked for Istio mTLS, as Istio's
+// endpoint builder decides: the workload must carry the sidecar's tlsMode
+// label; then a DestinationRule's TLS mode decides (ISTIO_MUTUAL keeps the
+// mark, any other drops it), else its PeerAuthentication for the port
+// must not disable mTLS.
+func (b *builder) acceptsMTLS(oc outboundCluster, ep model.Endpoint) bool {
+	if ep.TLSMode() != tlsModeIstio {
+		return false
+	}
+	if s := oc.tlsSettings(); s != nil {
+		return s.GetMode() == networkingv1.ClientTLSSettings_ISTIO_MUTUAL
+	}
+	return b.snap.MTLSMode(ep.Namespace, ep.Labels, ep.Port) != model.MTLSDisable
 }
 
 // locality reads "region/zone/subzone".

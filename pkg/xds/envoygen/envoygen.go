@@ -21,6 +21,8 @@
 package envoygen
 
 import (
+	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -90,6 +92,29 @@ func (g *Generator) Generate(snap *model.Snapshot, p *Proxy, typeURL string, nam
 	return slices.DeleteFunc(out, func(r resource.Resource) bool { return !want[r.Name] })
 }
 
+// Scope is what generation reads of p in snap, as one string: proxies
+// with equal scopes get equal resources. The proxy's addresses count only
+// through the target ports they resolve, so the replicas of one workload
+// share a scope.
+func (g *Generator) Scope(snap *model.Snapshot, p *Proxy) string {
+	b := &builder{g: g, snap: snap, p: p}
+	var out []byte
+	out = appendPart(out, p.Namespace)
+	for _, k := range slices.Sorted(maps.Keys(p.Labels)) {
+		out = appendPart(appendPart(out, k), p.Labels[k])
+	}
+	out = append(out, '|')
+	for _, t := range b.inboundTargets() {
+		out = appendPart(out, fmt.Sprintf("%d/%d/%s/%d", t.port, t.protocol, t.svc.Hostname, t.svcPort.Port))
+	}
+	return string(out)
+}
+
+func appendPart(b []byte, s string) []byte {
+	b = strconv.AppendInt(b, int64(len(s)), 10)
+	return append(append(b, ':'), s...)
+}
+
 // builder generates for one snapshot and proxy.
 type builder struct {
 	g       *Generator
@@ -103,8 +128,7 @@ type builder struct {
 func key(parts ...string) string {
 	b := []byte("envoy")
 	for _, p := range parts {
-		b = strconv.AppendInt(append(b, '|'), int64(len(p)), 10)
-		b = append(append(b, ':'), p...)
+		b = appendPart(append(b, '|'), p)
 	}
 	return string(b)
 }

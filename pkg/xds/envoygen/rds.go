@@ -37,6 +37,8 @@ func (b *builder) routes() []resource.Resource {
 				Name:                     name,
 				ValidateClusters:         wrapperspb.Bool(false),
 				IgnorePortInHostMatching: true,
+				// Istio\'s: Envoy\'s default of 4 KiB truncates direct responses.
+				MaxDirectResponseBodySizeBytes: wrapperspb.UInt32(1 << 20),
 			}
 			for _, svc := range svcs {
 				rc.VirtualHosts = append(rc.VirtualHosts, b.virtualHost(svc, port))

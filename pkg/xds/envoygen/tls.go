@@ -33,6 +33,7 @@ const (
 // server recognises among istioALPNs as Istio mTLS.
 var (
 	mtlsClientALPN   = []string{"istio-peer-exchange", "istio"}
+	mtlsClientH2ALPN = []string{"istio-peer-exchange", "istio", "h2"}
 	istioALPNs       = []string{"istio", "istio-peer-exchange", "istio-http/1.0", "istio-http/1.1", "istio-h2"}
 	istioHTTPALPNs   = []string{"istio-http/1.0", "istio-http/1.1", "istio-h2"}
 	plainHTTPALPNs   = []string{"http/1.1", "h2c"}
@@ -88,14 +89,19 @@ func mtlsCommon(sans []*matcher.StringMatcher, alpn []string, server bool) *tlsv
 	}
 }
 
-// upstreamMTLS is Istio mTLS toward a sidecar whose identity is one of sans.
-func upstreamMTLS(sans []string, sni string) (*core.TransportSocket, error) {
+// upstreamMTLS is Istio mTLS toward a sidecar whose identity is one of
+// sans; h2 offers HTTP/2 besides Istio's ALPN.
+func upstreamMTLS(sans []string, sni string, h2 bool) (*core.TransportSocket, error) {
 	ms := make([]*matcher.StringMatcher, 0, len(sans))
 	for _, s := range sans {
 		ms = append(ms, &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: s}})
 	}
+	alpn := mtlsClientALPN
+	if h2 {
+		alpn = mtlsClientH2ALPN
+	}
 	return transportSocket(tlsSocketName, &tlsv3.UpstreamTlsContext{
-		CommonTlsContext: mtlsCommon(ms, mtlsClientALPN, false),
+		CommonTlsContext: mtlsCommon(ms, alpn, false),
 		Sni:              sni,
 	})
 }
