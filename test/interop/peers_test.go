@@ -23,6 +23,7 @@ var peerBuild struct {
 type peers struct {
 	pilotAgent string
 	app        string
+	envoy      string // envoystandin: the Envoy binary pilot-agent runs in sidecar mode
 }
 
 // peerCacheDir keeps the built peers between runs; it is under the
@@ -35,13 +36,17 @@ func buildPeers() (peers, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return peers{}, fmt.Errorf("build peers: %w", err)
 	}
-	p := peers{pilotAgent: filepath.Join(dir, "pilot-agent"), app: filepath.Join(dir, "xds-app")}
+	p := peers{pilotAgent: filepath.Join(dir, "pilot-agent"), app: filepath.Join(dir, "xds-app"),
+		envoy: filepath.Join(dir, "envoy-standin")}
 	// pilot-agent from the istio.io/istio this module requires (recorded as
 	// a tool in go.mod); the app from the root module, which owns it.
 	if err := goBuild(".", p.pilotAgent, "istio.io/istio/pilot/cmd/pilot-agent"); err != nil {
 		return peers{}, err
 	}
 	if err := goBuild(repoRoot, p.app, "github.com/bulwark-mesh/bulwark/test/xds/app"); err != nil {
+		return peers{}, err
+	}
+	if err := goBuild(".", p.envoy, "github.com/bulwark-mesh/bulwark/test/interop/envoystandin"); err != nil {
 		return peers{}, err
 	}
 	return p, nil

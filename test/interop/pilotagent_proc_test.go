@@ -78,29 +78,12 @@ func startPilotAgent(t *testing.T, bin string, w workload, token, rootFile, disc
 	if err != nil {
 		t.Fatal(err)
 	}
-	labels, err := json.Marshal(w.Labels)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cmd := exec.Command(bin, "proxy", "sidecar", "--domain", w.Namespace+".svc.cluster.local")
 	cmd.Dir = dir
-	cmd.Env = append(isolatedEnv(),
+	cmd.Env = append(agentEnv(t, w, discoveryAddr, rootFile, proxyConfig),
 		"DISABLE_ENVOY=true",
 		"OUTPUT_CERTS="+a.CertDir,
 		"GRPC_XDS_BOOTSTRAP="+a.Bootstrap,
-		"CA_ADDR="+discoveryAddr,
-		"XDS_ROOT_CA="+rootFile,
-		"CA_ROOT_CA="+rootFile,
-		"PROXY_CONFIG="+string(proxyConfig),
-		"POD_NAME="+w.Name,
-		"POD_NAMESPACE="+w.Namespace,
-		"INSTANCE_IP="+w.IP,
-		"SERVICE_ACCOUNT="+w.ServiceAccount,
-		"ISTIO_META_CLUSTER_ID="+clusterID,
-		"ISTIO_METAJSON_LABELS="+string(labels),
-		"TRUST_DOMAIN="+trustDomain,
-		// No cloud metadata servers to probe for five seconds.
-		"CLOUD_PLATFORM=none",
 	)
 	a.proc = startProcess(t, "pilot-agent "+w.Name, cmd)
 	return a
@@ -261,4 +244,29 @@ func freePortOn(t *testing.T, ip string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// agentEnv is the environment the injector gives pilot-agent, for workload
+// w, both modes alike.
+func agentEnv(t *testing.T, w workload, discoveryAddr, rootFile string, proxyConfig []byte) []string {
+	t.Helper()
+	labels, err := json.Marshal(w.Labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(isolatedEnv(),
+		"CA_ADDR="+discoveryAddr,
+		"XDS_ROOT_CA="+rootFile,
+		"CA_ROOT_CA="+rootFile,
+		"PROXY_CONFIG="+string(proxyConfig),
+		"POD_NAME="+w.Name,
+		"POD_NAMESPACE="+w.Namespace,
+		"INSTANCE_IP="+w.IP,
+		"SERVICE_ACCOUNT="+w.ServiceAccount,
+		"ISTIO_META_CLUSTER_ID="+clusterID,
+		"ISTIO_METAJSON_LABELS="+string(labels),
+		"TRUST_DOMAIN="+trustDomain,
+		// No cloud metadata servers to probe for five seconds.
+		"CLOUD_PLATFORM=none",
+	)
 }

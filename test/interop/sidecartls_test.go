@@ -1,0 +1,205 @@
+package interop
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// The names pilot-agent gives what it serves over SDS.
+const (
+	sdsCluster     = "sds-grpc"
+	sdsCertificate = "default"
+	sdsRoot        = "ROOTCA"
+)
+
+const (
+	upstreamTLSType   = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
+	downstreamTLSType = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext"
+)
+
+// clusterTLS describes what a cluster does about upstream TLS, for
+// comparing two generators: "plaintext", "TLS{…}" or, with auto-mTLS,
+// "matches[…]" in order.
+func clusterTLS(c *clusterv3.Cluster) string {
+	var parts []string
+	if ts := c.GetTransportSocket(); ts != nil {
+		parts = append(parts, transportSocketTLS(ts))
+	}
+	if ms := c.GetTransportSocketMatches(); len(ms) > 0 {
+		var each []string
+		for _, m := range ms {
+			each = append(each, structString(m.GetMatch())+"→"+transportSocketTLS(m.GetTransportSocket()))
+		}
+		parts = append(parts, "matches["+strings.Join(each, ", ")+"]")
+	}
+	if len(parts) == 0 {
+		return "plaintext"
+	}
+	return strings.Join(parts, " + ")
+}
+
+func structString(s *structpb.Struct) string {
+	var kv []string
+	for k, v := range s.GetFields() {
+		kv = append(kv, k+"="+v.GetStringValue())
+	}
+	sort.Strings(kv)
+	return "{" + strings.Join(kv, ",") + "}"
+}
+
+// transportSocketTLS describes an upstream transport socket.
+func transportSocketTLS(ts *corev3.TransportSocket) string {
+	if ts == nil || ts.GetTypedConfig().GetTypeUrl() != upstreamTLSType {
+		return "plaintext"
+	}
+	ctx := &tlsv3.UpstreamTlsContext{}
+	if err := ts.GetTypedConfig().UnmarshalTo(ctx); err != nil {
+		return "TLS(undecodable: " + err.Error() + ")"
+	}
+	common := ctx.GetCommonTlsContext()
+	var certs []string
+	for _, c := range common.GetTlsCertificateSdsSecretConfigs() {
+		certs = append(certs, sdsString(c))
+	}
+	sans, sanErr := upstreamSANs(ctx)
+	sanText := fmt.Sprint(sans)
+	if sanErr != nil {
+		sanText = sanErr.Error()
+	}
+	return fmt.Sprintf("TLS{cert %v, ca %s, SAN %s, SNI %q, ALPN %q}", certs,
+		sdsString(common.GetCombinedValidationContext().GetValidationContextSdsSecretConfig()),
+		sanText, ctx.GetSni(), common.GetAlpnProtocols())
+}
+
+// sdsString is "<secret>@<cluster>" of an SDS secret config.
+func sdsString(c *tlsv3.SdsSecretConfig) string {
+	if c == nil {
+		return "none"
+	}
+	cluster := "inline"
+	for _, g := range c.GetSdsConfig().GetApiConfigSource().GetGrpcServices() {
+		cluster = g.GetEnvoyGrpc().GetClusterName()
+	}
+	return c.GetName() + "@" + cluster
+}
+
+// checkSDS checks that c is the secret name served by pilot-agent's SDS
+// over the sds-grpc cluster.
+func checkSDS(c *tlsv3.SdsSecretConfig, name string) error {
+	if c == nil {
+		return fmt.Errorf("no SDS secret, want %s@%s", name, sdsCluster)
+	}
+	src := c.GetSdsConfig().GetApiConfigSource()
+	clusters := []string{}
+	for _, g := range src.GetGrpcServices() {
+		clusters = append(clusters, g.GetEnvoyGrpc().GetClusterName())
+	}
+	if c.GetName() != name || len(clusters) != 1 || clusters[0] != sdsCluster ||
+		(src.GetApiType() != corev3.ApiConfigSource_GRPC && src.GetApiType() != corev3.ApiConfigSource_DELTA_GRPC) {
+		return fmt.Errorf("SDS secret %q from %s %v, want %s@%s over gRPC", c.GetName(), src.GetApiType(), clusters, name, sdsCluster)
+	}
+	return nil
+}
+
+// upstreamSANs returns the subject alternative names an upstream TLS
+// context accepts, sorted; each must be an exact match of a URI SAN.
+func upstreamSANs(ctx *tlsv3.UpstreamTlsContext) ([]string, error) {
+	vc := ctx.GetCommonTlsContext().GetCombinedValidationContext().GetDefaultValidationContext()
+	if vc == nil {
+		vc = ctx.GetCommonTlsContext().GetValidationContext()
+	}
+	var out []string
+	var errs []error
+	for _, m := range vc.GetMatchTypedSubjectAltNames() {
+		if m.GetSanType() != tlsv3.SubjectAltNameMatcher_URI || m.GetMatcher().GetExact() == "" {
+			errs = append(errs, fmt.Errorf("SAN matcher %v is not an exact URI", m))
+			continue
+		}
+		out = append(out, m.GetMatcher().GetExact())
+	}
+	for _, m := range vc.GetMatchSubjectAltNames() { //nolint:staticcheck // read what a generator may still set
+		if m.GetExact() == "" {
+			errs = append(errs, fmt.Errorf("SAN matcher %v is not exact", m))
+			continue
+		}
+		out = append(out, m.GetExact())
+	}
+	slices.Sort(out)
+	return out, errors.Join(errs...)
+}
+
+// checkIstioUpstreamTLS checks that ts originates Istio mTLS: the workload
+// certificate and the root from pilot-agent's SDS, and exactly the SPIFFE
+// IDs sans.
+func checkIstioUpstreamTLS(ts *corev3.TransportSocket, sans []string) error {
+	if ts == nil || ts.GetTypedConfig().GetTypeUrl() != upstreamTLSType {
+		return fmt.Errorf("transport socket %q is not an UpstreamTlsContext", ts.GetTypedConfig().GetTypeUrl())
+	}
+	ctx := &tlsv3.UpstreamTlsContext{}
+	if err := ts.GetTypedConfig().UnmarshalTo(ctx); err != nil {
+		return fmt.Errorf("decode UpstreamTlsContext: %w", err)
+	}
+	common := ctx.GetCommonTlsContext()
+	var errs []error
+	if certs := common.GetTlsCertificateSdsSecretConfigs(); len(certs) != 1 {
+		errs = append(errs, fmt.Errorf("%d SDS certificates, want 1", len(certs)))
+	} else if err := checkSDS(certs[0], sdsCertificate); err != nil {
+		errs = append(errs, fmt.Errorf("certificate: %w", err))
+	}
+	if len(common.GetTlsCertificates()) > 0 {
+		errs = append(errs, errors.New("inline certificates"))
+	}
+	if err := checkSDS(common.GetCombinedValidationContext().GetValidationContextSdsSecretConfig(), sdsRoot); err != nil {
+		errs = append(errs, fmt.Errorf("validation context: %w", err))
+	}
+	got, err := upstreamSANs(ctx)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if !slices.Equal(got, sans) {
+		errs = append(errs, fmt.Errorf("SANs %q, want exactly %q", got, sans))
+	}
+	return errors.Join(errs...)
+}
+
+// checkInboundMTLS checks that a downstream TLS context requires a client
+// certificate validated against ROOTCA, with the workload certificate,
+// both from pilot-agent's SDS.
+func checkInboundMTLS(ts *corev3.TransportSocket) error {
+	if ts.GetTypedConfig().GetTypeUrl() != downstreamTLSType {
+		return fmt.Errorf("transport socket %q is not a DownstreamTlsContext", ts.GetTypedConfig().GetTypeUrl())
+	}
+	ctx := &tlsv3.DownstreamTlsContext{}
+	if err := ts.GetTypedConfig().UnmarshalTo(ctx); err != nil {
+		return fmt.Errorf("decode DownstreamTlsContext: %w", err)
+	}
+	var errs []error
+	if !ctx.GetRequireClientCertificate().GetValue() {
+		errs = append(errs, errors.New("client certificate not required"))
+	}
+	common := ctx.GetCommonTlsContext()
+	if certs := common.GetTlsCertificateSdsSecretConfigs(); len(certs) != 1 {
+		errs = append(errs, fmt.Errorf("%d SDS certificates, want 1", len(certs)))
+	} else if err := checkSDS(certs[0], sdsCertificate); err != nil {
+		errs = append(errs, fmt.Errorf("certificate: %w", err))
+	}
+	root := common.GetCombinedValidationContext().GetValidationContextSdsSecretConfig()
+	if root == nil {
+		root = common.GetValidationContextSdsSecretConfig()
+	}
+	if err := checkSDS(root, sdsRoot); err != nil {
+		errs = append(errs, fmt.Errorf("validation context: %w", err))
+	}
+	if common.GetValidationContext() != nil && common.GetValidationContext().GetTrustedCa() != nil {
+		errs = append(errs, errors.New("inline trusted CA"))
+	}
+	return errors.Join(errs...)
+}
