@@ -1,7 +1,11 @@
 package xds
 
 import (
+	"net/netip"
+	"strings"
 	"testing"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -61,4 +65,44 @@ func TestParseMetadata(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzNodeWorkload feeds arbitrary node IDs and addresses with valid
+// metadata: reading them must refuse or give a workload of the metadata's
+// namespace whose addresses are valid and bounded, never panic.
+func FuzzNodeWorkload(f *testing.F) {
+	for _, s := range [][2]string{
+		{"sidecar~10.0.0.1~echo-1.app~app.svc.cluster.local", ""},
+		{"sidecar~10.0.0.1~echo-1.other~other.svc.cluster.local", ""},
+		{"router~10.0.0.1~gw.app~app.svc.cluster.local", ""},
+		{"sidecar~~echo-1.app~app.svc.cluster.local", "10.0.0.1,fd00::1"},
+		{"sidecar~10.0.0.1~~app.svc.cluster.local", ""},
+		{"sidecar~10.0.0.1~a.app~x~y", ""},
+		{"sidecar~fe80::1%eth0~a.app~app.svc.cluster.local", ""},
+		{"sidecar~10.0.0.1~a.app~app.svc.cluster.local", strings.Repeat("10.0.0.1,", 20)},
+	} {
+		f.Add(s[0], s[1], "")
+		f.Add(s[0], s[1], "grpc")
+	}
+	f.Fuzz(func(t *testing.T, id, ips, generator string) {
+		meta := &NodeMeta{Namespace: "app", ServiceAccount: "client", InstanceIPs: ips, Generator: generator}
+		w, err := nodeWorkloadOf(&core.Node{Id: id}, meta)
+		if err != nil {
+			if w != nil {
+				t.Fatal("a refused node has a workload")
+			}
+			return
+		}
+		if w.namespace != "app" || len(w.ips) > maxInstanceIPs {
+			t.Fatalf("workload %+v", w)
+		}
+		for _, ip := range w.ips {
+			if a, err := netip.ParseAddr(ip); err != nil || a.Zone() != "" {
+				t.Fatalf("accepted address %q", ip)
+			}
+		}
+		if w.envoy && !strings.HasPrefix(id, "sidecar~") {
+			t.Fatalf("an Envoy node of another type was accepted: %q", id)
+		}
+	})
 }
