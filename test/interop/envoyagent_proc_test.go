@@ -51,7 +51,8 @@ func startEnvoyAgent(t *testing.T, bins peers, w workload, token, rootFile, disc
 	a := &envoyAgent{
 		pilotAgent: &pilotAgent{Workload: w, Dir: dir, StatusPort: freePort(t)},
 		AdminPort:  freePort(t),
-		StateFile:  filepath.Join(dir, "standin-state.json"),
+		// The stand-in writes it beside the bootstrap, in configPath.
+		StateFile: filepath.Join(dir, "etc", "istio", "proxy", "standin-state.json"),
 	}
 	template, err := istioBootstrapTemplate()
 	if err != nil {
@@ -98,9 +99,6 @@ func startEnvoyAgent(t *testing.T, bins peers, w workload, token, rootFile, disc
 		"ISTIO_META_WORKLOAD_NAME="+w.Labels["app"],
 		"ISTIO_META_OWNER=kubernetes://apis/apps/v1/namespaces/"+w.Namespace+"/statefulsets/"+w.Labels["app"],
 		"ISTIO_META_MESH_ID="+trustDomain,
-		// pilot-agent passes its environment to Envoy: this names the
-		// stand-in's state file.
-		"ENVOY_STANDIN_STATE="+a.StateFile,
 	)
 	a.proc = startProcess(t, "pilot-agent (sidecar) "+w.Name, cmd)
 	t.Cleanup(func() {

@@ -13,8 +13,9 @@
 // shutdown).
 //
 // Everything it holds is written as JSON, atomically on every change, to
-// the file named by --standin-state or ENVOY_STANDIN_STATE (pilot-agent
-// passes its environment on), so a test can read it. It exits on SIGTERM
+// the file named by --standin-state, by default standin-state.json beside
+// the bootstrap (pilot-agent's configPath, which the test chooses), so a
+// test can read it. It exits on SIGTERM
 // or SIGINT, and when its parent (the agent) goes away.
 package main
 
@@ -25,6 +26,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -32,8 +34,9 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// stateEnv names the state file when the flag is not given.
-const stateEnv = "ENVOY_STANDIN_STATE"
+// stateFile is the state file's name beside the bootstrap when
+// --standin-state is not given.
+const stateFile = "standin-state.json"
 
 func main() {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "envoystandin")
@@ -52,7 +55,7 @@ func run(args []string, log *slog.Logger) error {
 		log.Info("ignoring flag", "flag", f)
 	}
 	if opts.statePath == "" {
-		opts.statePath = os.Getenv(stateEnv)
+		opts.statePath = filepath.Join(filepath.Dir(opts.configPath), stateFile)
 	}
 	boot, err := readBootstrap(opts.configPath)
 	if err != nil {
