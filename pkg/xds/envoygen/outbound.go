@@ -2,6 +2,7 @@ package envoygen
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"strconv"
 
@@ -36,7 +37,7 @@ func (b *builder) listeners() []resource.Resource {
 			}
 		}
 	}
-	for _, port := range slices.Sorted(mapsKeys(httpPorts)) {
+	for _, port := range slices.Sorted(maps.Keys(httpPorts)) {
 		out = append(out, httpListener(port))
 	}
 	out = append(out, b.inboundListener())
@@ -44,16 +45,6 @@ func (b *builder) listeners() []resource.Resource {
 	// Kubernetes prevents) keeps the first.
 	slices.SortStableFunc(out, func(x, y resource.Resource) int { return cmp.Compare(x.Name, y.Name) })
 	return slices.CompactFunc(out, func(x, y resource.Resource) bool { return x.Name == y.Name })
-}
-
-func mapsKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
-	return func(yield func(K) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // listenerName is Istio's "<ip>_<port>".
