@@ -276,4 +276,11 @@ func TestOneInvalidPolicyAmongMany(t *testing.T) {
 	if n := rec.Count("WARN", "authorization policy not enforced"); n != 1 || rec.Count("app/p-bad") != 1 {
 		t.Errorf("%d policy warnings, want exactly one, naming app/p-bad", n)
 	}
+	// Another model change while the problem lasts does not log it again.
+	changed := b.String() + "---\napiVersion: networking.istio.io/v1\nkind: WorkloadEntry\nmetadata: {name: web-2, namespace: app}\n" +
+		"spec: {address: 10.0.0.21, labels: {app: web}, serviceAccount: web}\n"
+	h.srv.push(modeltest.Load(t, changed), time.Time{})
+	if n := rec.Count("WARN", "authorization policy not enforced"); n != 1 {
+		t.Errorf("after another model change, %d policy warnings, want still one", n)
+	}
 }

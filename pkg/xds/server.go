@@ -113,6 +113,9 @@ type Server struct {
 
 	state atomic.Pointer[pushState]
 
+	reportMu sync.Mutex
+	reported map[string]bool // policy problems logged, by description
+
 	mu      sync.Mutex
 	streams map[int64]*proxy
 	byNode  map[*core.Node]*proxy
@@ -237,11 +240,21 @@ func (s *Server) push(snap *model.Snapshot, changedAt time.Time) {
 }
 
 // reportPolicies logs what of the snapshot's AuthorizationPolicies cannot
-// be enforced as written, and how each part fails closed instead.
+// be enforced as written, and how each part fails closed instead: each
+// problem once, not again with every model change while it lasts.
 func (s *Server) reportPolicies(snap *model.Snapshot) {
-	for _, p := range authz.Check(snap.Resources().AuthorizationPolicies, authz.Options{TrustDomain: s.cfg.TrustDomain, Flavor: authz.Envoy}) {
-		s.log.Warn("authorization policy not enforced as written", "policy", p.Policy.Namespace+"/"+p.Policy.Name, "problem", p.String())
+	problems := authz.Check(snap.Resources().AuthorizationPolicies, authz.Options{TrustDomain: s.cfg.TrustDomain, Flavor: authz.Envoy})
+	current := make(map[string]bool, len(problems))
+	s.reportMu.Lock()
+	defer s.reportMu.Unlock()
+	for _, p := range problems {
+		msg := p.String()
+		current[msg] = true
+		if !s.reported[msg] {
+			s.log.Warn("authorization policy not enforced as written", "policy", p.Policy.Namespace+"/"+p.Policy.Name, "problem", msg)
+		}
 	}
+	s.reported = current
 }
 
 // ProxyStatus is what the server knows of one connected proxy.
