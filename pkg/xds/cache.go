@@ -3,20 +3,15 @@ package xds
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"strconv"
 	"sync"
 	"time"
 
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
-
-// validator is implemented by every go-control-plane resource type.
-type validator interface{ ValidateAll() error }
 
 // pushState is one model snapshot with its marshalled resources, shared by
 // every proxy that generates from it.
@@ -42,7 +37,13 @@ func newPushState(snap *model.Snapshot, changedAt time.Time) *pushState {
 }
 
 // resource returns r marshalled, building it once per snapshot and key.
-func (st *pushState) resource(r resource.Resource) (*builtResource, error) {
+//
+// Resources are not validated here, per push: generators build them from
+// a validated model, and their tests check every resource they generate
+// with go-control-plane's validation (and Istio's validators in the
+// interop tests). What every resource of a kind shares is validated where
+// it is built once (see envoygen's shapes).
+func (st *pushState) resource(typeURL string, r resource.Resource) (*builtResource, error) {
 	st.mu.Lock()
 	b, ok := st.built[r.Key]
 	if !ok {
@@ -51,25 +52,14 @@ func (st *pushState) resource(r resource.Resource) (*builtResource, error) {
 	}
 	st.mu.Unlock()
 	b.once.Do(func() {
-		msg, err := r.Build()
+		raw, err := r.Marshal()
 		if err != nil {
 			b.err = err
 			return
 		}
-		if v, ok := msg.(validator); ok {
-			if err := v.ValidateAll(); err != nil {
-				b.err = fmt.Errorf("resource %s: %w", r.Name, err)
-				return
-			}
-		}
-		raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
-		if err != nil {
-			b.err = fmt.Errorf("marshal %s: %w", r.Name, err)
-			return
-		}
 		sum := sha256.Sum256(raw)
 		b.hash = hex.EncodeToString(sum[:8])
-		b.any = &anypb.Any{TypeUrl: "type.googleapis.com/" + string(msg.ProtoReflect().Descriptor().FullName()), Value: raw}
+		b.any = &anypb.Any{TypeUrl: typeURL, Value: raw}
 	})
 	return b, b.err
 }
@@ -120,7 +110,7 @@ func (st *pushState) response(s *Server, gen generateFunc, key sharedKey, names 
 
 func (r *response) build(s *Server, st *pushState, gen generateFunc, key sharedKey, names []string) {
 	for _, res := range gen(st.snap, key.typeURL, names, key.wildcard) {
-		b, err := st.resource(res)
+		b, err := st.resource(key.typeURL, res)
 		if err != nil {
 			s.log.Error("generating resource; leaving it out", "type", shortType(key.typeURL), "name", res.Name, "err", err)
 			continue
@@ -141,8 +131,10 @@ func (r *response) finish(key sharedKey) {
 	h.Write([]byte(key.names))
 	h.Write([]byte{0})
 	r.resources = make([]*anypb.Any, 0, len(r.gen))
+	var buf []byte
 	for _, g := range r.gen {
-		h.Write(appendField(appendField(nil, g.name), g.hash))
+		buf = appendField(appendField(buf[:0], g.name), g.hash)
+		h.Write(buf)
 		r.resources = append(r.resources, g.any)
 		r.size += len(g.any.Value)
 	}

@@ -178,7 +178,7 @@ func ourConfig(t *testing.T, snap *model.Snapshot, sc sidecarScenario, pod *core
 	var cfg sidecarResources
 	for _, typeURL := range []string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.RouteType} {
 		for _, r := range g.Generate(snap, p, typeURL, nil, true) {
-			msg, err := r.Build()
+			msg, err := r.Message(typeURL)
 			if err != nil {
 				t.Errorf("envoygen: Build of %s %q: %v", shortType(typeURL), r.Name, err)
 				continue

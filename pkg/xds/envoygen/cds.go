@@ -5,10 +5,12 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"sync"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	rawbuffer "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
 	httpopts "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/protobuf/proto"
@@ -198,54 +200,143 @@ func (b *builder) outboundClusterResource(oc outboundCluster) resource.Resource 
 	subset := oc.subset.GetName()
 	h2 := protocolOf(oc.port) == protoHTTP2
 	name := oc.name
-	return resource.Resource{Name: name, Key: key("cds", name, strconv.Itoa(int(mode))), Build: func() (proto.Message, error) {
-		c := &cluster.Cluster{
-			Name:                 name,
-			ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
-			EdsClusterConfig:     &cluster.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: name},
-			ConnectTimeout:       connectTimeout,
-			LbPolicy:             cluster.Cluster_LEAST_REQUEST,
-			CircuitBreakers:      unlimited(),
-		}
-		if h2 {
-			opts, err := anypb.New(&httpopts.HttpProtocolOptions{
-				UpstreamProtocolOptions: &httpopts.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpopts.HttpProtocolOptions_ExplicitHttpConfig{
-					ProtocolConfig: &httpopts.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &core.Http2ProtocolOptions{}},
-				}},
-			})
+	return resource.Resource{Name: name, Key: key("cds", name, strconv.Itoa(int(mode))), Encode: func() ([]byte, error) {
+		if mode == tlsRefused {
+			c, err := edsClusterShape(h2)
 			if err != nil {
 				return nil, fmt.Errorf("cluster %s: %w", name, err)
 			}
-			c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpOptionsName: opts}
-		}
-		sans := b.serviceIdentities(oc.svc)
-		switch mode {
-		case tlsMutual:
-			ts, err := upstreamMTLS(sans, sni(oc.svc.Hostname, subset, oc.port.Port), h2)
-			if err != nil {
-				return nil, fmt.Errorf("cluster %s: %w", name, err)
-			}
-			c.TransportSocket = ts
-		case tlsAuto:
-			mtls, err := upstreamMTLS(sans, sni(oc.svc.Hostname, subset, oc.port.Port), h2)
-			if err != nil {
-				return nil, fmt.Errorf("cluster %s: %w", name, err)
-			}
-			raw, err := rawBufferSocket()
-			if err != nil {
-				return nil, fmt.Errorf("cluster %s: %w", name, err)
-			}
-			c.TransportSocketMatches = []*cluster.Cluster_TransportSocketMatch{
-				{Name: socketMatchIstio, Match: tlsModeMatch(), TransportSocket: mtls},
-				{Name: "tlsMode-disabled", Match: &structpb.Struct{}, TransportSocket: raw},
-			}
-		case tlsRefused:
+			c.Name = name
 			c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_STATIC}
 			c.EdsClusterConfig = nil
 			c.LoadAssignment = &endpoint.ClusterLoadAssignment{ClusterName: name}
+			return proto.MarshalOptions{Deterministic: true}.Marshal(c)
 		}
-		return c, nil
+		shapes, err := edsClusterShapes()
+		if err != nil {
+			return nil, fmt.Errorf("cluster %s: %w", name, err)
+		}
+		// The fields every such cluster shares were marshalled once; what
+		// is the cluster's own follows them.
+		sans, serverName := b.serviceIdentities(oc.svc), sni(oc.svc.Hostname, subset, oc.port.Port)
+		shape := shapes[boolIndex(h2)]
+		w := append(make(wire, 0, len(shape)+2*len(name)+upstreamMTLSSize(sans, serverName)+len(plaintextSocketMatchWire())+64), shape...)
+		w = w.str(clusterName, name)
+		w, eds := w.open(clusterEDSConfig)
+		w = w.str(edsServiceName, name).close(eds)
+		var ts, m int
+		switch mode {
+		case tlsMutual:
+			w, ts = w.open(clusterTransportSocket)
+			if w, err = upstreamMTLSSocket(w, sans, serverName, h2); err != nil {
+				return nil, fmt.Errorf("cluster %s: %w", name, err)
+			}
+			w = w.close(ts)
+		case tlsAuto:
+			w, m = w.open(clusterSocketMatches)
+			w = w.str(socketMatchName, socketMatchIstio).message(socketMatchMatch, tlsModeMatchWire())
+			w, ts = w.open(socketMatchSocket)
+			if w, err = upstreamMTLSSocket(w, sans, serverName, h2); err != nil {
+				return nil, fmt.Errorf("cluster %s: %w", name, err)
+			}
+			w = w.close(ts).close(m)
+			w = append(w, plaintextSocketMatchWire()...)
+		}
+		return w, nil
 	}}
+}
+
+// Field numbers of envoy.config.cluster.v3.Cluster and of what it nests.
+const (
+	clusterName            = 1  // Cluster.name
+	clusterEDSConfig       = 3  // Cluster.eds_cluster_config
+	edsServiceName         = 2  // Cluster.EdsClusterConfig.service_name
+	clusterTransportSocket = 24 // Cluster.transport_socket
+	clusterSocketMatches   = 43 // Cluster.transport_socket_matches
+	socketMatchName        = 1  // Cluster.TransportSocketMatch.name
+	socketMatchMatch       = 2  // Cluster.TransportSocketMatch.match
+	socketMatchSocket      = 3  // Cluster.TransportSocketMatch.transport_socket
+)
+
+// plaintextSocketMatch is auto-mTLS's catch-all: raw TCP to endpoints not
+// marked for Istio mTLS.
+var plaintextSocketMatch = &cluster.Cluster_TransportSocketMatch{
+	Name: "tlsMode-disabled", Match: &structpb.Struct{},
+	TransportSocket: &core.TransportSocket{Name: rawSocketName, ConfigType: &core.TransportSocket_TypedConfig{
+		TypedConfig: mustAny(&rawbuffer.RawBuffer{}),
+	}},
+}
+
+// plaintextSocketMatchWire is plaintextSocketMatch as a field of a
+// cluster, marshalled once.
+var plaintextSocketMatchWire = sync.OnceValue(func() resource.Preencoded {
+	p, err := resource.Preencode(&cluster.Cluster{TransportSocketMatches: []*cluster.Cluster_TransportSocketMatch{plaintextSocketMatch}})
+	if err != nil {
+		panic(err) // constant input; every test that generates a cluster runs it
+	}
+	return p
+})
+
+// tlsModeMatchWire is tlsModeMatch marshalled once.
+var tlsModeMatchWire = sync.OnceValue(func() resource.Preencoded {
+	p, err := resource.Preencode(tlsModeMatch())
+	if err != nil {
+		panic(err) // constant input, as above
+	}
+	return p
+})
+
+// edsClusterShape is what every outbound EDS cluster has, HTTP/2 or not.
+func edsClusterShape(h2 bool) (*cluster.Cluster, error) {
+	c := &cluster.Cluster{
+		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
+		EdsClusterConfig:     &cluster.Cluster_EdsClusterConfig{EdsConfig: adsSource()},
+		ConnectTimeout:       connectTimeout,
+		LbPolicy:             cluster.Cluster_LEAST_REQUEST,
+		CircuitBreakers:      unlimited(),
+	}
+	if h2 {
+		opts, err := anypb.New(&httpopts.HttpProtocolOptions{
+			UpstreamProtocolOptions: &httpopts.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpopts.HttpProtocolOptions_ExplicitHttpConfig{
+				ProtocolConfig: &httpopts.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &core.Http2ProtocolOptions{}},
+			}},
+		})
+		if err != nil {
+			return nil, err
+		}
+		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpOptionsName: opts}
+	}
+	return c, nil
+}
+
+// edsClusterShapes are edsClusterShape(false) and (true), validated and
+// marshalled once.
+var edsClusterShapes = sync.OnceValues(func() ([2]resource.Preencoded, error) {
+	var out [2]resource.Preencoded
+	for i, h2 := range []bool{false, true} {
+		c, err := edsClusterShape(h2)
+		if err != nil {
+			return out, fmt.Errorf("cluster shape: %w", err)
+		}
+		c.Name = "shape" // the one field validation requires
+		if err := c.ValidateAll(); err != nil {
+			return out, fmt.Errorf("cluster shape: %w", err)
+		}
+		c.Name = ""
+		p, err := resource.Preencode(c)
+		if err != nil {
+			return out, err
+		}
+		out[i] = p
+	}
+	return out, nil
+})
+
+func boolIndex(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func tlsModeMatch() *structpb.Struct {
@@ -255,16 +346,32 @@ func tlsModeMatch() *structpb.Struct {
 // serviceIdentities are the SPIFFE IDs of the service accounts behind svc:
 // the identities its servers may present.
 func (b *builder) serviceIdentities(svc *model.Service) []string {
-	var out []string
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if ids, ok := b.identities[svc]; ok {
+		return ids
+	}
+	type account struct{ namespace, name string }
+	var accounts []account
 	for _, eps := range svc.Endpoints {
 		for _, ep := range eps {
-			if id, err := spiffeid.FromSegments(b.g.TrustDomain, "ns", ep.Namespace, "sa", ep.ServiceAccount); err == nil {
-				out = append(out, id.String())
+			if a := (account{ep.Namespace, ep.ServiceAccount}); !slices.Contains(accounts, a) {
+				accounts = append(accounts, a)
 			}
 		}
 	}
+	out := make([]string, 0, len(accounts))
+	for _, a := range accounts {
+		if id, err := spiffeid.FromSegments(b.g.TrustDomain, "ns", a.namespace, "sa", a.name); err == nil {
+			out = append(out, id.String())
+		}
+	}
 	slices.Sort(out)
-	return slices.Compact(out)
+	if b.identities == nil {
+		b.identities = map[*model.Service][]string{}
+	}
+	b.identities[svc] = out
+	return out
 }
 
 func adsSource() *core.ConfigSource {

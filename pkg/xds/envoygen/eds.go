@@ -4,12 +4,11 @@ import (
 	"cmp"
 	"slices"
 	"strings"
+	"sync"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 	networkingv1 "istio.io/api/networking/v1"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
@@ -36,54 +35,106 @@ func (b *builder) endpoints() []resource.Resource {
 		if oc.dr != nil {
 			k = key("eds", oc.name, oc.dr.Namespace, oc.dr.Name)
 		}
-		out = append(out, resource.Resource{Name: oc.name, Key: k, Build: func() (proto.Message, error) {
-			return b.loadAssignment(oc), nil
+		out = append(out, resource.Resource{Name: oc.name, Key: k, Encode: func() ([]byte, error) {
+			return b.loadAssignment(oc)
 		}})
 	}
 	return out
 }
 
-func (b *builder) loadAssignment(oc outboundCluster) *endpoint.ClusterLoadAssignment {
+// loadAssignment encodes oc's ClusterLoadAssignment directly (see
+// wire.go): the endpoints by locality, localities in order, each endpoint
+// healthy with its weight and, when it accepts Istio mTLS, the mark the
+// cluster's transport socket match selects.
+func (b *builder) loadAssignment(oc outboundCluster) ([]byte, error) {
+	mtlsMark, err := mtlsEndpointMark()
+	if err != nil {
+		return nil, err
+	}
 	var subsetLabels map[string]string
 	if oc.subset != nil {
 		subsetLabels = oc.subset.GetLabels()
 	}
-	byLocality := map[string]*endpoint.LocalityLbEndpoints{}
+	type group struct {
+		region, zone, subzone string
+		endpoints             []model.Endpoint
+		weight                uint32
+	}
+	var groups []*group
 	for _, ep := range oc.svc.Endpoints[oc.port.Port] {
 		if oc.subset != nil && !model.Matches(subsetLabels, ep.Labels) {
 			continue
 		}
-		loc := byLocality[ep.Locality]
-		if loc == nil {
-			loc = &endpoint.LocalityLbEndpoints{Locality: locality(ep.Locality)}
-			byLocality[ep.Locality] = loc
+		region, rest, _ := strings.Cut(ep.Locality, "/")
+		zone, subzone, _ := strings.Cut(rest, "/")
+		i := slices.IndexFunc(groups, func(g *group) bool { return g.region == region && g.zone == zone && g.subzone == subzone })
+		if i < 0 {
+			i = len(groups)
+			groups = append(groups, &group{region: region, zone: zone, subzone: subzone})
 		}
-		weight := max(ep.Weight, 1)
-		lb := &endpoint.LbEndpoint{
-			HostIdentifier: &endpoint.LbEndpoint_Endpoint{Endpoint: &endpoint.Endpoint{
-				Address: &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
-					Address: ep.Address, PortSpecifier: &core.SocketAddress_PortValue{PortValue: ep.Port},
-				}}},
-			}},
-			HealthStatus:        core.HealthStatus_HEALTHY,
-			LoadBalancingWeight: wrapperspb.UInt32(weight),
-		}
-		if b.acceptsMTLS(oc, ep) {
-			lb.Metadata = &core.Metadata{FilterMetadata: map[string]*structpb.Struct{transportSocketMatchKey: tlsModeMatch()}}
-		}
-		loc.LbEndpoints = append(loc.LbEndpoints, lb)
-		loc.LoadBalancingWeight = wrapperspb.UInt32(loc.GetLoadBalancingWeight().GetValue() + weight)
+		groups[i].endpoints = append(groups[i].endpoints, ep)
+		groups[i].weight += max(ep.Weight, 1)
 	}
-	cla := &endpoint.ClusterLoadAssignment{ClusterName: oc.name}
-	for _, l := range byLocality {
-		cla.Endpoints = append(cla.Endpoints, l)
-	}
-	slices.SortFunc(cla.Endpoints, func(x, y *endpoint.LocalityLbEndpoints) int {
-		return cmp.Or(cmp.Compare(x.Locality.GetRegion(), y.Locality.GetRegion()),
-			cmp.Compare(x.Locality.GetZone(), y.Locality.GetZone()), cmp.Compare(x.Locality.GetSubZone(), y.Locality.GetSubZone()))
+	slices.SortFunc(groups, func(x, y *group) int {
+		return cmp.Or(cmp.Compare(x.region, y.region), cmp.Compare(x.zone, y.zone), cmp.Compare(x.subzone, y.subzone))
 	})
-	return cla
+	w := make(wire, 0, 64+len(oc.name)+len(oc.svc.Endpoints[oc.port.Port])*64)
+	w = w.str(claClusterName, oc.name)
+	for _, g := range groups {
+		var l, loc int
+		w, l = w.open(claEndpoints)
+		w, loc = w.open(localityLocality)
+		w = w.str(localityRegion, g.region).str(localityZone, g.zone).str(localitySubZone, g.subzone).close(loc)
+		for _, ep := range g.endpoints {
+			var lb, e, addr, sock, weight int
+			w, lb = w.open(localityLbEndpoints)
+			w, e = w.open(lbEndpointEndpoint)
+			w, addr = w.open(endpointAddress)
+			w, sock = w.open(addressSocketAddress)
+			w = w.str(socketAddressAddress, ep.Address).varint(socketAddressPort, uint64(ep.Port)).close(sock).close(addr).close(e)
+			w = w.varint(lbEndpointHealth, uint64(core.HealthStatus_HEALTHY))
+			if b.acceptsMTLS(oc, ep) {
+				w = append(w, mtlsMark...)
+			}
+			w, weight = w.open(lbEndpointWeight)
+			w = w.varint(uint32Value, uint64(max(ep.Weight, 1))).close(weight).close(lb)
+		}
+		var weight int
+		w, weight = w.open(localityWeight)
+		w = w.varint(uint32Value, uint64(g.weight)).close(weight).close(l)
+	}
+	return w, nil
 }
+
+// Field numbers of envoy.config.endpoint.v3.ClusterLoadAssignment and of
+// what it nests.
+const (
+	claClusterName       = 1 // ClusterLoadAssignment.cluster_name
+	claEndpoints         = 2 // ClusterLoadAssignment.endpoints
+	localityLocality     = 1 // LocalityLbEndpoints.locality
+	localityLbEndpoints  = 2 // LocalityLbEndpoints.lb_endpoints
+	localityWeight       = 3 // LocalityLbEndpoints.load_balancing_weight
+	localityRegion       = 1 // core.Locality.region
+	localityZone         = 2 // core.Locality.zone
+	localitySubZone      = 3 // core.Locality.sub_zone
+	lbEndpointEndpoint   = 1 // LbEndpoint.endpoint
+	lbEndpointHealth     = 2 // LbEndpoint.health_status
+	lbEndpointWeight     = 4 // LbEndpoint.load_balancing_weight
+	endpointAddress      = 1 // Endpoint.address
+	addressSocketAddress = 1 // core.Address.socket_address
+	socketAddressAddress = 2 // core.SocketAddress.address
+	socketAddressPort    = 3 // core.SocketAddress.port_value
+	uint32Value          = 1 // UInt32Value.value
+)
+
+// mtlsEndpointMark is the metadata of an endpoint marked for Istio mTLS,
+// which the "tlsMode-istio" transport socket match selects, as a field of
+// LbEndpoint; marshalled once, as most endpoints of a mesh carry it.
+var mtlsEndpointMark = sync.OnceValues(func() (resource.Preencoded, error) {
+	return resource.Preencode(&endpoint.LbEndpoint{
+		Metadata: &core.Metadata{FilterMetadata: map[string]*structpb.Struct{transportSocketMatchKey: tlsModeMatch()}},
+	})
+})
 
 // acceptsMTLS reports whether ep is marked for Istio mTLS, as Istio's
 // endpoint builder decides: the workload must carry the sidecar's tlsMode
@@ -98,11 +149,4 @@ func (b *builder) acceptsMTLS(oc outboundCluster, ep model.Endpoint) bool {
 		return s.GetMode() == networkingv1.ClientTLSSettings_ISTIO_MUTUAL
 	}
 	return b.snap.MTLSMode(ep.Namespace, ep.Labels, ep.Port) != model.MTLSDisable
-}
-
-// locality reads "region/zone/subzone".
-func locality(s string) *core.Locality {
-	region, rest, _ := strings.Cut(s, "/")
-	zone, subzone, _ := strings.Cut(rest, "/")
-	return &core.Locality{Region: region, Zone: zone, SubZone: subzone}
 }

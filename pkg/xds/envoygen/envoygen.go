@@ -26,6 +26,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
@@ -121,6 +122,9 @@ type builder struct {
 	snap    *model.Snapshot
 	p       *Proxy
 	targets *[]inboundTarget // inboundTargets, once computed
+
+	mu         sync.Mutex
+	identities map[*model.Service][]string // serviceIdentities, once per service
 }
 
 // key is a resource's content key: the envoygen namespace, then each part

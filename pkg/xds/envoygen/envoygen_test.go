@@ -113,7 +113,7 @@ func generate(t *testing.T, g *Generator, snap *model.Snapshot, p *Proxy) config
 				t.Fatalf("%s: %s generated twice", typeURL, r.Name)
 			}
 			seen[r.Name] = true
-			m, err := r.Build()
+			m, err := r.Message(typeURL)
 			if err != nil {
 				t.Fatalf("%s %s: %v", typeURL, r.Name, err)
 			}

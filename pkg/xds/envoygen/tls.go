@@ -2,16 +2,19 @@ package envoygen
 
 import (
 	"fmt"
+	"strconv"
+	"sync"
 	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	rawbuffer "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/raw_buffer/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
 
 // The SDS secrets pilot-agent serves Envoy on its "sds-grpc" bootstrap
@@ -89,22 +92,79 @@ func mtlsCommon(sans []*matcher.StringMatcher, alpn []string, server bool) *tlsv
 	}
 }
 
-// upstreamMTLS is Istio mTLS toward a sidecar whose identity is one of
-// sans; h2 offers HTTP/2 besides Istio's ALPN.
-func upstreamMTLS(sans []string, sni string, h2 bool) (*core.TransportSocket, error) {
-	ms := make([]*matcher.StringMatcher, 0, len(sans))
+// upstreamMTLSSocket appends the fields of a TransportSocket: Envoy's TLS
+// socket with Istio mTLS toward a sidecar whose identity is one of sans;
+// h2 offers HTTP/2 besides Istio's ALPN. The SANs and SNI are the
+// cluster's own; the rest of the TLS context was marshalled once.
+func upstreamMTLSSocket(w wire, sans []string, sni string, h2 bool) (wire, error) {
+	shapes, err := upstreamMTLSShapes()
+	if err != nil {
+		return nil, err
+	}
+	var typed, value, common, combined, def int
+	w = w.str(socketName, tlsSocketName)
+	w, typed = w.open(socketTypedConfig)
+	w = w.str(anyTypeURL, upstreamTLSType)
+	w, value = w.open(anyValue)
+	w = append(w, shapes[boolIndex(h2)]...)
+	w = w.str(upstreamSNI, sni)
+	w, common = w.open(upstreamCommon)
+	w, combined = w.open(commonCombinedValidation)
+	w, def = w.open(combinedDefault)
 	for _, s := range sans {
-		ms = append(ms, &matcher.StringMatcher{MatchPattern: &matcher.StringMatcher_Exact{Exact: s}})
+		var m, sm int
+		w, m = w.open(validationTypedSANs)
+		w = w.varint(sanMatcherType, uint64(tlsv3.SubjectAltNameMatcher_URI))
+		w, sm = w.open(sanMatcherMatcher)
+		w = w.str(stringMatcherExact, s).close(sm).close(m)
 	}
-	alpn := mtlsClientALPN
-	if h2 {
-		alpn = mtlsClientH2ALPN
-	}
-	return transportSocket(tlsSocketName, &tlsv3.UpstreamTlsContext{
-		CommonTlsContext: mtlsCommon(ms, alpn, false),
-		Sni:              sni,
-	})
+	return w.close(def).close(combined).close(common).close(value).close(typed), nil
 }
+
+// upstreamMTLSSize bounds what upstreamMTLSSocket appends.
+func upstreamMTLSSize(sans []string, sni string) int {
+	n := 256 + len(sni)
+	for _, s := range sans {
+		n += len(s) + 16
+	}
+	return n
+}
+
+// Field numbers of the TLS messages encoded directly.
+const (
+	upstreamCommon           = 1  // UpstreamTlsContext.common_tls_context
+	upstreamSNI              = 2  // UpstreamTlsContext.sni
+	commonCombinedValidation = 8  // CommonTlsContext.combined_validation_context
+	combinedDefault          = 1  // CombinedCertificateValidationContext.default_validation_context
+	validationTypedSANs      = 15 // CertificateValidationContext.match_typed_subject_alt_names
+	sanMatcherType           = 1  // SubjectAltNameMatcher.san_type
+	sanMatcherMatcher        = 2  // SubjectAltNameMatcher.matcher
+	stringMatcherExact       = 1  // StringMatcher.exact
+	socketName               = 1  // core.TransportSocket.name
+	socketTypedConfig        = 3  // core.TransportSocket.typed_config
+	anyTypeURL               = 1  // Any.type_url
+	anyValue                 = 2  // Any.value
+)
+
+const upstreamTLSType = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
+
+// upstreamMTLSShapes are the client side of Istio mTLS without SANs and
+// SNI, without and with HTTP/2 in the ALPN, validated and marshalled once.
+var upstreamMTLSShapes = sync.OnceValues(func() ([2]resource.Preencoded, error) {
+	var out [2]resource.Preencoded
+	for i, alpn := range [][]string{mtlsClientALPN, mtlsClientH2ALPN} {
+		ctx := &tlsv3.UpstreamTlsContext{CommonTlsContext: mtlsCommon(nil, alpn, false)}
+		if err := ctx.ValidateAll(); err != nil {
+			return out, fmt.Errorf("upstream TLS shape: %w", err)
+		}
+		p, err := resource.Preencode(ctx)
+		if err != nil {
+			return out, err
+		}
+		out[i] = p
+	}
+	return out, nil
+})
 
 // downstreamMTLS terminates Istio mTLS: a client certificate is required
 // and must chain to ROOTCA and name an identity of the trust domain;
@@ -117,8 +177,14 @@ func (b *builder) downstreamMTLS(alpn []string) (*core.TransportSocket, error) {
 	})
 }
 
-func rawBufferSocket() (*core.TransportSocket, error) {
-	return transportSocket(rawSocketName, &rawbuffer.RawBuffer{})
+// mustAny packs a message built from constants, which cannot fail to
+// marshal; every test that generates a sidecar's config runs it.
+func mustAny(m proto.Message) *anypb.Any {
+	a, err := anypb.New(m)
+	if err != nil {
+		panic(fmt.Sprintf("pack %s: %v", m.ProtoReflect().Descriptor().FullName(), err))
+	}
+	return a
 }
 
 func transportSocket(name string, m proto.Message) (*core.TransportSocket, error) {
@@ -131,7 +197,7 @@ func transportSocket(name string, m proto.Message) (*core.TransportSocket, error
 
 // sni is Istio's SNI toward a cluster: outbound_.<port>_.<subset>_.<host>.
 func sni(host, subset string, port uint32) string {
-	return fmt.Sprintf("outbound_.%d_.%s_.%s", port, subset, host)
+	return "outbound_." + strconv.FormatUint(uint64(port), 10) + "_." + subset + "_." + host
 }
 
 var connectTimeout = durationpb.New(10 * time.Second)

@@ -58,7 +58,7 @@ func build[T proto.Message](t *testing.T, snap *model.Snapshot, p *Proxy, typeUR
 	if len(rs) != 1 {
 		t.Fatalf("%s %s: %d resources", typeURL, name, len(rs))
 	}
-	m, err := rs[0].Build()
+	m, err := rs[0].Message(typeURL)
 	if err != nil {
 		t.Fatal(err)
 	}
