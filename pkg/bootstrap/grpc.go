@@ -13,7 +13,13 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
+
+	"github.com/bulwark-mesh/bulwark/pkg/xds"
 )
+
+// connReadBuffer is the read buffer of each gRPC connection (gRPC's
+// default is 32 KiB).
+const connReadBuffer = 8 << 10
 
 // newGRPCServer builds a gRPC server with the limits an untrusted peer must
 // not exceed; with a nil tlsConfig it is plaintext.
@@ -23,6 +29,11 @@ func newGRPCServer(cfg Config, tlsConfig *tls.Config, log *slog.Logger) *grpc.Se
 		creds = append(creds, grpc.Creds(credentials.NewTLS(tlsConfig)))
 	}
 	return grpc.NewServer(append(creds,
+		grpc.ForceServerCodecV2(xds.Codec()),
+		// Per connection, kept small: requests are small, and thousands
+		// of proxies stay connected.
+		grpc.ReadBufferSize(connReadBuffer),
+		grpc.SharedWriteBuffer(true),
 		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize),
 		grpc.MaxConcurrentStreams(cfg.MaxConcurrentStreams),
 		grpc.ConnectionTimeout(connectionTimeout),

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"sync/atomic"
 	"time"
 
@@ -183,7 +184,12 @@ func authenticators(cfg Config, td spiffeid.TrustDomain, authority *ca.CA, kube 
 func newRegistry(authority *ca.CA) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
-		collectors.NewGoCollector(),
+		// The default Go metrics, and the heap the last GC found live
+		// (go_gc_heap_live_bytes): what istiod keeps, apart from garbage
+		// not yet collected.
+		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)},
+		)),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "citadel_server_root_cert_expiry_timestamp",

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unique"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -67,6 +68,7 @@ func (c callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) er
 	if len(req.GetResourceNames()) > DefaultMaxNames {
 		return status.Errorf(codes.InvalidArgument, "more than %d resource names", DefaultMaxNames)
 	}
+	intern(req.GetResourceNames())
 	node, err := c.request(id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail())
 	req.Node = node // the authenticated node, whatever later requests claim
 	return err
@@ -76,9 +78,19 @@ func (c callbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryR
 	if len(req.GetResourceNamesSubscribe())+len(req.GetResourceNamesUnsubscribe())+len(req.GetInitialResourceVersions()) > DefaultMaxNames {
 		return status.Errorf(codes.InvalidArgument, "more than %d resource names", DefaultMaxNames)
 	}
+	intern(req.GetResourceNamesSubscribe())
 	node, err := c.request(-id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail())
 	req.Node = node
 	return err
+}
+
+// intern replaces names with one shared copy of each: the stream keeps the
+// names it subscribes to for as long as it lasts, and every sidecar of a
+// mesh names the same clusters and routes.
+func intern(names []string) {
+	for i, n := range names {
+		names[i] = unique.Make(n).Value()
+	}
 }
 
 // request authenticates the stream's first node and records the ACK or

@@ -75,7 +75,7 @@ func newHarnessOn(t *testing.T, snap *model.Snapshot, mod func(*Config), registe
 		t.Fatal(err)
 	}
 	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(grpc.ForceServerCodecV2(Codec()))
 	register(srv, gs)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -36,13 +36,19 @@ type xdsServer struct {
 
 func startXDS(b *testing.B, proxies int) *xdsServer {
 	b.Helper()
+	return startXDSWith(b, proxies, echoModel("10.1.0.1"))
+}
+
+// startXDSWith is istiod with model in --configDir.
+func startXDSWith(b *testing.B, proxies int, model string) *xdsServer {
+	b.Helper()
 	raiseFileLimit(b, uint64(proxies)+1024)
 	bin := istiodBinary(b)
 	s := &xdsServer{modelDir: filepath.Join(b.TempDir(), "model"), monitoring: freePort(b)}
 	if err := os.MkdirAll(s.modelDir, 0o700); err != nil {
 		b.Fatal(err)
 	}
-	writeModel(b, s.modelDir, "10.1.0.1")
+	writeModelText(b, s.modelDir, model)
 	s.server = start(b, bin, "--configDir", s.modelDir, "--monitoringAddr", s.monitoring)
 	s.mint(b, bin)
 	return s
@@ -161,7 +167,7 @@ func (s *xdsServer) memory(b *testing.B) (rss, heap int64) {
 	b.Helper()
 	rss, heap = -1, -1
 	for range 5 {
-		r, h := s.rss(b), s.heapInuse(b)
+		r, h := s.rss(b), s.metric(b, "go_memstats_heap_inuse_bytes")
 		if rss < 0 || r < rss {
 			rss = r
 		}
@@ -171,6 +177,22 @@ func (s *xdsServer) memory(b *testing.B) (rss, heap int64) {
 		time.Sleep(500 * time.Millisecond)
 	}
 	return rss, heap
+}
+
+// forcedGCPeriod bounds the wait for a garbage collection: the Go runtime
+// runs one at least every two minutes.
+const forcedGCPeriod = 2*time.Minute + 30*time.Second
+
+// afterGC waits for a garbage collection that starts after since, then
+// returns istiod's heap found live by it and its RSS a few seconds later,
+// once the runtime has returned freed memory to the system.
+func (s *xdsServer) afterGC(b *testing.B, since time.Time) (rss, live int64) {
+	b.Helper()
+	waitFor(b, "a garbage collection", forcedGCPeriod, func() bool {
+		return s.metric(b, "go_memstats_last_gc_time_seconds") > since.Unix()
+	}, func() string { return "no GC since " + since.Format(time.TimeOnly) })
+	time.Sleep(5 * time.Second)
+	return s.rss(b), s.metric(b, "go_gc_heap_live_bytes")
 }
 
 func (s *xdsServer) rss(b *testing.B) int64 {
@@ -192,7 +214,8 @@ func (s *xdsServer) rss(b *testing.B) int64 {
 	return 0
 }
 
-func (s *xdsServer) heapInuse(b *testing.B) int64 {
+// metric is the value of an unlabelled metric on istiod's /metrics.
+func (s *xdsServer) metric(b *testing.B, name string) int64 {
 	b.Helper()
 	client := &http.Client{Timeout: 10 * time.Second}
 	resp, err := client.Get("http://" + s.monitoring + "/metrics")
@@ -203,7 +226,7 @@ func (s *xdsServer) heapInuse(b *testing.B) int64 {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_heap_inuse_bytes "); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
 			if err != nil {
 				b.Fatal(err)
@@ -211,6 +234,6 @@ func (s *xdsServer) heapInuse(b *testing.B) int64 {
 			return int64(f)
 		}
 	}
-	b.Fatal("no go_memstats_heap_inuse_bytes in /metrics")
+	b.Fatalf("no %s in /metrics", name)
 	return 0
 }

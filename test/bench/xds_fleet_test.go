@@ -20,6 +20,7 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -64,12 +65,15 @@ spec:
 `, fleetNS, addr)
 }
 
-// writeModel replaces the model file atomically: the watcher skips names
-// starting with ".", so it never reads a half-written file.
-func writeModel(b *testing.B, dir, addr string) {
+// writeModel replaces the model file with the echo model at addr.
+func writeModel(b *testing.B, dir, addr string) { writeModelText(b, dir, echoModel(addr)) }
+
+// writeModelText replaces the model file atomically: the watcher skips
+// names starting with ".", so it never reads a half-written file.
+func writeModelText(b *testing.B, dir, text string) {
 	b.Helper()
 	tmp := filepath.Join(dir, ".tmp-"+modelFileName)
-	if err := os.WriteFile(tmp, []byte(echoModel(addr)), 0o600); err != nil {
+	if err := os.WriteFile(tmp, []byte(text), 0o600); err != nil {
 		b.Fatal(err)
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, modelFileName)); err != nil {
@@ -95,11 +99,13 @@ func raiseFileLimit(b *testing.B, need uint64) {
 	}
 }
 
-// fleet is a set of simulated proxyless proxies, each on its own TCP+TLS
-// connection with one ADS stream.
+// fleet is a set of simulated proxies, each on its own TCP+TLS connection
+// with one ADS stream: proxyless gRPC clients, or Envoy sidecars (envoy,
+// in xds_envoy_test.go).
 type fleet struct {
-	addr string
-	tls  *tls.Config
+	addr  string
+	tls   *tls.Config
+	envoy *envoyFleet // nil for proxyless proxies
 
 	ready    atomic.Int64 // sessions that have ACKed all subscriptions
 	retries  retries
@@ -181,8 +187,12 @@ func (f *fleet) stop() {
 // run keeps p's ADS session open until ctx ends, retrying with
 // exponential backoff and full jitter.
 func (f *fleet) run(ctx context.Context, p *simProxy) {
+	session := f.session
+	if f.envoy != nil {
+		session = f.envoySession
+	}
 	for attempt := 0; ; attempt++ {
-		err := f.session(ctx, p)
+		err := session(ctx, p)
 		if ctx.Err() != nil {
 			return
 		}
@@ -235,13 +245,18 @@ func (f *fleet) session(ctx context.Context, p *simProxy) error {
 			}
 		}
 		if resp.GetTypeUrl() == typeEndpoint {
-			v := resp.GetVersionInfo()
-			p.lastEDS.Store(&v)
-			if base := f.baseline.Load(); base != nil && *base != resp.GetVersionInfo() && p.converged.CompareAndSwap(false, true) {
-				f.lat[p.i] = time.Since(time.Unix(0, f.changedAt.Load()))
-				f.converged.Add(1)
-			}
+			f.observeEDS(p, resp.GetVersionInfo())
 		}
+	}
+}
+
+// observeEDS records the version of the endpoints p ACKed, and p's
+// convergence when it differs from the one before the change.
+func (f *fleet) observeEDS(p *simProxy, version string) {
+	p.lastEDS.Store(&version)
+	if base := f.baseline.Load(); base != nil && *base != version && p.converged.CompareAndSwap(false, true) {
+		f.lat[p.i] = time.Since(time.Unix(0, f.changedAt.Load()))
+		f.converged.Add(1)
 	}
 }
 
@@ -252,7 +267,7 @@ func streamError(st grpc.ClientStream, err error) error {
 		return err
 	}
 	for {
-		if rerr := st.RecvMsg(new(discovery.DiscoveryResponse)); rerr != nil {
+		if rerr := st.RecvMsg(new(emptypb.Empty)); rerr != nil { // any response decodes as Empty
 			return rerr
 		}
 	}

@@ -1,0 +1,77 @@
+package xds
+
+import (
+	"testing"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+func TestCodecEncodesResponsesAsProtobufDoes(t *testing.T) {
+	big := &anypb.Any{TypeUrl: resourceTypeForTest, Value: make([]byte, 70000)}
+	big.Value[0], big.Value[69999] = 1, 2
+	small := &anypb.Any{TypeUrl: resourceTypeForTest, Value: []byte("abc")}
+	empty := &anypb.Any{TypeUrl: resourceTypeForTest}
+	odd := &anypb.Any{TypeUrl: resourceTypeForTest, Value: []byte("x")}
+	odd.ProtoReflect().SetUnknown([]byte{0x18, 0x01}) // field 3, varint 1
+	for name, msg := range map[string]proto.Message{
+		"a state-of-the-world response": &discovery.DiscoveryResponse{
+			VersionInfo: "v1", TypeUrl: resourceTypeForTest, Nonce: "n1",
+			Resources: []*anypb.Any{small, big, empty, odd}, ControlPlane: &core.ControlPlane{Identifier: "istiod"},
+		},
+		"a state-of-the-world response without resources": &discovery.DiscoveryResponse{VersionInfo: "v2", TypeUrl: resourceTypeForTest, Nonce: "n2"},
+		"a delta response": &discovery.DeltaDiscoveryResponse{
+			SystemVersionInfo: "s", TypeUrl: resourceTypeForTest, Nonce: "n3", RemovedResources: []string{"gone-1", "gone-2"},
+			Resources: []*discovery.Resource{
+				{Name: "a", Version: "1", Resource: small},
+				{Name: "b", Version: "2", Resource: big},
+				{Name: "c", Version: "3", Resource: empty},
+				{Name: "d", Version: "4", Resource: odd},
+				{Name: "e", Version: "5", Resource: small, Aliases: []string{"e2"}, Ttl: durationpb.New(5)},
+				{Name: "f"},
+			},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			data, err := Codec().Marshal(msg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := msg.ProtoReflect().New().Interface()
+			if err := proto.Unmarshal(data.Materialize(), got); err != nil {
+				t.Fatal(err)
+			}
+			if !proto.Equal(got, msg) {
+				t.Errorf("decoded\n%v\nwant\n%v", got, msg)
+			}
+		})
+	}
+}
+
+func TestCodecDoesNotCopyResources(t *testing.T) {
+	value := make([]byte, 4096)
+	data, err := Codec().Marshal(&discovery.DeltaDiscoveryResponse{Resources: []*discovery.Resource{
+		{Name: "a", Version: "1", Resource: &anypb.Any{TypeUrl: resourceTypeForTest, Value: value}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !referenced(data, value) {
+		t.Error("the resource's bytes were copied into the message")
+	}
+}
+
+func referenced(data mem.BufferSlice, b []byte) bool {
+	for _, buf := range data {
+		if r := buf.ReadOnlyData(); len(r) == len(b) && &r[0] == &b[0] {
+			return true
+		}
+	}
+	return false
+}
+
+const resourceTypeForTest = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
