@@ -197,6 +197,7 @@ func (b *builder) outboundClusterResource(oc outboundCluster) resource.Resource 
 	mode := b.tlsOf(oc)
 	subset := oc.subset.GetName()
 	h2 := protocolOf(oc.port) == protoHTTP2
+	auto := protocolOf(oc.port) == protoAuto
 	name := oc.name
 	return resource.Resource{Name: name, Key: key("cds", name, strconv.Itoa(int(mode))), Build: func() (proto.Message, error) {
 		c := &cluster.Cluster{
@@ -217,6 +218,13 @@ func (b *builder) outboundClusterResource(oc outboundCluster) resource.Resource 
 				return nil, fmt.Errorf("cluster %s: %w", name, err)
 			}
 			c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpOptionsName: opts}
+		}
+		if auto {
+			// HTTP sniffed on the port goes upstream as it came (h2c as
+			// HTTP/2), as Istio's setUseDownstreamProtocol does.
+			if _, err := withDownstreamProtocol(c); err != nil {
+				return nil, err
+			}
 		}
 		sans := b.serviceIdentities(oc.svc)
 		switch mode {

@@ -6,14 +6,17 @@
 //     listener of its original destination port, else to
 //     PassthroughCluster (BlackHoleCluster under REGISTRY_ONLY); one
 //     outbound listener per service port, not bound ("0.0.0.0_<port>" with
-//     RDS for HTTP, "<VIP>_<port>" with tcp_proxy for TCP); virtualInbound
-//     (15006) with a filter chain per target port of the workload and mTLS
-//     mode, and passthrough chains for undeclared ports.
+//     RDS for HTTP, "<VIP>_<port>" with tcp_proxy for TCP, and for a port
+//     whose protocol is not declared both, the HTTP inspector choosing);
+//     virtualInbound (15006) with a filter chain per target port of the
+//     workload and mTLS mode (HTTP and TCP ones for an undeclared
+//     protocol), and passthrough chains for undeclared ports.
 //   - CDS: "outbound|<port>|<subset>|<fqdn>" EDS clusters whose TLS follows
 //     the DestinationRule or auto-mTLS; "inbound|<port>||",
 //     InboundPassthroughCluster, PassthroughCluster, BlackHoleCluster.
 //   - EDS: the endpoints of each outbound cluster, marked for auto-mTLS.
-//   - RDS: per outbound HTTP port, a virtual host per service.
+//   - RDS: per outbound HTTP port, a virtual host per service; per
+//     sniffed service listener, "<host>:<port>" to that service alone.
 //
 // Certificates are never sent: every TLS context names the secrets
 // "default" and "ROOTCA" that pilot-agent serves over SDS on its
