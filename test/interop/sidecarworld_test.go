@@ -384,6 +384,94 @@ spec:
 `,
 	pods: []string{"app/echo-1"},
 }, {
+	// echo's port "other" (5000 → 5001) declares no protocol: Istio
+	// sniffs it, HTTP and TCP chains on both sides, and RBAC of each kind.
+	name: "AuthorizationPolicy on the undeclared port of a STRICT namespace",
+	istio: `
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: default, namespace: app}
+spec:
+  mtls: {mode: STRICT}
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: allow-sniffed, namespace: app}
+spec:
+  selector: {matchLabels: {app: echo}}
+  rules:
+  - from: [{source: {principals: ["cluster.local/ns/app/sa/sleep"]}}]
+    to: [{operation: {ports: ["5001"], methods: ["GET"], paths: ["/api/*"]}}]
+  - from: [{source: {namespaces: ["app"]}}]
+    to: [{operation: {ports: ["5001"]}}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny-sniffed, namespace: app}
+spec:
+  selector: {matchLabels: {app: echo}}
+  action: DENY
+  rules:
+  - to: [{operation: {ports: ["5001"], paths: ["/admin/*"]}}]
+  - from: [{source: {notNamespaces: ["app"]}}]
+    to: [{operation: {ports: ["5001"]}}]
+`,
+	pods: []string{"app/echo-1", "app/sleep-1"},
+}, {
+	name: "AuthorizationPolicy on the undeclared port, PERMISSIVE on it under a STRICT workload",
+	istio: `
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: echo, namespace: app}
+spec:
+  selector: {matchLabels: {app: echo}}
+  mtls: {mode: STRICT}
+  portLevelMtls:
+    5001: {mode: PERMISSIVE}
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: allow-sniffed, namespace: app}
+spec:
+  selector: {matchLabels: {app: echo}}
+  rules:
+  - from: [{source: {principals: ["cluster.local/ns/app/sa/sleep"]}}]
+    to: [{operation: {ports: ["5001"], methods: ["GET", "POST"]}}]
+  - from: [{source: {ipBlocks: ["10.0.0.0/24"]}}]
+    to: [{operation: {ports: ["5001"]}}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny-sniffed, namespace: app}
+spec:
+  selector: {matchLabels: {app: echo}}
+  action: DENY
+  rules:
+  - to: [{operation: {ports: ["5001"], methods: ["DELETE"]}}]
+`,
+	pods: []string{"app/echo-1", "app/sleep-1"},
+}, {
+	name: "AuthorizationPolicy on the undeclared port, DISABLE on it under a PERMISSIVE workload",
+	istio: `
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: echo, namespace: app}
+spec:
+  selector: {matchLabels: {app: echo}}
+  mtls: {mode: PERMISSIVE}
+  portLevelMtls:
+    5001: {mode: DISABLE}
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: allow-sniffed, namespace: app}
+spec:
+  selector: {matchLabels: {app: echo}}
+  rules:
+  - to: [{operation: {ports: ["5001"], paths: ["/public/*"]}}]
+`,
+	pods: []string{"app/echo-1", "app/sleep-1"},
+}, {
 	name:         "outbound REGISTRY_ONLY",
 	registryOnly: true,
 	pods:         allPods,
