@@ -252,6 +252,11 @@ func (b *builder) outboundClusterResource(oc outboundCluster) resource.Resource 
 			c.EdsClusterConfig = nil
 			c.LoadAssignment = &endpoint.ClusterLoadAssignment{ClusterName: name}
 		}
+		if mode != tlsRefused && oc.headless() {
+			if err := b.asPassthrough(c, oc, mode); err != nil {
+				return nil, err
+			}
+		}
 		return c, nil
 	}}
 }

@@ -1,6 +1,7 @@
 package envoygen
 
 import (
+	"net/netip"
 	"strconv"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -14,7 +15,8 @@ import (
 )
 
 // outboundEntry is an outbound listener bound to one address and port,
-// "<address>_<port>": a service's virtual IP. A TCP port gives it a tcp_proxy chain; a port whose
+// "<address>_<port>": a service's virtual IP, or an endpoint of a
+// headless service. A TCP port gives it a tcp_proxy chain; a port whose
 // protocol is not declared gives it that chain and an HTTP one the HTTP
 // inspector picks for plaintext HTTP/1.1 and h2c, routed by the RDS
 // route "<host>:<port>" of that service alone (Istio's sniffing).
@@ -35,6 +37,10 @@ func (e *outboundEntry) name() string { return listenerName(e.addr, e.port) }
 // the services that first claim them. As Istio's buildSidecarOutboundListeners does:
 //   - a service with virtual IPs gets one per IP and TCP or undeclared
 //     port; HTTP ports of every service share "0.0.0.0_<port>" instead;
+//   - a headless service (no virtual IP) gets one per endpoint address and
+//     TCP or undeclared port, named with the service port, but none for
+//     the proxy's own address (its application reaching itself does not
+//     pass the outbound listener);
 //   - services that claim one address and port share its listener: the
 //     first service (by hostname) with a TCP chain keeps it, and the first
 //     with an HTTP chain keeps that, so a TCP port and an undeclared port
@@ -58,6 +64,7 @@ func (b *builder) outboundEntries() []*outboundEntry {
 			e.svc, e.svcPort = svc, sp
 		}
 	}
+	self := b.selfAddress()
 	for _, svc := range b.snap.Services() {
 		for _, sp := range svc.Ports {
 			proto := protocolOf(sp)
@@ -68,9 +75,57 @@ func (b *builder) outboundEntries() []*outboundEntry {
 			for _, vip := range svc.Addresses {
 				add(vip, svc, sp, sniffed)
 			}
+			if len(svc.Addresses) > 0 {
+				continue
+			}
+			for _, ep := range svc.Endpoints[sp.Port] {
+				if validIP(ep.Address) && ep.Address != self {
+					add(ep.Address, svc, sp, sniffed)
+				}
+			}
 		}
 	}
 	return out
+}
+
+// selfAddress is the proxy's first address, which Istio compares with an
+// endpoint's first to leave out the listener to itself.
+func (b *builder) selfAddress() string {
+	if len(b.p.IPs) == 0 {
+		return ""
+	}
+	return b.p.IPs[0]
+}
+
+// selfIsHeadlessEndpoint reports whether the proxy's own address is an
+// endpoint of a headless service's TCP or undeclared port: then its
+// listeners lack the one to that address, which others' have.
+func (b *builder) selfIsHeadlessEndpoint() bool {
+	self := b.selfAddress()
+	if self == "" {
+		return false
+	}
+	for _, svc := range b.snap.Services() {
+		if len(svc.Addresses) > 0 {
+			continue
+		}
+		for _, sp := range svc.Ports {
+			if proto := protocolOf(sp); proto != protoTCP && proto != protoAuto {
+				continue
+			}
+			for _, ep := range svc.Endpoints[sp.Port] {
+				if ep.Address == self {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+func validIP(s string) bool {
+	_, err := netip.ParseAddr(s)
+	return err == nil
 }
 
 // sniffedRouteName is Istio's RDS name for the HTTP chain sniffed on a

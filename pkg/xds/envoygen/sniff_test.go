@@ -254,3 +254,81 @@ func TestServicesSharingAnAddressShareItsListener(t *testing.T) {
 		t.Error("shared VIP: cluster of a is not EDS")
 	}
 }
+
+const headless = `
+apiVersion: v1
+kind: Service
+metadata: {name: db, namespace: app}
+spec:
+  clusterIP: None
+  selector: {app: db}
+  ports:
+  - {name: tcp-sql, port: 5432}
+  - {name: peer, port: 7000}
+  - {name: http, port: 8080}
+---
+apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: db-0, namespace: app}
+spec:
+  address: 10.0.2.1
+  labels: {app: db, security.istio.io/tlsMode: istio}
+  serviceAccount: db
+---
+apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: db-1, namespace: app}
+spec:
+  address: 10.0.2.2
+  labels: {app: db, security.istio.io/tlsMode: istio}
+  serviceAccount: db
+`
+
+func TestHeadlessServiceHasAListenerPerEndpoint(t *testing.T) {
+	snap := modeltest.Load(t, headless)
+	g := &Generator{TrustDomain: td}
+	db0 := &Proxy{Namespace: "app", Labels: map[string]string{"app": "db"}, IPs: []string{"10.0.2.1"}}
+	c := generate(t, g, snap, db0)
+	// Not to itself; to its peer, TCP and sniffed; HTTP on 0.0.0.0.
+	for name, want := range map[string]bool{
+		"10.0.2.1_5432": false, "10.0.2.1_7000": false,
+		"10.0.2.2_5432": true, "10.0.2.2_7000": true, "0.0.0.0_8080": true, "10.0.2.2_8080": false,
+	} {
+		if got := c.listeners[name] != nil; got != want {
+			t.Errorf("listener %s: present %v, want %v", name, got, want)
+		}
+	}
+	if l := c.listeners["10.0.2.2_7000"]; l != nil && chainTarget(t, l.FilterChains[0]) != "rds:db.app.svc.cluster.local:7000" {
+		t.Errorf("10.0.2.2_7000: HTTP chain %s", chainTarget(t, l.FilterChains[0]))
+	}
+	// ORIGINAL_DST, so the connection goes to the endpoint it was made
+	// to; mTLS for all, as every endpoint has a sidecar; no EDS.
+	cl := c.clusters["outbound|5432||db.app.svc.cluster.local"]
+	if cl.GetType() != cluster.Cluster_ORIGINAL_DST || cl.GetLbPolicy() != cluster.Cluster_CLUSTER_PROVIDED ||
+		cl.GetEdsClusterConfig() != nil || cl.GetTransportSocket() == nil || len(cl.GetTransportSocketMatches()) != 0 {
+		t.Errorf("headless cluster: %v", cl)
+	}
+	if c.endpoints["outbound|5432||db.app.svc.cluster.local"] != nil {
+		t.Error("a ClusterLoadAssignment for an ORIGINAL_DST cluster")
+	}
+
+	// Two replicas differ by the listener each lacks: not one scope.
+	db1 := &Proxy{Namespace: "app", Labels: map[string]string{"app": "db"}, IPs: []string{"10.0.2.2"}}
+	if g.Scope(snap, db0) == g.Scope(snap, db1) {
+		t.Error("two endpoints of a headless service share a scope")
+	}
+	client := &Proxy{Namespace: "app", IPs: []string{"10.0.0.9"}}
+	client2 := &Proxy{Namespace: "app", IPs: []string{"10.0.0.10"}}
+	if g.Scope(snap, client) != g.Scope(snap, client2) {
+		t.Error("two clients of one scope do not share it")
+	}
+}
+
+func TestHeadlessClusterIsPlaintextUnlessEveryEndpointHasASidecar(t *testing.T) {
+	snap := modeltest.Load(t, strings.Replace(headless, "10.0.2.2\n  labels: {app: db, security.istio.io/tlsMode: istio}", "10.0.2.2\n  labels: {app: db}", 1))
+	c := generate(t, &Generator{TrustDomain: td}, snap, &Proxy{Namespace: "app", IPs: []string{"10.0.0.9"}})
+	cl := c.clusters["outbound|5432||db.app.svc.cluster.local"]
+	if cl.GetType() != cluster.Cluster_ORIGINAL_DST || cl.GetTransportSocket() != nil || len(cl.GetTransportSocketMatches()) != 0 {
+		t.Errorf("headless cluster with an endpoint without a sidecar: %v", cl)
+	}
+}
