@@ -16,7 +16,9 @@ package interop
 //   - app/legacy: a workload without a sidecar (no tlsMode label), service
 //     account "default" (written out: the apiserver defaults it, and
 //     Istio's fake registry, which has no admission, would leave it empty).
-//   - other/backend: a service in another namespace, HTTP 80 and TCP 9090.
+//   - other/backend: a service in another namespace, HTTP 80 and TCP 9090;
+//     other/backend-peers: a headless service of the same pod, TCP 6379
+//     and 7000 undeclared (Istio: a listener per endpoint address).
 const sidecarWorld = `
 apiVersion: v1
 kind: Node
@@ -190,7 +192,7 @@ spec:
   containers:
   - name: app
     image: backend
-    ports: [{containerPort: 8080}, {containerPort: 9090}]
+    ports: [{containerPort: 8080}, {containerPort: 9090}, {containerPort: 6379}, {containerPort: 7000}]
 status:
   phase: Running
   podIP: 10.0.1.5
@@ -211,6 +213,32 @@ endpoints:
 ports:
 - {name: http, port: 8080, protocol: TCP}
 - {name: tcp, port: 9090, protocol: TCP}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: backend-peers, namespace: other}
+spec:
+  clusterIP: None
+  clusterIPs: [None]
+  selector: {app: backend}
+  ports:
+  - {name: tcp-cache, port: 6379, targetPort: 6379, protocol: TCP}
+  - {name: peer, port: 7000, targetPort: 7000, protocol: TCP}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: backend-peers-abcde
+  namespace: other
+  labels: {kubernetes.io/service-name: backend-peers}
+addressType: IPv4
+endpoints:
+- addresses: [10.0.1.5]
+  conditions: {ready: true}
+  targetRef: {kind: Pod, name: backend-1, namespace: other}
+ports:
+- {name: tcp-cache, port: 6379, protocol: TCP}
+- {name: peer, port: 7000, protocol: TCP}
 `
 
 // sidecarScenario is one mesh configuration, judged from the sidecars of
