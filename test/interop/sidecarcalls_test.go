@@ -112,28 +112,16 @@ func outboundCalls(w *meshObjects, pod *corev1.Pod) []simCall {
 		out = append(out, simCall{name: "outbound " + name, call: c})
 	}
 	for _, s := range w.services {
-		vip := s.Spec.ClusterIP
-		for _, p := range s.Spec.Ports {
-			port := int(p.Port)
-			for _, proto := range protocolsOf(portProtocol(p)) {
-				if proto == simulation.TCP {
-					add(fmt.Sprintf("TCP to %s:%d (%s port %s)", vip, port, s.Name, p.Name),
-						simulation.Call{Address: vip, Port: port, Protocol: simulation.TCP})
-					add(fmt.Sprintf("TLS to %s:%d (%s port %s)", vip, port, s.Name, p.Name),
-						simulation.Call{Address: vip, Port: port, Protocol: simulation.TCP, TLS: simulation.TLS, Sni: serviceFQDN(s)})
-					continue
-				}
-				hosts := []string{
-					serviceFQDN(s), fmt.Sprintf("%s:%d", serviceFQDN(s), port),
-					s.Name, fmt.Sprintf("%s:%d", s.Name, port),
-					s.Name + "." + s.Namespace, fmt.Sprintf("%s.%s:%d", s.Name, s.Namespace, port),
-					vip, fmt.Sprintf("%s:%d", vip, port),
-				}
-				for _, h := range hosts {
-					add(fmt.Sprintf("%s to %s:%d Host %s", proto, vip, port, h),
-						simulation.Call{Address: vip, Port: port, Protocol: proto, HostHeader: h})
-				}
+		// A headless service is reached at its endpoints' addresses.
+		vips := []string{s.Spec.ClusterIP}
+		if s.Spec.ClusterIP == corev1.ClusterIPNone {
+			vips = nil
+			for _, p := range w.endpointPods(s) {
+				vips = append(vips, p.Status.PodIP)
 			}
+		}
+		for _, vip := range vips {
+			out = append(out, serviceCalls(s, vip)...)
 		}
 	}
 	// Two services share HTTP port 80: an unknown host on it, by name and
@@ -158,5 +146,40 @@ func outboundCalls(w *meshObjects, pod *corev1.Pod) []simCall {
 		simulation.Call{Address: unknownIP, Port: outboundPort, Protocol: simulation.TCP})
 	add(fmt.Sprintf("http to %s:%d (loop)", unknownIP, outboundPort),
 		simulation.Call{Address: unknownIP, Port: outboundPort, Protocol: simulation.HTTP, HostHeader: unknownHostName})
+	return out
+}
+
+// serviceCalls are the outbound connections to service s at address vip
+// (its cluster IP, or an endpoint's address when headless): plaintext
+// HTTP to every HTTP port by each name the Host header may carry, TCP and
+// TLS to every TCP port, both to a port whose protocol is not declared.
+func serviceCalls(s *corev1.Service, vip string) []simCall {
+	var out []simCall
+	add := func(name string, c simulation.Call) {
+		c.CallMode = simulation.CallModeOutbound
+		out = append(out, simCall{name: "outbound " + name, call: c})
+	}
+	for _, p := range s.Spec.Ports {
+		port := int(p.Port)
+		for _, proto := range protocolsOf(portProtocol(p)) {
+			if proto == simulation.TCP {
+				add(fmt.Sprintf("TCP to %s:%d (%s port %s)", vip, port, s.Name, p.Name),
+					simulation.Call{Address: vip, Port: port, Protocol: simulation.TCP})
+				add(fmt.Sprintf("TLS to %s:%d (%s port %s)", vip, port, s.Name, p.Name),
+					simulation.Call{Address: vip, Port: port, Protocol: simulation.TCP, TLS: simulation.TLS, Sni: serviceFQDN(s)})
+				continue
+			}
+			hosts := []string{
+				serviceFQDN(s), fmt.Sprintf("%s:%d", serviceFQDN(s), port),
+				s.Name, fmt.Sprintf("%s:%d", s.Name, port),
+				s.Name + "." + s.Namespace, fmt.Sprintf("%s.%s:%d", s.Name, s.Namespace, port),
+				vip, fmt.Sprintf("%s:%d", vip, port),
+			}
+			for _, h := range hosts {
+				add(fmt.Sprintf("%s to %s:%d Host %s", proto, vip, port, h),
+					simulation.Call{Address: vip, Port: port, Protocol: proto, HostHeader: h})
+			}
+		}
+	}
 	return out
 }

@@ -254,6 +254,21 @@ func outboundMTLSProblems(w *meshObjects, pol *policies, client *corev1.Pod, cfg
 		}
 		// DISABLE is the zero mode: a rule without TLS settings is nil.
 		switch mode := tls.GetMode(); {
+		case tls == nil && svc.Spec.ClusterIP == corev1.ClusterIPNone:
+			// Headless: an ORIGINAL_DST cluster has no endpoint metadata
+			// to choose by, so Istio's auto-mTLS is mTLS for all when
+			// every endpoint has a sidecar, else plaintext for all.
+			if !allIstio(w, pol, svc, port) {
+				if s := transportSocketTLS(c.GetTransportSocket()); s != "plaintext" || len(c.GetTransportSocketMatches()) > 0 {
+					wrap("headless toward a workload without a sidecar", fmt.Errorf("%s, want plaintext", clusterTLS(c)))
+				}
+				continue
+			}
+			checked++
+			if c.GetType() != clusterv3.Cluster_ORIGINAL_DST || len(c.GetTransportSocketMatches()) > 0 {
+				wrap("headless auto-mTLS", fmt.Errorf("%s cluster with %d transport_socket_matches, want ORIGINAL_DST and one socket", c.GetType(), len(c.GetTransportSocketMatches())))
+			}
+			wrap("headless auto-mTLS", checkIstioUpstreamTLS(c.GetTransportSocket(), sans))
 		case tls == nil:
 			if !istioEndpoints {
 				continue
@@ -278,6 +293,28 @@ func outboundMTLSProblems(w *meshObjects, pol *policies, client *corev1.Pod, cfg
 		errs = append(errs, errors.New("no outbound cluster originates Istio mTLS"))
 	}
 	return errs
+}
+
+// allIstio reports whether svc has endpoints and every one is a pod
+// labelled tlsMode=istio whose PeerAuthentication does not disable mTLS
+// on the service port's target port.
+func allIstio(w *meshObjects, pol *policies, svc *corev1.Service, port int) bool {
+	pods := w.endpointPods(svc)
+	if len(pods) == 0 {
+		return false
+	}
+	for _, sp := range svc.Spec.Ports {
+		if int(sp.Port) != port {
+			continue
+		}
+		for _, p := range pods {
+			if p.Labels["security.istio.io/tlsMode"] != "istio" ||
+				pol.mtlsMode(p, uint32(numericTargetPort(sp))) == securityapi.PeerAuthentication_MutualTLS_DISABLE {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func subsetSelects(labels []string, podLabels map[string]string) bool {

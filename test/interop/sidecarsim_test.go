@@ -204,18 +204,7 @@ type allowedDifference struct {
 // allowedDifferences is the one list of the differences accepted between
 // Istio and us. Every entry must still occur (checked when every scenario
 // runs), so an entry goes once the generator agrees with Istio.
-var allowedDifferences = []allowedDifference{{
-	subject: regexp.MustCompile(`^call outbound http to 10\.96\.0\.10:5000 Host `),
-	istio:   `ok, listener "10.96.0.10_5000", chain plaintext/HTTP, cluster "outbound|5000||echo.app.svc.cluster.local"`,
-	ours:    `ok, listener "10.96.0.10_5000", chain plaintext/TCP, cluster "outbound|5000||echo.app.svc.cluster.local"`,
-	reason: "envoygen serves an outbound service port whose protocol is not declared as TCP (pkg/xds/envoygen/protocol.go, protoAuto) " +
-		"where Istio sniffs HTTP on it: the same listener and cluster, the bytes through tcp_proxy instead of an HTTP connection manager",
-}, {
-	subject: regexp.MustCompile(`^route echo\.app\.svc\.cluster\.local:5000$`),
-	istio:   "present",
-	ours:    "absent",
-	reason:  "the RDS of the HTTP chain Istio sniffs on the undeclared outbound port 5000, which envoygen serves as TCP",
-}}
+var allowedDifferences = []allowedDifference{}
 
 // allowedIndex returns the index of the entry of allowedDifferences that
 // accepts the difference, or -1.

@@ -16,7 +16,9 @@ package interop
 //   - app/legacy: a workload without a sidecar (no tlsMode label), service
 //     account "default" (written out: the apiserver defaults it, and
 //     Istio's fake registry, which has no admission, would leave it empty).
-//   - other/backend: a service in another namespace, HTTP 80 and TCP 9090.
+//   - other/backend: a service in another namespace, HTTP 80 and TCP 9090;
+//     other/backend-peers: a headless service of the same pod, TCP 6379
+//     and 7000 undeclared (Istio: a listener per endpoint address).
 const sidecarWorld = `
 apiVersion: v1
 kind: Node
@@ -190,7 +192,7 @@ spec:
   containers:
   - name: app
     image: backend
-    ports: [{containerPort: 8080}, {containerPort: 9090}]
+    ports: [{containerPort: 8080}, {containerPort: 9090}, {containerPort: 6379}, {containerPort: 7000}]
 status:
   phase: Running
   podIP: 10.0.1.5
@@ -211,6 +213,32 @@ endpoints:
 ports:
 - {name: http, port: 8080, protocol: TCP}
 - {name: tcp, port: 9090, protocol: TCP}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: backend-peers, namespace: other}
+spec:
+  clusterIP: None
+  clusterIPs: [None]
+  selector: {app: backend}
+  ports:
+  - {name: tcp-cache, port: 6379, targetPort: 6379, protocol: TCP}
+  - {name: peer, port: 7000, targetPort: 7000, protocol: TCP}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: backend-peers-abcde
+  namespace: other
+  labels: {kubernetes.io/service-name: backend-peers}
+addressType: IPv4
+endpoints:
+- addresses: [10.0.1.5]
+  conditions: {ready: true}
+  targetRef: {kind: Pod, name: backend-1, namespace: other}
+ports:
+- {name: tcp-cache, port: 6379, protocol: TCP}
+- {name: peer, port: 7000, protocol: TCP}
 `
 
 // sidecarScenario is one mesh configuration, judged from the sidecars of
@@ -383,6 +411,94 @@ spec:
   - from: [{source: {namespaces: ["app"]}}]
 `,
 	pods: []string{"app/echo-1"},
+}, {
+	// echo's port "other" (5000 → 5001) declares no protocol: Istio
+	// sniffs it, HTTP and TCP chains on both sides, and RBAC of each kind.
+	name: "AuthorizationPolicy on the undeclared port of a STRICT namespace",
+	istio: `
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: default, namespace: app}
+spec:
+  mtls: {mode: STRICT}
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: allow-sniffed, namespace: app}
+spec:
+  selector: {matchLabels: {app: echo}}
+  rules:
+  - from: [{source: {principals: ["cluster.local/ns/app/sa/sleep"]}}]
+    to: [{operation: {ports: ["5001"], methods: ["GET"], paths: ["/api/*"]}}]
+  - from: [{source: {namespaces: ["app"]}}]
+    to: [{operation: {ports: ["5001"]}}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny-sniffed, namespace: app}
+spec:
+  selector: {matchLabels: {app: echo}}
+  action: DENY
+  rules:
+  - to: [{operation: {ports: ["5001"], paths: ["/admin/*"]}}]
+  - from: [{source: {notNamespaces: ["app"]}}]
+    to: [{operation: {ports: ["5001"]}}]
+`,
+	pods: []string{"app/echo-1", "app/sleep-1"},
+}, {
+	name: "AuthorizationPolicy on the undeclared port, PERMISSIVE on it under a STRICT workload",
+	istio: `
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: echo, namespace: app}
+spec:
+  selector: {matchLabels: {app: echo}}
+  mtls: {mode: STRICT}
+  portLevelMtls:
+    5001: {mode: PERMISSIVE}
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: allow-sniffed, namespace: app}
+spec:
+  selector: {matchLabels: {app: echo}}
+  rules:
+  - from: [{source: {principals: ["cluster.local/ns/app/sa/sleep"]}}]
+    to: [{operation: {ports: ["5001"], methods: ["GET", "POST"]}}]
+  - from: [{source: {ipBlocks: ["10.0.0.0/24"]}}]
+    to: [{operation: {ports: ["5001"]}}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny-sniffed, namespace: app}
+spec:
+  selector: {matchLabels: {app: echo}}
+  action: DENY
+  rules:
+  - to: [{operation: {ports: ["5001"], methods: ["DELETE"]}}]
+`,
+	pods: []string{"app/echo-1", "app/sleep-1"},
+}, {
+	name: "AuthorizationPolicy on the undeclared port, DISABLE on it under a PERMISSIVE workload",
+	istio: `
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: echo, namespace: app}
+spec:
+  selector: {matchLabels: {app: echo}}
+  mtls: {mode: PERMISSIVE}
+  portLevelMtls:
+    5001: {mode: DISABLE}
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: allow-sniffed, namespace: app}
+spec:
+  selector: {matchLabels: {app: echo}}
+  rules:
+  - to: [{operation: {ports: ["5001"], paths: ["/public/*"]}}]
+`,
+	pods: []string{"app/echo-1", "app/sleep-1"},
 }, {
 	name:         "outbound REGISTRY_ONLY",
 	registryOnly: true,

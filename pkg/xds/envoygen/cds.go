@@ -199,18 +199,11 @@ func (b *builder) outboundClusterResource(oc outboundCluster) resource.Resource 
 	mode := b.tlsOf(oc)
 	subset := oc.subset.GetName()
 	h2 := protocolOf(oc.port) == protoHTTP2
+	upstream := upstreamProtocolOf(oc.port)
 	name := oc.name
 	return resource.Resource{Name: name, Key: key("cds", name, strconv.Itoa(int(mode))), Encode: func() ([]byte, error) {
-		if mode == tlsRefused {
-			c, err := edsClusterShape(h2)
-			if err != nil {
-				return nil, fmt.Errorf("cluster %s: %w", name, err)
-			}
-			c.Name = name
-			c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_STATIC}
-			c.EdsClusterConfig = nil
-			c.LoadAssignment = &endpoint.ClusterLoadAssignment{ClusterName: name}
-			return proto.MarshalOptions{Deterministic: true}.Marshal(c)
+		if mode == tlsRefused || oc.headless() {
+			return b.otherCluster(oc, mode, upstream)
 		}
 		shapes, err := edsClusterShapes()
 		if err != nil {
@@ -219,7 +212,7 @@ func (b *builder) outboundClusterResource(oc outboundCluster) resource.Resource 
 		// The fields every such cluster shares were marshalled once; what
 		// is the cluster's own follows them.
 		sans, serverName := b.serviceIdentities(oc.svc), sni(oc.svc.Hostname, subset, oc.port.Port)
-		shape := shapes[boolIndex(h2)]
+		shape := shapes[upstream]
 		w := append(make(wire, 0, len(shape)+2*len(name)+upstreamMTLSSize(sans, serverName)+len(plaintextSocketMatchWire())+64), shape...)
 		w = w.str(clusterName, name)
 		w, eds := w.open(clusterEDSConfig)
@@ -244,6 +237,33 @@ func (b *builder) outboundClusterResource(oc outboundCluster) resource.Resource 
 		}
 		return w, nil
 	}}
+}
+
+// otherCluster encodes an outbound cluster that is not an EDS one: a
+// cluster whose TLS mode is refused (static, without endpoints, so nothing
+// leaks in plaintext), or a headless service's (see asPassthrough).
+func (b *builder) otherCluster(oc outboundCluster, mode clusterTLS, upstream upstreamProtocol) ([]byte, error) {
+	c, err := edsClusterShape(upstream)
+	if err != nil {
+		return nil, fmt.Errorf("cluster %s: %w", oc.name, err)
+	}
+	c.Name = oc.name
+	c.EdsClusterConfig = nil
+	if mode == tlsRefused {
+		c.ClusterDiscoveryType = &cluster.Cluster_Type{Type: cluster.Cluster_STATIC}
+		c.LoadAssignment = &endpoint.ClusterLoadAssignment{ClusterName: oc.name}
+		return proto.MarshalOptions{Deterministic: true}.Marshal(c)
+	}
+	mtls := b.asPassthrough(c, oc, mode)
+	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(c)
+	if err != nil || !mtls {
+		return raw, err
+	}
+	w, ts := wire(raw).open(clusterTransportSocket)
+	if w, err = upstreamMTLSSocket(w, b.serviceIdentities(oc.svc), sni(oc.svc.Hostname, oc.subset.GetName(), oc.port.Port), upstream == upstreamH2); err != nil {
+		return nil, fmt.Errorf("cluster %s: %w", oc.name, err)
+	}
+	return w.close(ts), nil
 }
 
 // Field numbers of envoy.config.cluster.v3.Cluster and of what it nests.
@@ -286,8 +306,30 @@ var tlsModeMatchWire = sync.OnceValue(func() resource.Preencoded {
 	return p
 })
 
-// edsClusterShape is what every outbound EDS cluster has, HTTP/2 or not.
-func edsClusterShape(h2 bool) (*cluster.Cluster, error) {
+// upstreamProtocol is the HTTP a cluster speaks to its endpoints.
+type upstreamProtocol int
+
+const (
+	upstreamDefault    upstreamProtocol = iota // HTTP/1.1 (or TCP)
+	upstreamH2                                 // HTTP/2 (gRPC, HTTP/2 ports)
+	upstreamDownstream                         // as the client spoke it (sniffed ports)
+	upstreamProtocols
+)
+
+func upstreamProtocolOf(p model.Port) upstreamProtocol {
+	switch protocolOf(p) {
+	case protoHTTP2:
+		return upstreamH2
+	case protoAuto:
+		// HTTP sniffed on the port goes upstream as it came (h2c as
+		// HTTP/2), as Istio's setUseDownstreamProtocol does.
+		return upstreamDownstream
+	}
+	return upstreamDefault
+}
+
+// edsClusterShape is what every outbound EDS cluster speaking upstream has.
+func edsClusterShape(upstream upstreamProtocol) (*cluster.Cluster, error) {
 	c := &cluster.Cluster{
 		ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_EDS},
 		EdsClusterConfig:     &cluster.Cluster_EdsClusterConfig{EdsConfig: adsSource()},
@@ -295,7 +337,8 @@ func edsClusterShape(h2 bool) (*cluster.Cluster, error) {
 		LbPolicy:             cluster.Cluster_LEAST_REQUEST,
 		CircuitBreakers:      unlimited(),
 	}
-	if h2 {
+	switch upstream {
+	case upstreamH2:
 		opts, err := anypb.New(&httpopts.HttpProtocolOptions{
 			UpstreamProtocolOptions: &httpopts.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpopts.HttpProtocolOptions_ExplicitHttpConfig{
 				ProtocolConfig: &httpopts.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &core.Http2ProtocolOptions{}},
@@ -305,16 +348,20 @@ func edsClusterShape(h2 bool) (*cluster.Cluster, error) {
 			return nil, err
 		}
 		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpOptionsName: opts}
+	case upstreamDownstream:
+		if _, err := withDownstreamProtocol(c); err != nil {
+			return nil, err
+		}
 	}
 	return c, nil
 }
 
-// edsClusterShapes are edsClusterShape(false) and (true), validated and
-// marshalled once.
-var edsClusterShapes = sync.OnceValues(func() ([2]resource.Preencoded, error) {
-	var out [2]resource.Preencoded
-	for i, h2 := range []bool{false, true} {
-		c, err := edsClusterShape(h2)
+// edsClusterShapes are edsClusterShape of each upstream protocol,
+// validated and marshalled once.
+var edsClusterShapes = sync.OnceValues(func() ([upstreamProtocols]resource.Preencoded, error) {
+	var out [upstreamProtocols]resource.Preencoded
+	for upstream := range upstreamProtocols {
+		c, err := edsClusterShape(upstream)
 		if err != nil {
 			return out, fmt.Errorf("cluster shape: %w", err)
 		}
@@ -327,17 +374,10 @@ var edsClusterShapes = sync.OnceValues(func() ([2]resource.Preencoded, error) {
 		if err != nil {
 			return out, err
 		}
-		out[i] = p
+		out[upstream] = p
 	}
 	return out, nil
 })
-
-func boolIndex(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
 
 func tlsModeMatch() *structpb.Struct {
 	return &structpb.Struct{Fields: map[string]*structpb.Value{tlsModeMatchKey: structpb.NewStringValue(tlsModeIstio)}}

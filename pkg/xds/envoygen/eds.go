@@ -26,8 +26,8 @@ const transportSocketMatchKey = "envoy.transport_socket_match"
 func (b *builder) endpoints() []resource.Resource {
 	var out []resource.Resource
 	for _, oc := range b.outboundClusters() {
-		if b.tlsOf(oc) == tlsRefused {
-			continue // a static cluster without endpoints
+		if b.tlsOf(oc) == tlsRefused || oc.headless() {
+			continue // a static cluster without endpoints, or ORIGINAL_DST
 		}
 		// The endpoints depend on the rule that defines a subset or says
 		// how to reach them, which the client's namespace chooses.

@@ -6,14 +6,18 @@
 //     listener of its original destination port, else to
 //     PassthroughCluster (BlackHoleCluster under REGISTRY_ONLY); one
 //     outbound listener per service port, not bound ("0.0.0.0_<port>" with
-//     RDS for HTTP, "<VIP>_<port>" with tcp_proxy for TCP); virtualInbound
-//     (15006) with a filter chain per target port of the workload and mTLS
-//     mode, and passthrough chains for undeclared ports.
+//     RDS for HTTP, "<VIP>_<port>" with tcp_proxy for TCP, and for a port
+//     whose protocol is not declared both, the HTTP inspector choosing;
+//     "<endpoint IP>_<port>" for a headless service);
+//     virtualInbound (15006) with a filter chain per target port of the
+//     workload and mTLS mode (HTTP and TCP ones for an undeclared
+//     protocol), and passthrough chains for undeclared ports.
 //   - CDS: "outbound|<port>|<subset>|<fqdn>" EDS clusters whose TLS follows
 //     the DestinationRule or auto-mTLS; "inbound|<port>||",
 //     InboundPassthroughCluster, PassthroughCluster, BlackHoleCluster.
 //   - EDS: the endpoints of each outbound cluster, marked for auto-mTLS.
-//   - RDS: per outbound HTTP port, a virtual host per service.
+//   - RDS: per outbound HTTP port, a virtual host per service; per
+//     sniffed service listener, "<host>:<port>" to that service alone.
 //
 // Certificates are never sent: every TLS context names the secrets
 // "default" and "ROOTCA" that pilot-agent serves over SDS on its
@@ -95,8 +99,10 @@ func (g *Generator) Generate(snap *model.Snapshot, p *Proxy, typeURL string, nam
 
 // Scope is what generation reads of p in snap, as one string: proxies
 // with equal scopes get equal resources. The proxy's addresses count only
-// through the target ports they resolve, so the replicas of one workload
-// share a scope.
+// through the target ports they resolve, and, for an endpoint of a
+// headless service, through the listener to itself that it lacks; so the
+// replicas of one workload share a scope unless a headless service
+// selects them.
 func (g *Generator) Scope(snap *model.Snapshot, p *Proxy) string {
 	b := &builder{g: g, snap: snap, p: p}
 	var out []byte
@@ -107,6 +113,11 @@ func (g *Generator) Scope(snap *model.Snapshot, p *Proxy) string {
 	out = append(out, '|')
 	for _, t := range b.inboundTargets() {
 		out = appendPart(out, fmt.Sprintf("%d/%d/%s/%d", t.port, t.protocol, t.svc.Hostname, t.svcPort.Port))
+	}
+	// An endpoint of a headless service has no outbound listener to its
+	// own address, which its peers have.
+	if b.selfIsHeadlessEndpoint() {
+		out = appendPart(append(out, '|'), b.selfAddress())
 	}
 	return string(out)
 }

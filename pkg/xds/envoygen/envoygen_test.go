@@ -31,6 +31,7 @@ spec:
   - {name: http, port: 80, targetPort: 8080}
   - {name: tcp-db, port: 9090, targetPort: 9091}
   - {name: grpc, port: 7070, targetPort: 7070}
+  - {name: peer, port: 5000, targetPort: 5001}
 ---
 apiVersion: v1
 kind: Service

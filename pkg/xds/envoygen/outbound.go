@@ -23,28 +23,31 @@ const (
 
 func (b *builder) listeners() []resource.Resource {
 	out := []resource.Resource{b.virtualOutbound()}
-	httpPorts := map[uint32]bool{}
-	for _, svc := range b.snap.Services() {
-		for _, sp := range svc.Ports {
-			switch proto := protocolOf(sp); {
-			case proto.isHTTP():
-				httpPorts[sp.Port] = true
-			case proto == protoTCP || proto == protoAuto:
-				cluster := resource.ClusterName(svc.Hostname, "", sp.Port)
-				for _, vip := range svc.Addresses {
-					out = append(out, tcpListener(vip, sp.Port, cluster))
-				}
-			}
-		}
+	for _, e := range b.outboundEntries() {
+		out = append(out, e.listener())
 	}
-	for _, port := range slices.Sorted(maps.Keys(httpPorts)) {
+	for _, port := range b.httpPorts() {
 		out = append(out, httpListener(port))
 	}
 	out = append(out, b.inboundListener())
-	// One listener per name: a VIP:port claimed by two services (which
-	// Kubernetes prevents) keeps the first.
+	// One listener per name: outboundEntries merged those of one address,
+	// and no "0.0.0.0_<port>" is an address's.
 	slices.SortStableFunc(out, func(x, y resource.Resource) int { return cmp.Compare(x.Name, y.Name) })
 	return slices.CompactFunc(out, func(x, y resource.Resource) bool { return x.Name == y.Name })
+}
+
+// httpPorts are the ports some service declares HTTP on: each has the
+// listener "0.0.0.0_<port>" and the route "<port>".
+func (b *builder) httpPorts() []uint32 {
+	ports := map[uint32]bool{}
+	for _, svc := range b.snap.Services() {
+		for _, sp := range svc.Ports {
+			if protocolOf(sp).isHTTP() {
+				ports[sp.Port] = true
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(ports))
 }
 
 // listenerName is Istio's "<ip>_<port>".
@@ -86,39 +89,13 @@ func (b *builder) virtualOutbound() resource.Resource {
 	}}
 }
 
-// tcpListener takes connections to vip:port to the service's cluster.
-func tcpListener(vip string, port uint32, cluster string) resource.Resource {
-	name := listenerName(vip, port)
-	return resource.Resource{Name: name, Key: key("lds", name, cluster), Build: func() (proto.Message, error) {
-		tcp, err := tcpProxyFilter(cluster, cluster)
-		if err != nil {
-			return nil, err
-		}
-		return &listener.Listener{
-			Name:             name,
-			Address:          socketAddress(vip, port),
-			BindToPort:       wrapperspb.Bool(false),
-			TrafficDirection: core.TrafficDirection_OUTBOUND,
-			FilterChains:     []*listener.FilterChain{{Filters: []*listener.Filter{tcp}}},
-		}, nil
-	}}
-}
-
 // httpListener routes HTTP to port by RDS route "<port>"; what is not
 // plaintext HTTP passes through.
 func httpListener(port uint32) resource.Resource {
 	name := listenerName("0.0.0.0", port)
 	routeName := strconv.FormatUint(uint64(port), 10)
 	return resource.Resource{Name: name, Key: key("lds", name), Build: func() (proto.Message, error) {
-		m := &hcm.HttpConnectionManager{
-			StatPrefix: "outbound_" + name,
-			RouteSpecifier: &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{
-				ConfigSource: adsSource(), RouteConfigName: routeName,
-			}},
-			HttpFilters: []*hcm.HttpFilter{routerFilter()},
-		}
-		commonHCM(m)
-		f, err := hcmFilter(m)
+		f, err := outboundHCM(name, routeName)
 		if err != nil {
 			return nil, err
 		}
@@ -145,4 +122,18 @@ func httpListener(port uint32) resource.Resource {
 			TrafficDirection:                 core.TrafficDirection_OUTBOUND,
 		}, nil
 	}}
+}
+
+// outboundHCM is the HTTP connection manager of the outbound listener
+// name, routing by the RDS route routeName.
+func outboundHCM(name, routeName string) (*listener.Filter, error) {
+	m := &hcm.HttpConnectionManager{
+		StatPrefix: "outbound_" + name,
+		RouteSpecifier: &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{
+			ConfigSource: adsSource(), RouteConfigName: routeName,
+		}},
+		HttpFilters: []*hcm.HttpFilter{routerFilter()},
+	}
+	commonHCM(m)
+	return hcmFilter(m)
 }

@@ -13,7 +13,7 @@ const (
 	protoTCP   protocol = iota // opaque bytes: tcp_proxy
 	protoHTTP                  // HTTP/1.1: an HTTP connection manager
 	protoHTTP2                 // HTTP/2, gRPC: an HTTP connection manager, h2 upstream
-	protoAuto                  // undeclared: Istio sniffs it; served as TCP here
+	protoAuto                  // undeclared: sniffed, HTTP and TCP chains
 	protoUDP                   // not proxied
 )
 

@@ -1,6 +1,7 @@
 package envoygen
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -12,13 +13,17 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
 
-// routes returns the route configuration "<port>" of every outbound HTTP
-// port: a virtual host per service with that HTTP port, and a catch-all.
+// routes returns the route configuration "<port>" of every port some
+// service declares HTTP on: a virtual host per service with that port
+// declared HTTP or undeclared (as Istio's IsHTTPOrSniffed), and a
+// catch-all; and the route "<host>:<port>" of every HTTP chain sniffed on
+// a service's own listener.
 func (b *builder) routes() []resource.Resource {
+	httpPorts := b.httpPorts()
 	byPort := map[uint32][]*model.Service{}
 	for _, svc := range b.snap.Services() {
 		for _, sp := range svc.Ports {
-			if protocolOf(sp).isHTTP() {
+			if p := protocolOf(sp); (p.isHTTP() || p == protoAuto) && slices.Contains(httpPorts, sp.Port) {
 				byPort[sp.Port] = append(byPort[sp.Port], svc)
 			}
 		}
@@ -33,13 +38,7 @@ func (b *builder) routes() []resource.Resource {
 		// Short names depend on the proxy's namespace: "svc" resolves
 		// only within it.
 		out = append(out, resource.Resource{Name: name, Key: key("rds", name, b.p.Namespace, fallback), Build: func() (proto.Message, error) {
-			rc := &route.RouteConfiguration{
-				Name:                     name,
-				ValidateClusters:         wrapperspb.Bool(false),
-				IgnorePortInHostMatching: true,
-				// Istio\'s: Envoy\'s default of 4 KiB truncates direct responses.
-				MaxDirectResponseBodySizeBytes: wrapperspb.UInt32(1 << 20),
-			}
+			rc := newRouteConfiguration(name)
 			for _, svc := range svcs {
 				rc.VirtualHosts = append(rc.VirtualHosts, b.virtualHost(svc, port))
 			}
@@ -47,7 +46,39 @@ func (b *builder) routes() []resource.Resource {
 			return rc, nil
 		}})
 	}
+	seen := map[string]bool{}
+	for _, e := range b.outboundEntries() {
+		if e.route == "" || seen[e.route] {
+			continue
+		}
+		seen[e.route] = true
+		out = append(out, b.sniffedRoute(e.route, e.svc, e.svcPort.Port))
+	}
 	return out
+}
+
+// sniffedRoute is the route of the HTTP chain sniffed on svc's own
+// listener for port: svc's virtual host, for any host name (whatever the
+// Host header says, the connection went to svc's address), and no
+// catch-all, as Istio's getVirtualHostsForSniffedServicePort leaves it.
+func (b *builder) sniffedRoute(name string, svc *model.Service, port uint32) resource.Resource {
+	return resource.Resource{Name: name, Key: key("rds", name), Build: func() (proto.Message, error) {
+		vh := b.virtualHost(svc, port)
+		vh.Domains = []string{"*"}
+		rc := newRouteConfiguration(name)
+		rc.VirtualHosts = []*route.VirtualHost{vh}
+		return rc, nil
+	}}
+}
+
+func newRouteConfiguration(name string) *route.RouteConfiguration {
+	return &route.RouteConfiguration{
+		Name:                     name,
+		ValidateClusters:         wrapperspb.Bool(false),
+		IgnorePortInHostMatching: true,
+		// Istio's: Envoy's default of 4 KiB truncates direct responses.
+		MaxDirectResponseBodySizeBytes: wrapperspb.UInt32(1 << 20),
+	}
 }
 
 // virtualHost routes the names of svc as a client in the proxy's

@@ -201,3 +201,10 @@ func sni(host, subset string, port uint32) string {
 }
 
 var connectTimeout = durationpb.New(10 * time.Second)
+
+func boolIndex(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

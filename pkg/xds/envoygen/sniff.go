@@ -1,0 +1,176 @@
+package envoygen
+
+import (
+	"net/netip"
+	"strconv"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
+)
+
+// outboundEntry is an outbound listener bound to one address and port,
+// "<address>_<port>": a service's virtual IP, or an endpoint of a
+// headless service. A TCP port gives it a tcp_proxy chain; a port whose
+// protocol is not declared gives it that chain and an HTTP one the HTTP
+// inspector picks for plaintext HTTP/1.1 and h2c, routed by the RDS
+// route "<host>:<port>" of that service alone (Istio's sniffing).
+type outboundEntry struct {
+	addr    string
+	port    uint32
+	cluster string // the tcp_proxy chain's, the listener's default
+	// route is the HTTP chain's RDS route, "" for none; svc and svcPort
+	// are what it routes to.
+	route   string
+	svc     *model.Service
+	svcPort model.Port
+}
+
+func (e *outboundEntry) name() string { return listenerName(e.addr, e.port) }
+
+// outboundEntries are the listeners bound to an address, in the order of
+// the services that first claim them. As Istio's buildSidecarOutboundListeners does:
+//   - a service with virtual IPs gets one per IP and TCP or undeclared
+//     port; HTTP ports of every service share "0.0.0.0_<port>" instead;
+//   - a headless service (no virtual IP) gets one per endpoint address and
+//     TCP or undeclared port, named with the service port, but none for
+//     the proxy's own address (its application reaching itself does not
+//     pass the outbound listener);
+//   - services that claim one address and port share its listener: the
+//     first service (by hostname) with a TCP chain keeps it, and the first
+//     with an HTTP chain keeps that, so a TCP port and an undeclared port
+//     make one sniffed listener.
+func (b *builder) outboundEntries() []*outboundEntry {
+	byName := map[string]*outboundEntry{}
+	var out []*outboundEntry
+	add := func(addr string, svc *model.Service, sp model.Port, sniffed bool) {
+		e := &outboundEntry{addr: addr, port: sp.Port}
+		if cur := byName[e.name()]; cur != nil {
+			e = cur
+		} else {
+			byName[e.name()] = e
+			out = append(out, e)
+		}
+		if e.cluster == "" {
+			e.cluster = resource.ClusterName(svc.Hostname, "", sp.Port)
+		}
+		if sniffed && e.route == "" {
+			e.route = sniffedRouteName(svc.Hostname, sp.Port)
+			e.svc, e.svcPort = svc, sp
+		}
+	}
+	self := b.selfAddress()
+	for _, svc := range b.snap.Services() {
+		for _, sp := range svc.Ports {
+			proto := protocolOf(sp)
+			if proto != protoTCP && proto != protoAuto {
+				continue
+			}
+			sniffed := proto == protoAuto
+			for _, vip := range svc.Addresses {
+				add(vip, svc, sp, sniffed)
+			}
+			if len(svc.Addresses) > 0 {
+				continue
+			}
+			for _, ep := range svc.Endpoints[sp.Port] {
+				if validIP(ep.Address) && ep.Address != self {
+					add(ep.Address, svc, sp, sniffed)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// selfAddress is the proxy's first address, which Istio compares with an
+// endpoint's first to leave out the listener to itself.
+func (b *builder) selfAddress() string {
+	if len(b.p.IPs) == 0 {
+		return ""
+	}
+	return b.p.IPs[0]
+}
+
+// selfIsHeadlessEndpoint reports whether the proxy's own address is an
+// endpoint of a headless service's TCP or undeclared port: then its
+// listeners lack the one to that address, which others' have.
+func (b *builder) selfIsHeadlessEndpoint() bool {
+	self := b.selfAddress()
+	if self == "" {
+		return false
+	}
+	for _, svc := range b.snap.Services() {
+		if len(svc.Addresses) > 0 {
+			continue
+		}
+		for _, sp := range svc.Ports {
+			if proto := protocolOf(sp); proto != protoTCP && proto != protoAuto {
+				continue
+			}
+			for _, ep := range svc.Endpoints[sp.Port] {
+				if ep.Address == self {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+func validIP(s string) bool {
+	_, err := netip.ParseAddr(s)
+	return err == nil
+}
+
+// sniffedRouteName is Istio's RDS name for the HTTP chain sniffed on a
+// service's own listener: "<host>:<port>".
+func sniffedRouteName(host string, port uint32) string {
+	return host + ":" + strconv.FormatUint(uint64(port), 10)
+}
+
+// listener is the entry's Listener: the tcp_proxy chain alone, or, when
+// sniffed, the HTTP chain for what the HTTP inspector calls plaintext
+// HTTP and the tcp_proxy chain as the default for everything else.
+func (e *outboundEntry) listener() resource.Resource {
+	name, addr, port, cluster, route := e.name(), e.addr, e.port, e.cluster, e.route
+	return resource.Resource{Name: name, Key: key("lds", name, cluster, route), Build: func() (proto.Message, error) {
+		tcp, err := tcpProxyFilter(cluster, cluster)
+		if err != nil {
+			return nil, err
+		}
+		l := &listener.Listener{
+			Name:                             name,
+			Address:                          socketAddress(addr, port),
+			BindToPort:                       wrapperspb.Bool(false),
+			TrafficDirection:                 core.TrafficDirection_OUTBOUND,
+			ContinueOnListenerFiltersTimeout: true,
+			ListenerFiltersTimeout:           durationpb.New(0),
+		}
+		tcpChain := &listener.FilterChain{Filters: []*listener.Filter{tcp}}
+		if route == "" {
+			l.FilterChains = []*listener.FilterChain{tcpChain}
+			return l, nil
+		}
+		f, err := outboundHCM(name, route)
+		if err != nil {
+			return nil, err
+		}
+		inspector, err := listenerFilter(httpInspectorName, httpInspectorConfig())
+		if err != nil {
+			return nil, err
+		}
+		l.FilterChains = []*listener.FilterChain{{
+			FilterChainMatch: &listener.FilterChainMatch{TransportProtocol: transportRaw, ApplicationProtocols: plainHTTPALPNs},
+			Filters:          []*listener.Filter{f},
+		}}
+		l.DefaultFilterChain = tcpChain
+		l.ListenerFilters = []*listener.ListenerFilter{inspector}
+		return l, nil
+	}}
+}
