@@ -78,3 +78,20 @@ func TestAWatchedMeshTheInjectorRefusesDeniesInjection(t *testing.T) {
 		})
 	}
 }
+
+// TestHandlerReadsTheCurrentMeshOnEveryRequest: the webhook takes the mesh
+// configuration current at each request, so an edit of the istio
+// ConfigMap reaches the next pod without a restart.
+func TestHandlerReadsTheCurrentMeshOnEveryRequest(t *testing.T) {
+	addr := "istiod.first.svc:15012"
+	h := NewHandler(NewStore(), testLogger(t), WithMeshConfig(func() *meshv1alpha1.MeshConfig {
+		return &meshv1alpha1.MeshConfig{TrustDomain: "cluster.local", DefaultConfig: &meshv1alpha1.ProxyConfig{DiscoveryAddress: addr}}
+	}))
+	for _, want := range []string{"istiod.first.svc:15012", "istiod.second.svc:15012"} {
+		addr = want
+		out := decodeResponse(t, post(t, h, "/inject", "application/json", reviewBody(t, "admission.k8s.io/v1", appPod(nil, nil))))
+		if !out.Response.Allowed || !strings.Contains(string(out.Response.Patch), `\"discoveryAddress\":\"`+want+`\"`) {
+			t.Fatalf("allowed %v, patch without discovery address %s:\n%s", out.Response.Allowed, want, out.Response.Patch)
+		}
+	}
+}
