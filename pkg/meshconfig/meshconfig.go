@@ -34,6 +34,7 @@ import (
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -104,9 +105,6 @@ func Parse(data []byte, d Defaults) (mc *meshv1alpha1.MeshConfig, warnings []str
 	if err != nil {
 		return nil, nil, fieldError(top, err)
 	}
-	if unknown := unknownFields(top); len(unknown) > 0 {
-		warnings = []string{"ignored fields this istiod does not know: " + strings.Join(unknown, ", ")}
-	}
 	override(mc, parsed, top)
 	slices.Sort(mc.TrustDomainAliases)
 	mc.TrustDomainAliases = slices.Compact(mc.TrustDomainAliases)
@@ -118,7 +116,9 @@ func Parse(data []byte, d Defaults) (mc *meshv1alpha1.MeshConfig, warnings []str
 
 // UnmarshalJSON decodes a MeshConfig as JSON. Unknown fields are an error
 // when strict; otherwise they are ignored and named in the warnings, as
-// Istio's decoder ignores them.
+// Istio's decoder ignores them. An unknown enum value is an error either
+// way, as in Istio: ignoring it would leave the enum's zero, which for
+// outboundTrafficPolicy.mode is REGISTRY_ONLY.
 func UnmarshalJSON(js []byte, strict bool) (mc *meshv1alpha1.MeshConfig, warnings []string, err error) {
 	mc = &meshv1alpha1.MeshConfig{}
 	strictErr := protojson.Unmarshal(js, mc)
@@ -128,11 +128,71 @@ func UnmarshalJSON(js []byte, strict bool) (mc *meshv1alpha1.MeshConfig, warning
 	if strict {
 		return nil, nil, fmt.Errorf("mesh config: %w", ProtoError{strictErr})
 	}
+	var doc any
+	if err := json.Unmarshal(js, &doc); err != nil {
+		return nil, nil, fmt.Errorf("mesh config: %w", err)
+	}
+	var dropped []string
+	doc = dropUnknown(doc, mc.ProtoReflect().Descriptor(), "", &dropped)
+	known, err := json.Marshal(doc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("mesh config: %w", err)
+	}
 	mc = &meshv1alpha1.MeshConfig{}
-	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(js, mc); err != nil {
+	if err := protojson.Unmarshal(known, mc); err != nil {
 		return nil, nil, fmt.Errorf("mesh config: %w", ProtoError{err})
 	}
-	return mc, []string{"ignored what this istiod does not know: " + ProtoError{strictErr}.Error()}, nil
+	if len(dropped) > maxNamed {
+		dropped = append(dropped[:maxNamed], "…")
+	}
+	return mc, []string{"ignored fields this istiod does not know: " + strings.Join(dropped, ", ")}, nil
+}
+
+// maxNamed bounds the unknown fields a warning names.
+const maxNamed = 10
+
+// dropUnknown removes from a decoded JSON value the keys that name no
+// field of md, at every depth, and records their paths. Well-known types
+// (Struct, Any, wrappers, durations) are left as they are.
+func dropUnknown(v any, md protoreflect.MessageDescriptor, path string, dropped *[]string) any {
+	obj, ok := v.(map[string]any)
+	if !ok || strings.HasPrefix(string(md.FullName()), "google.protobuf.") {
+		return v
+	}
+	fields := md.Fields()
+	for _, key := range slices.Sorted(maps.Keys(obj)) {
+		fd := fields.ByJSONName(key)
+		if fd == nil {
+			fd = fields.ByTextName(key)
+		}
+		if fd == nil {
+			*dropped = append(*dropped, truncate(path+key, 128))
+			delete(obj, key)
+			continue
+		}
+		sub := fd.Message()
+		if fd.IsMap() {
+			sub = fd.MapValue().Message()
+		}
+		if sub == nil {
+			continue
+		}
+		switch val := obj[key].(type) {
+		case []any:
+			for i := range val {
+				val[i] = dropUnknown(val[i], sub, fmt.Sprintf("%s%s[%d].", path, key, i), dropped)
+			}
+		case map[string]any:
+			if fd.IsMap() {
+				for k := range val {
+					val[k] = dropUnknown(val[k], sub, path+key+"."+k+".", dropped)
+				}
+			} else {
+				obj[key] = dropUnknown(val, sub, path+key+".", dropped)
+			}
+		}
+	}
+	return obj
 }
 
 // fieldError names the top-level field whose value err is about, found
@@ -145,20 +205,6 @@ func fieldError(top map[string]json.RawMessage, err error) error {
 		}
 	}
 	return err
-}
-
-// unknownFields are the top-level keys that name no MeshConfig field,
-// sorted.
-func unknownFields(top map[string]json.RawMessage) []string {
-	fields := (&meshv1alpha1.MeshConfig{}).ProtoReflect().Descriptor().Fields()
-	var out []string
-	for key := range top {
-		if fields.ByJSONName(key) == nil && fields.ByTextName(key) == nil {
-			out = append(out, truncate(key, 64))
-		}
-	}
-	slices.Sort(out)
-	return out
 }
 
 func truncate(s string, n int) string {

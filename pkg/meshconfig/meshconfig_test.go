@@ -120,8 +120,8 @@ func TestParseIgnoresUnknownFieldsAndSaysSo(t *testing.T) {
 	if got.GetOutboundTrafficPolicy().GetMode() != registryOnly {
 		t.Errorf("mode %v, want REGISTRY_ONLY: the known fields beside unknown ones must be read", got.GetOutboundTrafficPolicy().GetMode())
 	}
-	if len(warnings) != 1 || !strings.Contains(warnings[0], "someFutureField") {
-		t.Errorf("warnings %q, want one naming someFutureField", warnings)
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "someFutureField") || !strings.Contains(warnings[0], "outboundTrafficPolicy.egressProxy2") {
+		t.Errorf("warnings %q, want one naming someFutureField and outboundTrafficPolicy.egressProxy2", warnings)
 	}
 }
 
@@ -148,6 +148,7 @@ func TestParseRejectsBadDocumentsWithAClearReason(t *testing.T) {
 		"a scalar instead of a mapping":         {yaml: "REGISTRY_ONLY\n", want: "must be a mapping"},
 		"a field of the wrong type":             {yaml: "enableAutoMtls: [1]\n", want: "enableAutoMtls"},
 		"an unknown traffic mode":               {yaml: "outboundTrafficPolicy: {mode: 7}\n", want: "outboundTrafficPolicy.mode 7"},
+		"an unknown traffic mode name":          {yaml: "outboundTrafficPolicy: {mode: SOMETIMES}\n", want: "SOMETIMES"},
 		"an empty trust domain":                 {yaml: "trustDomain: \"\"\n", want: "trustDomain: empty"},
 		"a trust domain with capitals":          {yaml: "trustDomain: Cluster.Local\n", want: "not a SPIFFE trust domain"},
 		"a trust domain that is a SPIFFE ID":    {yaml: "trustDomain: spiffe://cluster.local\n", want: "trustDomain"},
