@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
+	"github.com/bulwark-mesh/bulwark/internal/logtest"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/catest"
 	"github.com/bulwark-mesh/bulwark/pkg/meshconfig"
 	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
@@ -227,5 +228,22 @@ func TestEnvoyMeshFollowsIstiosDefaults(t *testing.T) {
 				t.Errorf("got %+v, want RegistryOnly %v DisableAutoMTLS %v", m, tc.registry, tc.noAuto)
 			}
 		})
+	}
+}
+
+func TestTrustDomainAliasesAreReportedAsNotApplied(t *testing.T) {
+	watcher, write := meshFile(t, "")
+	rec, log := logtest.New(t)
+	newHarness(t, modeltest.Load(t, envoyManifests), func(c *Config) { c.Mesh, c.Logger = watcher, log })
+	if rec.Count("trustDomainAliases") != 0 {
+		t.Fatal("a warning without aliases")
+	}
+	write("trustDomainAliases: [old.td]\n")
+	deadline := time.Now().Add(10 * time.Second)
+	for rec.Count("WARN", "trustDomainAliases are not applied", "old.td") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no warning that the aliases are not applied")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -206,8 +206,9 @@ func (s *Server) Run(ctx context.Context) error {
 		s.reportPolicies(snap)
 	}
 	// A change made between New and Subscribe is caught here.
+	s.warnAliases(s.mesh.Load().cfg.GetTrustDomainAliases())
 	if mc := currentMesh(s.cfg.Mesh); mc != s.mesh.Load().cfg {
-		s.mesh.Store(s.newMeshState(mc))
+		s.applyMesh(mc)
 		meshPending = true
 	}
 	if cur := s.cfg.Model.Current(); meshPending || s.mesh.Load().derive(cur).Version != s.state.Load().snap.Version {
@@ -235,7 +236,7 @@ func (s *Server) Run(ctx context.Context) error {
 			if pending == nil && !meshPending {
 				first = s.cfg.Clock()
 			}
-			s.mesh.Store(s.newMeshState(mc))
+			s.applyMesh(mc)
 			meshPending = true
 			changed()
 		case <-quiet.C:
