@@ -53,6 +53,9 @@ func discovery(ctx context.Context, args []string, getenv func(string) string, s
 	cfg.PodName = getenv("POD_NAME")
 	cfg.TokenAudiences = splitList(*audiences)
 	cfg.ExtraDNSNames = splitList(*extraNames)
+	if err := loadMeshConfig(&cfg, trustDomainSet(fs, getenv), stderr); err != nil {
+		return err
+	}
 
 	log, err := newLogger(*logFormat, *logLevel, stderr)
 	if err != nil {
@@ -70,7 +73,8 @@ func discovery(ctx context.Context, args []string, getenv func(string) string, s
 
 // addCommonFlags are shared by discovery and mint-cert, so both find the same CA.
 func addCommonFlags(fs *flag.FlagSet, cfg *bootstrap.Config, getenv func(string) string) {
-	fs.StringVar(&cfg.TrustDomain, "trust-domain", envOr(getenv, "TRUST_DOMAIN", cfg.TrustDomain), "mesh trust domain (env TRUST_DOMAIN)")
+	fs.StringVar(&cfg.TrustDomain, "trust-domain", envOr(getenv, "TRUST_DOMAIN", cfg.TrustDomain), "mesh trust domain (env TRUST_DOMAIN); the mesh config's trustDomain when that is set, and both must agree when both are")
+	fs.StringVar(&cfg.MeshConfigFile, "meshConfig", "", "Istio's mesh configuration (the istio ConfigMap's mesh key as a file), watched; a missing file means Istio's defaults (default /etc/istio/config/mesh in Kubernetes, <state-dir>/mesh.yaml locally)")
 	fs.StringVar(&cfg.StateDir, "state-dir", cfg.StateDir, "directory of the local CA's key and root (local mode)")
 	fs.StringVar(&cfg.CACertsDir, "cacerts-dir", "", "plugged-in CA directory, watched (default <state-dir>/cacerts locally, /etc/cacerts in Kubernetes)")
 }

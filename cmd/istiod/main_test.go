@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -54,5 +55,59 @@ func TestMintCertWritesAgentFiles(t *testing.T) {
 		if _, err := os.ReadFile(out + "/" + f); err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+func TestMeshConfigFileSetsTheTrustDomain(t *testing.T) {
+	tests := map[string]struct {
+		mesh string
+		args []string
+		env  map[string]string
+		code int
+		out  string
+	}{
+		"the mesh config's trust domain is the CA's": {
+			mesh: "trustDomain: example.org\n", code: exitOK, out: "spiffe://example.org/ns/team/sa/api",
+		},
+		"without one, the flag's": {
+			mesh: "enableAutoMtls: true\n", args: []string{"--trust-domain", "flag.example"}, code: exitOK, out: "spiffe://flag.example/ns/team/sa/api",
+		},
+		"the same trust domain in both is fine": {
+			mesh: "trustDomain: example.org\n", args: []string{"--trust-domain", "example.org"}, code: exitOK, out: "spiffe://example.org/",
+		},
+		"a flag that disagrees is a usage error": {
+			mesh: "trustDomain: example.org\n", args: []string{"--trust-domain", "other.org"}, code: exitUsage, out: "differ",
+		},
+		"TRUST_DOMAIN that disagrees is a usage error": {
+			mesh: "trustDomain: example.org\n", env: map[string]string{"TRUST_DOMAIN": "other.org"}, code: exitUsage, out: "differ",
+		},
+		"an invalid mesh config stops the command": {
+			mesh: "trustDomain: Not Valid\n", code: exitError, out: "mesh config",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			state := t.TempDir()
+			if err := os.WriteFile(filepath.Join(state, "mesh.yaml"), []byte(tc.mesh), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			args := append([]string{"mint-cert", "--state-dir", state, "--namespace", "team", "--service-account", "api", "--out-dir", t.TempDir() + "/creds"}, tc.args...)
+			var stdout, stderr bytes.Buffer
+			code := run(args, func(k string) string { return tc.env[k] }, &stdout, &stderr)
+			if code != tc.code {
+				t.Fatalf("exit code = %d, want %d; stderr:\n%s", code, tc.code, stderr.String())
+			}
+			if out := stdout.String() + stderr.String(); !strings.Contains(out, tc.out) {
+				t.Errorf("output lacks %q:\n%s", tc.out, out)
+			}
+		})
+	}
+}
+
+func TestDiscoveryNamesTheMeshConfigFlag(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	run([]string{"discovery", "-h"}, noEnv, &stdout, &stderr)
+	if !strings.Contains(stderr.String(), "-meshConfig") || !strings.Contains(stderr.String(), "/etc/istio/config/mesh") {
+		t.Errorf("discovery's help does not document --meshConfig and its Kubernetes default:\n%s", stderr.String())
 	}
 }

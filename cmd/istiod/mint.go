@@ -39,6 +39,10 @@ func mintCert(ctx context.Context, args []string, getenv func(string) string, st
 	if *sa == "" || *outDir == "" {
 		return usageError{errors.New("--service-account and --out-dir are required")}
 	}
+	// The CA's trust domain is the mesh config's, as for discovery.
+	if err := loadMeshConfig(&cfg, trustDomainSet(fs, getenv), stderr); err != nil {
+		return err
+	}
 	td, err := spiffeid.TrustDomainFromString(cfg.TrustDomain)
 	if err != nil {
 		return usageError{fmt.Errorf("--trust-domain: %w", err)}

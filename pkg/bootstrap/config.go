@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/bulwark-mesh/bulwark/pkg/authn"
 	"github.com/bulwark-mesh/bulwark/pkg/ca"
+	"github.com/bulwark-mesh/bulwark/pkg/meshconfig"
 )
 
 // Config is everything istiod needs to start. cmd/istiod fills it from
@@ -70,6 +72,15 @@ type Config struct {
 	// istio-sidecar-injector ConfigMap as mounted); watched.
 	InjectConfigDir string
 
+	// MeshConfigFile is Istio's mesh configuration, the istio ConfigMap's
+	// "mesh" key as mounted (Istio's --meshConfig); watched. A missing
+	// file means Istio's defaults. Empty means MeshConfigPath's default.
+	MeshConfigFile string
+	// Mesh is the mesh configuration istiod starts with, as read from
+	// MeshConfigFile; nil means the defaults. Its trust domain must be
+	// TrustDomain: the CA cannot change trust domain while it runs.
+	Mesh *meshv1alpha1.MeshConfig
+
 	// ExtraDNSNames are added to istiod's serving certificate.
 	ExtraDNSNames []string
 	// ServingCertTTL is the lifetime of istiod's serving certificate.
@@ -119,6 +130,33 @@ func DefaultConfig() Config {
 // KubernetesMode reports whether istiod talks to a Kubernetes API server.
 func (c *Config) KubernetesMode() bool { return c.Kubeconfig != "" || c.InCluster }
 
+// Default mesh configuration files: Istio's path in Kubernetes (its
+// --meshConfig default, ./etc/istio/config/mesh, from the image's working
+// directory /), a file of the state directory locally.
+const (
+	kubeMeshConfigFile  = "/etc/istio/config/mesh"
+	localMeshConfigFile = "mesh.yaml"
+)
+
+// MeshConfigPath is the mesh configuration file: as configured, else the
+// mode's default.
+func (c *Config) MeshConfigPath() string {
+	switch {
+	case c.MeshConfigFile != "":
+		return c.MeshConfigFile
+	case c.KubernetesMode():
+		return kubeMeshConfigFile
+	default:
+		return filepath.Join(c.StateDir, localMeshConfigFile)
+	}
+}
+
+// MeshDefaults are the mesh configuration's defaults that depend on how
+// istiod runs: its trust domain, and its namespace as the root namespace.
+func (c *Config) MeshDefaults() meshconfig.Defaults {
+	return meshconfig.Defaults{TrustDomain: c.TrustDomain, RootNamespace: c.Namespace}
+}
+
 // setDefaults fills the addresses and directories that depend on the mode.
 func (c *Config) setDefaults() {
 	host := localHost
@@ -134,6 +172,7 @@ func (c *Config) setDefaults() {
 	orDefault(&c.HTTPAddr, "8080")
 	orDefault(&c.MonitoringAddr, "15014")
 	orDefault(&c.HTTPSAddr, "15017")
+	c.MeshConfigFile = c.MeshConfigPath()
 	if c.ConfigDir == "" && !c.KubernetesMode() {
 		c.ConfigDir = filepath.Join(c.StateDir, "config")
 	}
@@ -160,6 +199,14 @@ func (c *Config) Validate() error {
 	}
 	if c.Namespace == "" {
 		return errors.New("namespace is required")
+	}
+	if c.Mesh != nil {
+		if err := meshconfig.Validate(c.Mesh); err != nil {
+			return err
+		}
+		if c.Mesh.GetTrustDomain() != c.TrustDomain {
+			return fmt.Errorf("mesh config trustDomain %q is not the trust domain %q", c.Mesh.GetTrustDomain(), c.TrustDomain)
+		}
 	}
 	if c.StateDir == "" {
 		return errors.New("state dir is required")

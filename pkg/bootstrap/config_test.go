@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bulwark-mesh/bulwark/pkg/meshconfig"
 )
 
 func TestValidate(t *testing.T) {
@@ -22,6 +24,16 @@ func TestValidate(t *testing.T) {
 		"an address needs a port":               {mutate: func(c *Config) { c.SecureGRPCAddr = "127.0.0.1" }, want: "secureGRPCAddr"},
 		"the plaintext address needs a port":    {mutate: func(c *Config) { c.GRPCAddr = "15010" }, want: "grpcAddr"},
 		"zero limits are refused":               {mutate: func(c *Config) { c.MaxRecvMsgSize = 0 }, want: "limits"},
+		"a mesh config of the trust domain is valid": {mutate: func(c *Config) {
+			c.Mesh = meshconfig.Default(meshconfig.Defaults{TrustDomain: c.TrustDomain})
+		}},
+		"a mesh config of another trust domain is refused": {mutate: func(c *Config) {
+			c.Mesh = meshconfig.Default(meshconfig.Defaults{TrustDomain: "other.org"})
+		}, want: "mesh config trustDomain"},
+		"an invalid mesh config is refused": {mutate: func(c *Config) {
+			c.Mesh = meshconfig.Default(meshconfig.Defaults{TrustDomain: c.TrustDomain})
+			c.Mesh.RootNamespace = "Not A Namespace"
+		}, want: "rootNamespace"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -53,6 +65,9 @@ func TestDefaultsDependOnMode(t *testing.T) {
 	kube.setDefaults()
 	if kube.SecureGRPCAddr != ":15012" || kube.CACertsDir != "/etc/cacerts" {
 		t.Errorf("kubernetes mode: %s, %s", kube.SecureGRPCAddr, kube.CACertsDir)
+	}
+	if local.MeshConfigFile != ".istiod/mesh.yaml" || kube.MeshConfigFile != "/etc/istio/config/mesh" {
+		t.Errorf("mesh config file: %q locally, %q in Kubernetes; want <state-dir>/mesh.yaml and Istio's path", local.MeshConfigFile, kube.MeshConfigFile)
 	}
 	if local.GRPCAddr != "" || kube.GRPCAddr != "" {
 		t.Errorf("plaintext xDS is on by default: %q locally, %q in Kubernetes", local.GRPCAddr, kube.GRPCAddr)

@@ -24,6 +24,7 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/ca/service"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/servingcert"
 	"github.com/bulwark-mesh/bulwark/pkg/inject"
+	"github.com/bulwark-mesh/bulwark/pkg/meshconfig"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/sds"
 	"github.com/bulwark-mesh/bulwark/pkg/xds"
@@ -44,6 +45,7 @@ type Server struct {
 	// webhooksServing: the admission webhooks answer on the HTTPS port.
 	webhooksServing atomic.Bool
 	injector        *inject.FileSource
+	mesh            *meshconfig.Watcher
 	model           *model.FileSource // nil without a config dir
 	xds             *xds.Server
 	sds             *sds.Server
@@ -91,9 +93,12 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	}
 
 	s := &Server{cfg: cfg, log: log, registry: newRegistry(authority), ca: authority, serving: rotator, kube: kube}
+	if s.mesh, err = newMeshWatcher(cfg, log); err != nil {
+		return nil, err
+	}
 	injectStore := inject.NewStore()
 	s.injector = inject.NewFileSource(cfg.InjectConfigDir, injectStore, log.With("component", "inject"))
-	s.webhooks = webhookHandler(injectStore, log.With("component", "webhook"))
+	s.webhooks = webhookHandler(injectStore, s.mesh.Current, log.With("component", "webhook"))
 	if kube != nil {
 		kube.keepWebhooks(cfg, authority, s.webhooksServing.Load)
 	}
@@ -114,6 +119,26 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		Burst:         cfg.CSRBurst,
 	}).Register(s.grpc)
 	return s, nil
+}
+
+// newMeshWatcher watches the mesh configuration file, starting from
+// cfg.Mesh. An update the injector could not use is refused like an
+// invalid one, so the last good configuration keeps serving.
+func newMeshWatcher(cfg Config, log *slog.Logger) (*meshconfig.Watcher, error) {
+	w, err := meshconfig.NewWatcher(meshconfig.WatcherConfig{
+		Path:     cfg.MeshConfigFile,
+		Defaults: cfg.MeshDefaults(),
+		Initial:  cfg.Mesh,
+		Check:    inject.CheckMeshConfig,
+		Logger:   log.With("component", "meshconfig"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if err := inject.CheckMeshConfig(w.Current()); err != nil {
+		return nil, fmt.Errorf("config: mesh config: %w", err)
+	}
+	return w, nil
 }
 
 // NewCA builds the CA istiod signs with from cfg, so that every command
@@ -239,6 +264,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.log.Info("istiod starting", "mode", s.mode(), "trust_domain", s.cfg.TrustDomain,
 		"secure_grpc", secure.Addr().String(), "http", httpLn.Addr().String(), "monitoring", monLn.Addr().String(), "webhooks", webhookLn.Addr().String(),
 		"state_dir", s.cfg.StateDir, "cacerts_dir", s.cfg.CACertsDir)
+	s.log.Info("mesh configuration", append([]any{"file", s.cfg.MeshConfigFile}, meshconfig.Summary(s.mesh.Current())...)...)
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return serveHTTP(ctx, httpLn, s.readyHandler(), s.cfg.GracePeriod) })
@@ -253,6 +279,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.log.Warn("plaintext xDS enabled: proxies on it are not authenticated and get configuration only", "addr", lns[4].Addr().String())
 		g.Go(func() error { return s.serveGRPC(ctx, s.plaintext, lns[4], "plaintext gRPC", nil) })
 	}
+	g.Go(func() error { return s.mesh.Run(ctx) })
 	g.Go(func() error { return s.injector.Run(ctx) })
 	g.Go(func() error { return s.xds.Run(ctx) })
 	g.Go(func() error { return s.sds.Run(ctx) })

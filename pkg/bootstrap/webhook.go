@@ -7,14 +7,16 @@ import (
 	"net"
 	"net/http"
 
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
+
 	"github.com/bulwark-mesh/bulwark/pkg/inject"
 	"github.com/bulwark-mesh/bulwark/pkg/inject/validate"
 )
 
 // webhookHandler routes the admission webhooks served on the HTTPS port:
 // sidecar injection and validation of the security resources.
-func webhookHandler(store *inject.Store, log *slog.Logger) http.Handler {
-	injector := inject.NewHandler(store, log)
+func webhookHandler(store *inject.Store, mesh func() *meshv1alpha1.MeshConfig, log *slog.Logger) http.Handler {
+	injector := inject.NewHandler(store, log, inject.WithMeshConfig(mesh))
 	validator := validate.NewHandler(log)
 	mux := http.NewServeMux()
 	mux.Handle("/inject", injector)

@@ -50,6 +50,7 @@ func (s *Server) wireXDS(chain authn.Authenticator, td spiffeid.TrustDomain) err
 	srv, err := xds.New(xds.Config{
 		Secrets:       secrets,
 		Model:         store,
+		Mesh:          s.mesh,
 		Authenticator: chain,
 		TrustDomain:   td,
 		Registerer:    s.registry,

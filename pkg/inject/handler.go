@@ -9,6 +9,7 @@ import (
 
 	"github.com/bulwark-mesh/bulwark/pkg/inject/admission"
 
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -30,10 +31,17 @@ func WithNamespaceLabels(f NamespaceLabelsFunc) HandlerOption {
 	return func(h *handler) { h.nsLabels = f }
 }
 
+// WithMeshConfig gives the handler the mesh configuration istiod watches;
+// each request reads the one current then (see Params.Mesh).
+func WithMeshConfig(current func() *meshv1alpha1.MeshConfig) HandlerOption {
+	return func(h *handler) { h.mesh = current }
+}
+
 type handler struct {
 	store    *Store
 	log      *slog.Logger
 	nsLabels NamespaceLabelsFunc
+	mesh     func() *meshv1alpha1.MeshConfig
 }
 
 // NewHandler serves the mutating webhook on POST /inject, /inject/ and
@@ -96,6 +104,9 @@ func (h *handler) admit(req *admissionv1.AdmissionRequest, cluster, network stri
 	params := Params{
 		Namespace: req.Namespace, Config: snap.Config, Values: snap.Values,
 		ClusterID: cluster, Network: network,
+	}
+	if h.mesh != nil {
+		params.Mesh = h.mesh()
 	}
 	if h.nsLabels != nil {
 		params.NamespaceLabels = h.nsLabels(firstNonEmpty(pod.Namespace, req.Namespace))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"gomodules.xyz/jsonpatch/v2"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -19,6 +20,11 @@ type Params struct {
 	NamespaceLabels map[string]string
 	Config          *Config
 	Values          *Values
+	// Mesh, when set, is the mesh configuration as istiod watches it (the
+	// istio ConfigMap's "mesh"): as in Istio, the injector reads its
+	// trustDomain, enablePrometheusMerge and defaultConfig (the discovery
+	// address among them) from it instead of the values' meshConfig.
+	Mesh *meshv1alpha1.MeshConfig
 	// ClusterID and Network come from /inject/cluster/<id>/net/<network>
 	// and take precedence over the values when set.
 	ClusterID string
@@ -59,6 +65,14 @@ func Mutate(pod *corev1.Pod, p Params) (*corev1.Pod, Result, error) {
 	}
 	if p.Config == nil || p.Values == nil {
 		return nil, Result{}, errors.New("inject: no injector config")
+	}
+	if p.Mesh != nil {
+		if err := CheckMeshConfig(p.Mesh); err != nil {
+			return nil, Result{}, fmt.Errorf("inject: mesh config: %w", err)
+		}
+		vals := *p.Values
+		vals.mesh = p.Mesh
+		p.Values = &vals
 	}
 	ns := firstNonEmpty(pod.Namespace, p.Namespace)
 	ok, reason := decide(pod, ns, p.NamespaceLabels, p.Config)

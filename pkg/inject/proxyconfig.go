@@ -7,12 +7,13 @@ import (
 	"fmt"
 	"regexp"
 	"sort"
-	"strings"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/bulwark-mesh/bulwark/pkg/meshconfig"
 )
 
 const maxProxyConfigLen = 64 << 10
@@ -91,7 +92,7 @@ func parseProxyConfig(raw string) (*meshv1alpha1.ProxyConfig, error) {
 	}
 	pc := &meshv1alpha1.ProxyConfig{}
 	if err := protojson.Unmarshal(js, pc); err != nil {
-		return nil, fmt.Errorf("not a ProxyConfig: %w", stableError{err})
+		return nil, fmt.Errorf("not a ProxyConfig: %w", meshconfig.ProtoError{Err: err})
 	}
 	return pc, nil
 }
@@ -131,12 +132,3 @@ func checkProxyConfig(pc *meshv1alpha1.ProxyConfig) error {
 	}
 	return nil
 }
-
-// stableError reports a protobuf error with plain spaces: the protobuf
-// runtime randomly uses non-breaking spaces in its messages to keep callers
-// from matching on them, which would make denial messages flap.
-type stableError struct{ err error }
-
-func (e stableError) Error() string { return strings.ReplaceAll(e.err.Error(), "\u00a0", " ") }
-
-func (e stableError) Unwrap() error { return e.err }

@@ -7,9 +7,10 @@ import (
 	"strconv"
 	"strings"
 
-	"google.golang.org/protobuf/encoding/protojson"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/bulwark-mesh/bulwark/pkg/meshconfig"
 )
 
 // Values is the "values" key of the istio-sidecar-injector ConfigMap: the
@@ -188,15 +189,34 @@ func (v *Values) PrometheusMerge() bool {
 	return true
 }
 
+// parseMeshConfig decodes the values' meshConfig strictly, like every
+// other key of the injector's values.
 func parseMeshConfig(raw json.RawMessage) (*meshv1alpha1.MeshConfig, error) {
-	mc := &meshv1alpha1.MeshConfig{}
 	if len(bytes.TrimSpace(raw)) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-		return mc, nil
+		return &meshv1alpha1.MeshConfig{}, nil
 	}
-	if err := protojson.Unmarshal(raw, mc); err != nil {
-		return nil, fmt.Errorf("meshConfig: %w", stableError{err})
+	mc, _, err := meshconfig.UnmarshalJSON(raw, true)
+	if err != nil {
+		return nil, fmt.Errorf("meshConfig: %w", err)
 	}
 	return mc, nil
+}
+
+// CheckMeshConfig applies the injector's rules to a mesh configuration it
+// is to read (Params.Mesh): its trust domain and default ProxyConfig end
+// up in every injected pod.
+func CheckMeshConfig(mc *meshv1alpha1.MeshConfig) error {
+	if mc.GetTrustDomain() != "" {
+		if err := validateTrustDomain(mc.GetTrustDomain()); err != nil {
+			return fmt.Errorf("trustDomain: %w", err)
+		}
+	}
+	if pc := mc.GetDefaultConfig(); pc != nil {
+		if err := checkProxyConfig(pc); err != nil {
+			return fmt.Errorf("defaultConfig: %w", err)
+		}
+	}
+	return nil
 }
 
 // validate checks every value that ends up in the injected pod.

@@ -182,6 +182,22 @@ func Build(version string, opts Options, res Resources) *Snapshot {
 	return s
 }
 
+// WithRootNamespace returns s as seen with ns as the root namespace (the
+// namespace of mesh-wide policies, which the mesh configuration names):
+// s itself when it already is, else a copy sharing s's resources, whose
+// version tells the two apart. An empty ns keeps s's.
+func (s *Snapshot) WithRootNamespace(ns string) *Snapshot {
+	if ns == "" || ns == s.Options.RootNamespace {
+		return s
+	}
+	c := *s
+	c.Options.RootNamespace = ns
+	if s.Version != "" {
+		c.Version = s.Version + "+root:" + ns
+	}
+	return &c
+}
+
 // endpointsOf adds to svc's own endpoints the workloads of its namespace
 // that its selector matches. A service without a selector selects none.
 func endpointsOf(svc *Service, workloads []*Workload) map[uint32][]Endpoint {

@@ -225,3 +225,38 @@ func TestAuthorizationPoliciesForAWorkload(t *testing.T) {
 		t.Errorf("policies %v, want %v (a targetRef policy is a gateway's)", got, want)
 	}
 }
+
+func TestWithRootNamespaceMovesMeshWidePolicies(t *testing.T) {
+	snap := Build("v1", Options{}, Resources{
+		PeerAuthentications: []*PeerAuthentication{
+			{Meta: Meta{Name: "default", Namespace: "mesh-root"}, Spec: &securityv1.PeerAuthentication{Mtls: &securityv1.PeerAuthentication_MutualTLS{Mode: securityv1.PeerAuthentication_MutualTLS_STRICT}}},
+		},
+		AuthorizationPolicies: []*AuthorizationPolicy{
+			{Meta: Meta{Name: "deny-all", Namespace: "mesh-root"}, Spec: &securityv1.AuthorizationPolicy{}},
+			{Meta: Meta{Name: "old", Namespace: DefaultRootNamespace}, Spec: &securityv1.AuthorizationPolicy{}},
+		},
+	})
+	moved := snap.WithRootNamespace("mesh-root")
+	if got := moved.MTLSMode("app", nil, 80); got != MTLSStrict {
+		t.Errorf("mode under root mesh-root: %s, want the mesh-root policy's STRICT", got)
+	}
+	if got := snap.MTLSMode("app", nil, 80); got != MTLSPermissive {
+		t.Errorf("the original snapshot changed: mode %s", got)
+	}
+	var names []string
+	for _, p := range moved.AuthorizationPolicies("app", nil) {
+		names = append(names, p.Namespace+"/"+p.Name)
+	}
+	if want := []string{"mesh-root/deny-all"}; !slices.Equal(names, want) {
+		t.Errorf("policies under root mesh-root: %v, want %v", names, want)
+	}
+	if moved.Version == snap.Version || moved.Version == "" {
+		t.Errorf("version %q beside %q: a snapshot with another root must not share its version", moved.Version, snap.Version)
+	}
+	if snap.WithRootNamespace(DefaultRootNamespace) != snap || snap.WithRootNamespace("") != snap {
+		t.Error("the same or no root namespace must give the snapshot itself")
+	}
+	if Build("", Options{}, Resources{}).WithRootNamespace("x").Version != "" {
+		t.Error("an unsynced snapshot (no version) must stay unsynced")
+	}
+}

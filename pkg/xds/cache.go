@@ -18,6 +18,8 @@ import (
 type pushState struct {
 	snap      *model.Snapshot
 	changedAt time.Time // first model change this push carries; zero at start
+	// mesh is the mesh configuration snap is seen with (mesh.go); nil: the one in force
+	mesh *meshState
 
 	mu          sync.Mutex
 	built       map[string]*builtResource

@@ -111,12 +111,18 @@ func (w *nodeWorkload) registryPod(snap *model.Snapshot) *model.Pod {
 	return snap.Pod(w.namespace, w.pod)
 }
 
-// scope is what generation reads of the workload in snap: in a registry
+// scope is scopeIn under the mesh configuration in force.
+func (w *nodeWorkload) scope(s *Server, snap *model.Snapshot) (key string, gen generateFunc) {
+	return w.scopeIn(s, snap, s.mesh.Load())
+}
+
+// scopeIn is what generation reads of the workload in snap: in a registry
 // of pods, the labels and addresses of the pod the node names when it
 // runs under the node's service account; else what the node claims. key
 // is all of it, after the generator's name: proxies with equal keys get
-// equal resources.
-func (w *nodeWorkload) scope(s *Server, snap *model.Snapshot) (key string, gen generateFunc) {
+// equal resources from one push state. Envoy sidecars generate with ms's
+// generator.
+func (w *nodeWorkload) scopeIn(s *Server, snap *model.Snapshot, ms *meshState) (key string, gen generateFunc) {
 	labels, ips := w.labels, w.ips
 	if pod := w.registryPod(snap); pod != nil && pod.ServiceAccount == w.serviceAccount {
 		labels, ips = pod.Labels, pod.IPs
@@ -128,8 +134,8 @@ func (w *nodeWorkload) scope(s *Server, snap *model.Snapshot) (key string, gen g
 		}
 	}
 	ep := &envoygen.Proxy{Namespace: w.namespace, Labels: labels, IPs: ips}
-	return "envoy\x00" + s.envoy.Scope(snap, ep), func(snap *model.Snapshot, typeURL string, names []string, wildcard bool) []resource.Resource {
-		return s.envoy.Generate(snap, ep, typeURL, names, wildcard)
+	return "envoy\x00" + ms.envoy.Scope(snap, ep), func(snap *model.Snapshot, typeURL string, names []string, wildcard bool) []resource.Resource {
+		return ms.envoy.Generate(snap, ep, typeURL, names, wildcard)
 	}
 }
 

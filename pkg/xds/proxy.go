@@ -25,8 +25,10 @@ type proxy struct {
 	node *core.Node    // the authenticated first node; nil before
 	wl   *nodeWorkload // set with node
 	sp   sds.Proxy     // for secrets
-	// The generation scope of wl in scopeSnap, the last snapshot asked.
+	// The generation scope of wl in scopeSnap, the last snapshot asked,
+	// under the mesh configuration scopeMesh.
 	scopeSnap *model.Snapshot
+	scopeMesh *meshState
 	scopeKey  string
 	scopeGen  generateFunc
 	watches   map[string]*watch
@@ -147,9 +149,9 @@ func (p *proxy) responseLocked(st *pushState, typeURL string, sub subscription) 
 		r.finish(key)
 		return r
 	}
-	if p.scopeSnap != st.snap {
-		p.scopeKey, p.scopeGen = p.wl.scope(p.srv, st.snap)
-		p.scopeSnap = st.snap
+	if ms := p.srv.meshOf(st); p.scopeSnap != st.snap || p.scopeMesh != ms {
+		p.scopeKey, p.scopeGen = p.wl.scopeIn(p.srv, st.snap, ms)
+		p.scopeSnap, p.scopeMesh = st.snap, ms
 	}
 	key.proxy = p.scopeKey
 	return st.response(p.srv, p.scopeGen, key, sub.names)

@@ -46,7 +46,6 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/authn"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/authz"
-	"github.com/bulwark-mesh/bulwark/pkg/xds/envoygen"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
 )
 
@@ -96,8 +95,12 @@ type Config struct {
 	// streams, to proxies on TLS streams only; without it Secret requests
 	// are ignored like any unknown type.
 	Secrets SecretSource
-	// Mesh is the mesh-wide configuration of Envoy sidecars.
-	Mesh envoygen.Mesh
+	// Mesh, when set, is the mesh configuration: outboundTrafficPolicy
+	// and enableAutoMtls shape Envoy sidecars' resources, rootNamespace
+	// names the namespace of mesh-wide policies. A change is pushed like a
+	// model change. Without it, Istio's defaults and the model's root
+	// namespace apply.
+	Mesh MeshSource
 }
 
 // Server is the ADS server.
@@ -105,13 +108,13 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	gen     *grpcgen.Generator
-	envoy   *envoygen.Generator
 	metrics *metrics
 	limiter *rate.Limiter
 	ads     serverv3.Server
 	stop    context.CancelFunc
 
 	state atomic.Pointer[pushState]
+	mesh  atomic.Pointer[meshState] // in force; the next push state is built with it
 
 	reportMu sync.Mutex
 	reported map[string]bool // policy problems logged, by description
@@ -141,13 +144,13 @@ func New(cfg Config) (*Server, error) {
 		cfg:     cfg,
 		log:     cfg.Logger,
 		gen:     &grpcgen.Generator{TrustDomain: cfg.TrustDomain},
-		envoy:   &envoygen.Generator{TrustDomain: cfg.TrustDomain, Mesh: cfg.Mesh},
 		metrics: newMetrics(cfg.Registerer),
 		limiter: rate.NewLimiter(cfg.StreamRate, cfg.StreamBurst),
 		streams: make(map[int64]*proxy),
 		byNode:  make(map[*core.Node]*proxy),
 	}
-	s.state.Store(newPushState(cfg.Model.Current(), time.Time{}))
+	s.mesh.Store(s.newMeshState(currentMesh(cfg.Mesh)))
+	s.state.Store(s.newState(cfg.Model.Current(), time.Time{}))
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stop = cancel
 	s.ads = serverv3.NewServer(ctx, s, callbacks{s}, sotw.WithOrderedADS())
@@ -159,8 +162,8 @@ func (s *Server) Register(r grpc.ServiceRegistrar) {
 	discovery.RegisterAggregatedDiscoveryServiceServer(r, s.ads)
 }
 
-// Run pushes model changes to proxies until ctx is done, then ends every
-// stream.
+// Run pushes model and mesh configuration changes to proxies until ctx is
+// done, then ends every stream.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.stop()
 	if s.cfg.Secrets != nil {
@@ -171,22 +174,44 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	updates, cancel := s.cfg.Model.Subscribe()
 	defer cancel()
+	meshUpdates, cancelMesh := s.subscribeMesh()
+	defer cancelMesh()
 	var (
-		pending *model.Snapshot
-		first   time.Time
-		quiet   = time.NewTimer(time.Hour)
+		pending     *model.Snapshot // a model change not pushed yet
+		meshPending bool            // a mesh change not pushed yet
+		first       time.Time
+		quiet       = time.NewTimer(time.Hour)
 	)
 	quiet.Stop()
 	defer quiet.Stop()
 	push := func() {
+		if pending == nil {
+			pending = s.cfg.Model.Current()
+		}
 		s.push(pending, first)
-		pending = nil
+		pending, meshPending = nil, false
+	}
+	// changed debounces a change: the first model is applied at once
+	// (there is nothing to coalesce it with, and readiness waits for it),
+	// and no change waits longer than DebounceMax.
+	changed := func() {
+		if !s.HasSynced() || s.cfg.Clock().Sub(first) >= s.cfg.DebounceMax {
+			quiet.Stop()
+			push()
+			return
+		}
+		quiet.Reset(s.cfg.DebounceQuiet)
 	}
 	if snap := s.state.Load().snap; snap.Version != "" {
 		s.reportPolicies(snap)
 	}
 	// A change made between New and Subscribe is caught here.
-	if cur := s.cfg.Model.Current(); cur.Version != s.state.Load().snap.Version {
+	s.warnAliases(s.mesh.Load().cfg.GetTrustDomainAliases())
+	if mc := currentMesh(s.cfg.Mesh); mc != s.mesh.Load().cfg {
+		s.applyMesh(mc)
+		meshPending = true
+	}
+	if cur := s.cfg.Model.Current(); meshPending || s.mesh.Load().derive(cur).Version != s.state.Load().snap.Version {
 		pending, first = cur, s.cfg.Clock()
 		push()
 	}
@@ -198,20 +223,24 @@ func (s *Server) Run(ctx context.Context) error {
 			if !ok {
 				return nil
 			}
-			if pending == nil {
+			if pending == nil && !meshPending {
 				first = s.cfg.Clock()
 			}
 			pending = snap
-			// The first model is applied at once: there is nothing to
-			// coalesce it with, and readiness waits for it.
-			if !s.HasSynced() || s.cfg.Clock().Sub(first) >= s.cfg.DebounceMax {
-				quiet.Stop()
-				push()
+			changed()
+		case mc, ok := <-meshUpdates:
+			if !ok {
+				meshUpdates = nil
 				continue
 			}
-			quiet.Reset(s.cfg.DebounceQuiet)
+			if pending == nil && !meshPending {
+				first = s.cfg.Clock()
+			}
+			s.applyMesh(mc)
+			meshPending = true
+			changed()
 		case <-quiet.C:
-			if pending != nil {
+			if pending != nil || meshPending {
 				push()
 			}
 		}
@@ -222,9 +251,13 @@ func (s *Server) Run(ctx context.Context) error {
 // with a version) is the one served.
 func (s *Server) HasSynced() bool { return s.state.Load().snap.Version != "" }
 
-// push makes snap current and answers every open watch it changes.
+// push makes the model snapshot snap, under the mesh configuration in
+// force, current and answers every open watch it changes.
 func (s *Server) push(snap *model.Snapshot, changedAt time.Time) {
-	st := newPushState(snap, changedAt)
+	st := s.newState(snap, changedAt)
+	if prev := s.state.Load(); st.snap.Version != "" && st.snap.Version == prev.snap.Version && st.mesh == prev.mesh {
+		return // nothing new: a model change already pushed with a mesh change
+	}
 	s.state.Store(st)
 	s.mu.Lock()
 	proxies := make([]*proxy, 0, len(s.streams))
@@ -232,8 +265,8 @@ func (s *Server) push(snap *model.Snapshot, changedAt time.Time) {
 		proxies = append(proxies, p)
 	}
 	s.mu.Unlock()
-	s.log.Debug("pushing model", "version", snap.Version, "proxies", len(proxies))
-	s.reportPolicies(snap)
+	s.log.Debug("pushing model", "version", st.snap.Version, "proxies", len(proxies))
+	s.reportPolicies(st.snap)
 	for _, p := range proxies {
 		p.pushAll(st)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/bulwark-mesh/bulwark/pkg/inject"
+	"github.com/bulwark-mesh/bulwark/pkg/meshconfig"
 )
 
 // injectorNames is the injector ConfigMap and the istiod Service of a case.
@@ -167,5 +169,46 @@ func parseProto(t *testing.T, y string, into proto.Message) {
 	}
 	if err := protojson.Unmarshal(j, into); err != nil {
 		t.Errorf("not a valid %T: %v\n%s", into, err, y)
+	}
+}
+
+// TestIstiodRunsWithTheMeshConfigsTrustDomain: istiod reads the mounted
+// mesh config (--meshConfig) and refuses to start when --trust-domain
+// disagrees with its trustDomain, so the chart gives both the same value,
+// also when only meshConfig.trustDomain is set; and Bulwark's own parser
+// accepts the rendered mesh.
+func TestIstiodRunsWithTheMeshConfigsTrustDomain(t *testing.T) {
+	for name, tc := range map[string]struct {
+		values map[string]any
+		want   string
+	}{
+		"the default":                      {want: "cluster.local"},
+		"trustDomain":                      {values: map[string]any{"trustDomain": "mesh.example.com"}, want: "mesh.example.com"},
+		"meshConfig.trustDomain wins":      {values: map[string]any{"trustDomain": "a.example.com", "meshConfig": map[string]any{"trustDomain": "b.example.com"}}, want: "b.example.com"},
+		"meshConfig.trustDomain alone too": {values: map[string]any{"meshConfig": map[string]any{"trustDomain": "b.example.com"}}, want: "b.example.com"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := mustRender(t, Options{Values: tc.values})
+			d := deployment(t, r)
+			args := d.Spec.Template.Spec.Containers[0].Args
+			for _, want := range []string{"--trust-domain=" + tc.want, "--meshConfig=/etc/istio/config/mesh"} {
+				if !slices.Contains(args, want) {
+					t.Errorf("args %v lack %s", args, want)
+				}
+			}
+			if got := envOf(d)["TRUST_DOMAIN"]; got != tc.want {
+				t.Errorf("TRUST_DOMAIN %q, want %q", got, tc.want)
+			}
+			mc, _, err := meshconfig.Parse([]byte(configMap(t, r, "istio")["mesh"]), meshconfig.Defaults{})
+			if err != nil {
+				t.Fatalf("istiod would refuse the rendered mesh config: %v", err)
+			}
+			if mc.GetTrustDomain() != tc.want {
+				t.Errorf("mesh trustDomain %q, want %q", mc.GetTrustDomain(), tc.want)
+			}
+			if !strings.Contains(configMap(t, r, "istio-sidecar-injector")["values"], `"trustDomain": "`+tc.want+`"`) {
+				t.Errorf("injector values do not carry trustDomain %s", tc.want)
+			}
+		})
 	}
 }

@@ -118,6 +118,14 @@ service:
 {{- end -}}
 
 {{/*
+The trust domain istiod runs with: the mesh config's, which istiod
+requires --trust-domain to agree with.
+*/}}
+{{- define "istiod.trustDomain" -}}
+{{- (include "istiod.meshConfig" . | fromJson).trustDomain -}}
+{{- end -}}
+
+{{/*
 The effective MeshConfig: meshConfig from the values, with trustDomain,
 rootNamespace and defaultConfig.discoveryAddress filled in where unset.
 Rendered as JSON; callers convert it.

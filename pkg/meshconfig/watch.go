@@ -1,0 +1,222 @@
+package meshconfig
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
+
+	"github.com/bulwark-mesh/bulwark/internal/dirwatch"
+)
+
+// DefaultResync is how often the file is read again in case a change
+// notification was missed.
+const DefaultResync = 10 * time.Second
+
+// ReadFile reads and parses the mesh configuration file at path. A missing
+// file is the defaults, as in Istio.
+func ReadFile(path string, d Defaults) (mc *meshv1alpha1.MeshConfig, warnings []string, err error) {
+	data, err := readBounded(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Default(d), nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	mc, warnings, err = Parse(data, d)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return mc, warnings, nil
+}
+
+// readBounded reads at most MaxBytes of path, following symbolic links
+// (a mounted ConfigMap's file is one).
+func readBounded(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(data) > MaxBytes {
+		return nil, fmt.Errorf("read %s: larger than the limit of %d bytes", path, MaxBytes)
+	}
+	return data, nil
+}
+
+// WatcherConfig configures a Watcher.
+type WatcherConfig struct {
+	// Path is the mesh configuration file. Its directory is watched, so
+	// Kubernetes' swap of a mounted ConfigMap's ..data link is seen.
+	Path     string
+	Defaults Defaults
+	// Initial is the configuration istiod started with (ReadFile's); nil
+	// means Default(Defaults). Its trust domain is the one istiod runs
+	// with: certificates and identities cannot change trust domain while
+	// istiod runs, so a later change of trustDomain is logged and takes
+	// effect at the next start.
+	Initial *meshv1alpha1.MeshConfig
+	// Check, when set, is a further rule an update must pass (the
+	// injector's rules for defaultConfig, for example).
+	Check func(*meshv1alpha1.MeshConfig) error
+	// Resync is how often the file is read again besides change
+	// notifications; zero means DefaultResync.
+	Resync time.Duration
+	Logger *slog.Logger
+}
+
+// Watcher holds the current mesh configuration and announces changes. The
+// configurations it hands out are shared and must not be modified.
+type Watcher struct {
+	cfg         WatcherConfig
+	log         *slog.Logger
+	trustDomain string
+	current     atomic.Pointer[meshv1alpha1.MeshConfig]
+	last        string // the last outcome logged, so a resync does not repeat it
+
+	mu   sync.Mutex
+	subs map[chan *meshv1alpha1.MeshConfig]struct{}
+}
+
+// NewWatcher returns a watcher of cfg.Path. It does no I/O: until Run
+// reads the file, Current is cfg.Initial.
+func NewWatcher(cfg WatcherConfig) (*Watcher, error) {
+	if cfg.Path == "" {
+		return nil, errors.New("meshconfig: no file to watch")
+	}
+	if cfg.Resync <= 0 {
+		cfg.Resync = DefaultResync
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	initial := cfg.Initial
+	if initial == nil {
+		initial = Default(cfg.Defaults)
+	}
+	if err := Validate(initial); err != nil {
+		return nil, fmt.Errorf("meshconfig: initial configuration: %w", err)
+	}
+	w := &Watcher{cfg: cfg, log: cfg.Logger, trustDomain: initial.GetTrustDomain(), subs: make(map[chan *meshv1alpha1.MeshConfig]struct{})}
+	w.current.Store(initial)
+	return w, nil
+}
+
+// Current returns the configuration in force; never nil.
+func (w *Watcher) Current() *meshv1alpha1.MeshConfig { return w.current.Load() }
+
+// Subscribe returns a channel receiving each new configuration (the latest
+// only, when the reader is slow). cancel stops delivery and closes it.
+func (w *Watcher) Subscribe() (updates <-chan *meshv1alpha1.MeshConfig, cancel func()) {
+	ch := make(chan *meshv1alpha1.MeshConfig, 1)
+	w.mu.Lock()
+	w.subs[ch] = struct{}{}
+	w.mu.Unlock()
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			w.mu.Lock()
+			delete(w.subs, ch)
+			close(ch)
+			w.mu.Unlock()
+		})
+	}
+}
+
+// Run reads the file now, on every change and every Resync, until ctx is
+// done.
+func (w *Watcher) Run(ctx context.Context) error {
+	dirwatch.Run(ctx, filepath.Dir(w.cfg.Path), dirwatch.DefaultDebounce, w.cfg.Resync, w.log, w.reload)
+	return nil
+}
+
+// reload reads the file and, when it holds a valid configuration other
+// than the current one, makes it current. Only Run's goroutine calls it.
+func (w *Watcher) reload() {
+	mc, warnings, err := ReadFile(w.cfg.Path, w.cfg.Defaults)
+	if err == nil && w.cfg.Check != nil {
+		err = w.cfg.Check(mc)
+	}
+	if err != nil {
+		w.report(note{slog.LevelError, "mesh configuration rejected; the last good one keeps serving", []any{"file", w.cfg.Path, "err", err}})
+		return
+	}
+	var notes []note
+	for _, warn := range warnings {
+		notes = append(notes, note{slog.LevelWarn, "mesh configuration has fields this istiod does not read", []any{"file", w.cfg.Path, "warning", warn}})
+	}
+	if td := mc.GetTrustDomain(); td != w.trustDomain {
+		notes = append(notes, note{slog.LevelWarn, "mesh configuration names another trust domain; istiod keeps the one it started with until it restarts, as its CA and every identity it issued belong to it",
+			[]any{"file", w.cfg.Path, "trust_domain", w.trustDomain, "configured", td}})
+		mc.TrustDomain = w.trustDomain
+	}
+	if proto.Equal(mc, w.current.Load()) {
+		if len(notes) == 0 && w.last != "" {
+			notes = append(notes, note{slog.LevelInfo, "mesh configuration file is valid again; the configuration in force is unchanged", []any{"file", w.cfg.Path}})
+		}
+		w.report(notes...)
+		return
+	}
+	w.current.Store(mc)
+	w.last = ""
+	w.report(notes...)
+	w.log.Info("mesh configuration loaded", append([]any{"file", w.cfg.Path}, Summary(mc)...)...)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for ch := range w.subs {
+		select {
+		case <-ch:
+		default:
+		}
+		ch <- mc
+	}
+}
+
+// note is one thing a reload has to say.
+type note struct {
+	level slog.Level
+	msg   string
+	args  []any
+}
+
+// report logs notes unless they are what the last reload said, so that a
+// resync does not repeat them.
+func (w *Watcher) report(notes ...note) {
+	key := ""
+	for _, n := range notes {
+		key += fmt.Sprint(n.level, n.msg, n.args) + "\x00"
+	}
+	if key == w.last {
+		return
+	}
+	w.last = key
+	for _, n := range notes {
+		w.log.Log(context.Background(), n.level, n.msg, n.args...)
+	}
+}
+
+// Summary is the fields Bulwark reads, as log attributes.
+func Summary(mc *meshv1alpha1.MeshConfig) []any {
+	return []any{
+		"trust_domain", mc.GetTrustDomain(),
+		"trust_domain_aliases", mc.GetTrustDomainAliases(),
+		"root_namespace", mc.GetRootNamespace(),
+		"enable_auto_mtls", mc.GetEnableAutoMtls() == nil || mc.GetEnableAutoMtls().GetValue(),
+		"outbound_traffic_policy", mc.GetOutboundTrafficPolicy().GetMode().String(),
+		"discovery_address", mc.GetDefaultConfig().GetDiscoveryAddress(),
+	}
+}

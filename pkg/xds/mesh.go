@@ -1,0 +1,100 @@
+package xds
+
+import (
+	"slices"
+	"time"
+
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
+
+	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/envoygen"
+)
+
+// MeshSource is the mesh configuration (Istio's MeshConfig, the istio
+// ConfigMap's "mesh") as it changes.
+type MeshSource interface {
+	Current() *meshv1alpha1.MeshConfig
+	Subscribe() (<-chan *meshv1alpha1.MeshConfig, func())
+}
+
+// meshState is one mesh configuration as generation reads it. A push
+// state is built from a model snapshot and a meshState; proxies generate
+// with the meshState of the push state they answer from.
+type meshState struct {
+	cfg   *meshv1alpha1.MeshConfig // nil: Istio's defaults
+	envoy *envoygen.Generator
+}
+
+func (s *Server) newMeshState(mc *meshv1alpha1.MeshConfig) *meshState {
+	return &meshState{cfg: mc, envoy: &envoygen.Generator{TrustDomain: s.cfg.TrustDomain, Mesh: envoyMesh(mc)}}
+}
+
+// applyMesh makes mc the mesh configuration the next push is built with.
+func (s *Server) applyMesh(mc *meshv1alpha1.MeshConfig) {
+	prev := s.mesh.Load().cfg.GetTrustDomainAliases()
+	s.mesh.Store(s.newMeshState(mc))
+	if aliases := mc.GetTrustDomainAliases(); !slices.Equal(aliases, prev) {
+		s.warnAliases(aliases)
+	}
+}
+
+// warnAliases says that trust domain aliases are not applied yet: Istio
+// matches a policy's principal of one trust domain of the bundle under
+// every other one too; here it matches its own only (and cluster.local the
+// local one).
+func (s *Server) warnAliases(aliases []string) {
+	if len(aliases) > 0 {
+		s.log.Warn("mesh config trustDomainAliases are not applied to AuthorizationPolicy principals: a principal of an alias matches that trust domain only", "aliases", aliases)
+	}
+}
+
+// envoyMesh is what the Envoy generator reads of mc, with Istio's
+// defaults for what mc leaves unset: ALLOW_ANY, auto-mTLS on.
+func envoyMesh(mc *meshv1alpha1.MeshConfig) envoygen.Mesh {
+	policy := mc.GetOutboundTrafficPolicy()
+	autoMTLS := mc.GetEnableAutoMtls()
+	return envoygen.Mesh{
+		RegistryOnly:    policy != nil && policy.GetMode() == meshv1alpha1.MeshConfig_OutboundTrafficPolicy_REGISTRY_ONLY,
+		DisableAutoMTLS: autoMTLS != nil && !autoMTLS.GetValue(),
+	}
+}
+
+// derive is snap as generation sees it under m: mesh-wide policies are
+// those of m's root namespace (the model's own when m names none).
+func (m *meshState) derive(snap *model.Snapshot) *model.Snapshot {
+	return snap.WithRootNamespace(m.cfg.GetRootNamespace())
+}
+
+// meshOf is the meshState st was built with; a push state made without
+// one (tests) generates with the one in force.
+func (s *Server) meshOf(st *pushState) *meshState {
+	if st.mesh != nil {
+		return st.mesh
+	}
+	return s.mesh.Load()
+}
+
+// newState is the push state of the model snapshot snap under the mesh
+// configuration in force.
+func (s *Server) newState(snap *model.Snapshot, changedAt time.Time) *pushState {
+	ms := s.mesh.Load()
+	st := newPushState(ms.derive(snap), changedAt)
+	st.mesh = ms
+	return st
+}
+
+// subscribeMesh subscribes to the mesh source; without one, the channel
+// is nil and never ready.
+func (s *Server) subscribeMesh() (<-chan *meshv1alpha1.MeshConfig, func()) {
+	if s.cfg.Mesh == nil {
+		return nil, func() {}
+	}
+	return s.cfg.Mesh.Subscribe()
+}
+
+func currentMesh(src MeshSource) *meshv1alpha1.MeshConfig {
+	if src == nil {
+		return nil
+	}
+	return src.Current()
+}

@@ -1,0 +1,249 @@
+package xds
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
+
+	"github.com/bulwark-mesh/bulwark/internal/logtest"
+	"github.com/bulwark-mesh/bulwark/pkg/ca/catest"
+	"github.com/bulwark-mesh/bulwark/pkg/meshconfig"
+	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
+)
+
+// meshFile runs a real mesh configuration watcher on a file of its own and
+// returns it with a function that rewrites the file.
+func meshFile(t *testing.T, initial string) (*meshconfig.Watcher, func(string)) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "mesh")
+	write := func(doc string) {
+		t.Helper()
+		// Written beside and renamed over, so the watcher never reads half a file.
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(initial)
+	defaults := meshconfig.Defaults{TrustDomain: "cluster.local", RootNamespace: "istio-system"}
+	first, _, err := meshconfig.ReadFile(path, defaults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := meshconfig.NewWatcher(meshconfig.WatcherConfig{Path: path, Defaults: defaults, Initial: first, Resync: time.Hour, Logger: catest.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = w.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return w, write
+}
+
+// ack acknowledges r on the stream.
+func ack(t *testing.T, st discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient, r *discovery.DiscoveryResponse) {
+	t.Helper()
+	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: r.GetTypeUrl(), VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// outboundFallback is the cluster virtualOutbound's catch-all chain sends
+// unknown destinations to.
+func outboundFallback(t *testing.T, r *discovery.DiscoveryResponse) string {
+	t.Helper()
+	for _, a := range r.GetResources() {
+		l := unmarshal[*listener.Listener](t, a, &listener.Listener{})
+		if l.GetName() != "virtualOutbound" {
+			continue
+		}
+		for _, fc := range l.GetFilterChains() {
+			if fc.GetName() == "virtualOutbound-catchall-tcp" {
+				return unmarshal[*tcpproxy.TcpProxy](t, fc.GetFilters()[0].GetTypedConfig(), &tcpproxy.TcpProxy{}).GetCluster()
+			}
+		}
+	}
+	t.Fatal("no virtualOutbound catch-all chain")
+	return ""
+}
+
+// autoMTLS reports whether echo's outbound cluster offers Istio mTLS to
+// endpoints that accept it.
+func autoMTLS(t *testing.T, r *discovery.DiscoveryResponse) bool {
+	t.Helper()
+	for _, a := range r.GetResources() {
+		c := unmarshal[*cluster.Cluster](t, a, &cluster.Cluster{})
+		if c.GetName() == "outbound|8080||echo.app.svc.cluster.local" {
+			return len(c.GetTransportSocketMatches()) > 0
+		}
+	}
+	t.Fatal("no outbound cluster for echo")
+	return false
+}
+
+// TestMeshConfigChangeReachesAConnectedSidecar: an Envoy sidecar connected
+// over ADS gets new clusters and listeners when the mesh configuration
+// file changes, in Envoy's order, without reconnecting; a bad update
+// pushes nothing; the next good one does.
+func TestMeshConfigChangeReachesAConnectedSidecar(t *testing.T) {
+	watcher, write := meshFile(t, "outboundTrafficPolicy: {mode: ALLOW_ANY}\n")
+	h := newHarness(t, modeltest.Load(t, envoyManifests), func(c *Config) { c.Mesh = watcher })
+	st := h.stream(clientID)
+	if err := st.Send(&discovery.DiscoveryRequest{Node: envoyNode("app", "client", "10.0.0.9"), TypeUrl: resource.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	cds := recv(t, st)
+	ack(t, st, cds)
+	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ListenerType}); err != nil {
+		t.Fatal(err)
+	}
+	lds := recv(t, st)
+	ack(t, st, lds)
+	if got := outboundFallback(t, lds); got != "PassthroughCluster" {
+		t.Fatalf("under ALLOW_ANY unknown destinations go to %s, want PassthroughCluster", got)
+	}
+	if !autoMTLS(t, cds) {
+		t.Fatal("auto-mTLS is off by default")
+	}
+
+	write("outboundTrafficPolicy: {mode: REGISTRY_ONLY}\nenableAutoMtls: false\n")
+	cds = recv(t, st)
+	if cds.GetTypeUrl() != resource.ClusterType || autoMTLS(t, cds) {
+		t.Fatalf("first push: %s with auto-mTLS %v, want clusters without auto-mTLS first", cds.GetTypeUrl(), cds.GetTypeUrl() == resource.ClusterType && autoMTLS(t, cds))
+	}
+	ack(t, st, cds)
+	lds = recv(t, st)
+	if lds.GetTypeUrl() != resource.ListenerType {
+		t.Fatalf("second push: %s, want listeners", lds.GetTypeUrl())
+	}
+	if got := outboundFallback(t, lds); got != "BlackHoleCluster" {
+		t.Fatalf("under REGISTRY_ONLY unknown destinations go to %s, want BlackHoleCluster", got)
+	}
+	ack(t, st, lds)
+
+	write("outboundTrafficPolicy: [not yaml\n")
+	noResponse(t, st, resource.RouteType)
+	if h.srv.state.Load().mesh.cfg.GetOutboundTrafficPolicy().GetMode() != meshv1alpha1.MeshConfig_OutboundTrafficPolicy_REGISTRY_ONLY {
+		t.Fatal("a bad update changed the mesh configuration served")
+	}
+
+	write("enableAutoMtls: false\n") // back to ALLOW_ANY, Istio's default
+	lds = recv(t, st)
+	if lds.GetTypeUrl() != resource.ListenerType || outboundFallback(t, lds) != "PassthroughCluster" {
+		t.Fatalf("after recovery: %s, want listeners sending unknown destinations to PassthroughCluster", lds.GetTypeUrl())
+	}
+}
+
+// TestMeshConfigRootNamespaceMakesItsPoliciesMeshWide: an
+// AuthorizationPolicy of the namespace the mesh configuration names as
+// root applies to every workload, and stops applying when the root moves.
+func TestMeshConfigRootNamespaceMakesItsPoliciesMeshWide(t *testing.T) {
+	watcher, write := meshFile(t, "")
+	snap := modeltest.Load(t, envoyManifests+`---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: allow-app, namespace: mesh-root}
+spec: {rules: [{from: [{source: {namespaces: [app]}}]}]}
+`)
+	h := newHarness(t, snap, func(c *Config) { c.Mesh = watcher })
+	st := h.stream("spiffe://cluster.local/ns/app/sa/web")
+	if err := st.Send(&discovery.DiscoveryRequest{Node: envoyNode("app", "web", "10.0.0.20"), TypeUrl: resource.ListenerType}); err != nil {
+		t.Fatal(err)
+	}
+	r := recv(t, st)
+	if inboundRBAC(t, r) {
+		t.Fatal("a policy of mesh-root applies while the root namespace is istio-system")
+	}
+	ack(t, st, r)
+
+	write("rootNamespace: mesh-root\n")
+	r = recv(t, st)
+	if !inboundRBAC(t, r) {
+		t.Fatal("with root namespace mesh-root, its policy does not reach web's inbound chains")
+	}
+	ack(t, st, r)
+	if v := h.srv.state.Load().snap.Version; v == snap.Version {
+		t.Errorf("served snapshot version %q is the model's: a root namespace change must be told apart", v)
+	}
+
+	write("rootNamespace: istio-system\n")
+	if r = recv(t, st); inboundRBAC(t, r) {
+		t.Fatal("the policy still applies after the root namespace moved back")
+	}
+}
+
+// inboundRBAC reports whether every inbound chain of virtualInbound but
+// the loop blackhole has an RBAC filter.
+func inboundRBAC(t *testing.T, r *discovery.DiscoveryResponse) bool {
+	t.Helper()
+	for _, a := range r.GetResources() {
+		l := unmarshal[*listener.Listener](t, a, &listener.Listener{})
+		if l.GetName() != "virtualInbound" {
+			continue
+		}
+		all, n := true, 0
+		for _, fc := range l.GetFilterChains() {
+			if fc.GetName() == "virtualInbound-blackhole" {
+				continue
+			}
+			n++
+			all = all && chainHasRBAC(t, fc)
+		}
+		return n > 0 && all
+	}
+	t.Fatal("no virtualInbound")
+	return false
+}
+
+func TestEnvoyMeshFollowsIstiosDefaults(t *testing.T) {
+	cases := map[string]struct {
+		mc       *meshv1alpha1.MeshConfig
+		registry bool
+		noAuto   bool
+	}{
+		"no mesh configuration is ALLOW_ANY with auto-mTLS":                {mc: nil},
+		"an empty mesh configuration is ALLOW_ANY with auto-mTLS":          {mc: &meshv1alpha1.MeshConfig{}},
+		"an outbound traffic policy of REGISTRY_ONLY blocks":               {mc: &meshv1alpha1.MeshConfig{OutboundTrafficPolicy: &meshv1alpha1.MeshConfig_OutboundTrafficPolicy{}}, registry: true},
+		"enableAutoMtls false turns auto-mTLS off":                         {mc: &meshv1alpha1.MeshConfig{EnableAutoMtls: wrapperspb.Bool(false)}, noAuto: true},
+		"the parsed defaults are ALLOW_ANY with auto-mTLS, as Istio's are": {mc: meshconfig.Default(meshconfig.Defaults{})},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			m := envoyMesh(tc.mc)
+			if m.RegistryOnly != tc.registry || m.DisableAutoMTLS != tc.noAuto {
+				t.Errorf("got %+v, want RegistryOnly %v DisableAutoMTLS %v", m, tc.registry, tc.noAuto)
+			}
+		})
+	}
+}
+
+func TestTrustDomainAliasesAreReportedAsNotApplied(t *testing.T) {
+	watcher, write := meshFile(t, "")
+	rec, log := logtest.New(t)
+	newHarness(t, modeltest.Load(t, envoyManifests), func(c *Config) { c.Mesh, c.Logger = watcher, log })
+	if rec.Count("trustDomainAliases") != 0 {
+		t.Fatal("a warning without aliases")
+	}
+	write("trustDomainAliases: [old.td]\n")
+	deadline := time.Now().Add(10 * time.Second)
+	for rec.Count("WARN", "trustDomainAliases are not applied", "old.td") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no warning that the aliases are not applied")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
