@@ -2,9 +2,11 @@ package envoygen
 
 import (
 	"cmp"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
+	"sync"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -137,3 +139,63 @@ func outboundHCM(name, routeName string) (*listener.Filter, error) {
 	commonHCM(m)
 	return hcmFilter(m)
 }
+
+// outboundListenerShape is what every outbound listener of a service port
+// has: not bound, outbound, no wait for listener filters.
+func outboundListenerShape() *listener.Listener {
+	return &listener.Listener{
+		BindToPort:                       wrapperspb.Bool(false),
+		TrafficDirection:                 core.TrafficDirection_OUTBOUND,
+		ContinueOnListenerFiltersTimeout: true,
+		ListenerFiltersTimeout:           durationpb.New(0),
+	}
+}
+
+// tcpListenerShape is outboundListenerShape validated and marshalled once.
+var tcpListenerShape = sync.OnceValues(func() (resource.Preencoded, error) {
+	l := outboundListenerShape()
+	l.Name = "shape"
+	l.Address = socketAddress("0.0.0.0", 1)
+	if err := l.ValidateAll(); err != nil {
+		return nil, fmt.Errorf("listener shape: %w", err)
+	}
+	l.Name, l.Address = "", nil
+	return resource.Preencode(l)
+})
+
+// tcpListenerWire encodes the outbound listener name of a TCP service
+// port at addr:port, which proxies to cluster (see wire.go).
+func tcpListenerWire(name, addr string, port uint32, cluster string) ([]byte, error) {
+	shape, err := tcpListenerShape()
+	if err != nil {
+		return nil, err
+	}
+	var a, sa, fc, f, tc, v int
+	w := append(make(wire, 0, len(shape)+len(name)+len(addr)+2*len(cluster)+len(tcpProxyType)+64), shape...)
+	w = w.str(listenerNameField, name)
+	w, a = w.open(listenerAddress)
+	w, sa = w.open(addressSocketAddress)
+	w = w.str(socketAddressAddress, addr).varint(socketAddressPort, uint64(port)).close(sa).close(a)
+	w, fc = w.open(listenerFilterChains)
+	w, f = w.open(filterChainFilters)
+	w = w.str(filterName, tcpProxyFilterName)
+	w, tc = w.open(filterTypedConfig)
+	w = w.str(anyTypeURL, tcpProxyType)
+	w, v = w.open(anyValue)
+	w = w.str(tcpProxyStatPrefix, cluster).str(tcpProxyCluster, cluster)
+	return w.close(v).close(tc).close(f).close(fc), nil
+}
+
+// Field numbers of envoy.config.listener.v3.Listener and of what it nests.
+const (
+	listenerNameField    = 1 // Listener.name
+	listenerAddress      = 2 // Listener.address
+	listenerFilterChains = 3 // Listener.filter_chains
+	filterChainFilters   = 3 // FilterChain.filters
+	filterName           = 1 // Filter.name
+	filterTypedConfig    = 4 // Filter.typed_config
+	tcpProxyStatPrefix   = 1 // TcpProxy.stat_prefix
+	tcpProxyCluster      = 2 // TcpProxy.cluster
+)
+
+const tcpProxyType = "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy"

@@ -4,11 +4,8 @@ import (
 	"net/netip"
 	"strconv"
 
-	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
@@ -139,24 +136,20 @@ func sniffedRouteName(host string, port uint32) string {
 // HTTP and the tcp_proxy chain as the default for everything else.
 func (e *outboundEntry) listener() resource.Resource {
 	name, addr, port, cluster, route := e.name(), e.addr, e.port, e.cluster, e.route
+	if route == "" {
+		// One per TCP service port of the mesh: encoded directly.
+		return resource.Resource{Name: name, Key: key("lds", name, cluster), Encode: func() ([]byte, error) {
+			return tcpListenerWire(name, addr, port, cluster)
+		}}
+	}
 	return resource.Resource{Name: name, Key: key("lds", name, cluster, route), Build: func() (proto.Message, error) {
 		tcp, err := tcpProxyFilter(cluster, cluster)
 		if err != nil {
 			return nil, err
 		}
-		l := &listener.Listener{
-			Name:                             name,
-			Address:                          socketAddress(addr, port),
-			BindToPort:                       wrapperspb.Bool(false),
-			TrafficDirection:                 core.TrafficDirection_OUTBOUND,
-			ContinueOnListenerFiltersTimeout: true,
-			ListenerFiltersTimeout:           durationpb.New(0),
-		}
+		l := outboundListenerShape()
+		l.Name, l.Address = name, socketAddress(addr, port)
 		tcpChain := &listener.FilterChain{Filters: []*listener.Filter{tcp}}
-		if route == "" {
-			l.FilterChains = []*listener.FilterChain{tcpChain}
-			return l, nil
-		}
 		f, err := outboundHCM(name, route)
 		if err != nil {
 			return nil, err
