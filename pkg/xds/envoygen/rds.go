@@ -1,6 +1,7 @@
 package envoygen
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,13 +38,23 @@ func (b *builder) routes() []resource.Resource {
 		name := strconv.FormatUint(uint64(port), 10)
 		// Short names depend on the proxy's namespace: "svc" resolves
 		// only within it.
-		out = append(out, resource.Resource{Name: name, Key: key("rds", name, b.p.Namespace, fallback), Build: func() (proto.Message, error) {
-			rc := newRouteConfiguration(name)
-			for _, svc := range svcs {
-				rc.VirtualHosts = append(rc.VirtualHosts, b.virtualHost(svc, port))
+		out = append(out, resource.Resource{Name: name, Key: key("rds", name, b.p.Namespace, fallback), Encode: func() ([]byte, error) {
+			// A virtual host per service, encoded directly (see wire.go),
+			// between the configuration's own fields and the catch-all.
+			w, err := routeConfigurationWire(name)
+			if err != nil {
+				return nil, err
 			}
-			rc.VirtualHosts = append(rc.VirtualHosts, catchAllHost(fallback))
-			return rc, nil
+			for _, svc := range svcs {
+				w = b.appendVirtualHost(w, svc, port, b.domains(svc))
+			}
+			catchAll, err := proto.MarshalOptions{Deterministic: true}.Marshal(&route.RouteConfiguration{
+				VirtualHosts: []*route.VirtualHost{catchAllHost(fallback)},
+			})
+			if err != nil {
+				return nil, fmt.Errorf("route %s: %w", name, err)
+			}
+			return append(w, catchAll...), nil
 		}})
 	}
 	seen := map[string]bool{}
@@ -62,29 +73,35 @@ func (b *builder) routes() []resource.Resource {
 // Host header says, the connection went to svc's address), and no
 // catch-all, as Istio's getVirtualHostsForSniffedServicePort leaves it.
 func (b *builder) sniffedRoute(name string, svc *model.Service, port uint32) resource.Resource {
-	return resource.Resource{Name: name, Key: key("rds", name), Build: func() (proto.Message, error) {
-		vh := b.virtualHost(svc, port)
-		vh.Domains = []string{"*"}
-		rc := newRouteConfiguration(name)
-		rc.VirtualHosts = []*route.VirtualHost{vh}
-		return rc, nil
+	return resource.Resource{Name: name, Key: key("rds", name), Encode: func() ([]byte, error) {
+		w, err := routeConfigurationWire(name)
+		if err != nil {
+			return nil, err
+		}
+		return b.appendVirtualHost(w, svc, port, []string{"*"}), nil
 	}}
 }
 
-func newRouteConfiguration(name string) *route.RouteConfiguration {
-	return &route.RouteConfiguration{
+// routeConfigurationWire is route configuration name without virtual
+// hosts, marshalled.
+func routeConfigurationWire(name string) (wire, error) {
+	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(&route.RouteConfiguration{
 		Name:                     name,
 		ValidateClusters:         wrapperspb.Bool(false),
 		IgnorePortInHostMatching: true,
 		// Istio's: Envoy's default of 4 KiB truncates direct responses.
 		MaxDirectResponseBodySizeBytes: wrapperspb.UInt32(1 << 20),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("route %s: %w", name, err)
 	}
+	return raw, nil
 }
 
-// virtualHost routes the names of svc as a client in the proxy's
-// namespace may write them: FQDN (also with a trailing dot), "name.ns.svc",
-// "name.ns", the bare name from its own namespace, and the VIPs.
-func (b *builder) virtualHost(svc *model.Service, port uint32) *route.VirtualHost {
+// domains are the names of svc as a client in the proxy's namespace may
+// write them: FQDN (also with a trailing dot), "name.ns.svc", "name.ns",
+// the bare name from its own namespace, and the VIPs.
+func (b *builder) domains(svc *model.Service) []string {
 	h := svc.Hostname
 	domains := []string{h, h + "."}
 	if short, ok := strings.CutSuffix(h, ".svc."+b.snap.Options.Domain); ok {
@@ -93,21 +110,49 @@ func (b *builder) virtualHost(svc *model.Service, port uint32) *route.VirtualHos
 		}
 		domains = append(domains, short+".svc", short)
 	}
-	domains = append(domains, svc.Addresses...)
-	cluster := resource.ClusterName(h, "", port)
-	return &route.VirtualHost{
-		Name:    h + ":" + strconv.FormatUint(uint64(port), 10),
-		Domains: domains,
-		Routes: []*route.Route{{
-			Name:  "default",
-			Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
-			Action: &route.Route_Route{Route: &route.RouteAction{
-				ClusterSpecifier: &route.RouteAction_Cluster{Cluster: cluster},
-				Timeout:          zeroFetchTimeout,
-			}},
-		}},
-	}
+	return append(domains, svc.Addresses...)
 }
+
+// appendVirtualHost appends to a RouteConfiguration the virtual host of
+// svc's port for domains: every path to the service's cluster, with no
+// timeout.
+func (b *builder) appendVirtualHost(w wire, svc *model.Service, port uint32, domains []string) wire {
+	portName := strconv.FormatUint(uint64(port), 10)
+	var vh, r, action, timeout int
+	w, vh = w.open(rcVirtualHosts)
+	w = w.str(vhName, svc.Hostname+":"+portName)
+	for _, d := range domains {
+		w = w.str(vhDomains, d)
+	}
+	w, r = w.open(vhRoutes)
+	w = append(w, defaultRouteWire...)
+	w, action = w.open(routeAction)
+	w = w.str(actionCluster, resource.ClusterName(svc.Hostname, "", port))
+	w, timeout = w.open(actionTimeout) // zero: no timeout
+	return w.close(timeout).close(action).close(r).close(vh)
+}
+
+// Field numbers of envoy.config.route.v3.RouteConfiguration and of what
+// it nests.
+const (
+	rcVirtualHosts = 2 // RouteConfiguration.virtual_hosts
+	vhName         = 1 // VirtualHost.name
+	vhDomains      = 2 // VirtualHost.domains
+	vhRoutes       = 3 // VirtualHost.routes
+	routeAction    = 2 // Route.route
+	actionCluster  = 1 // RouteAction.cluster
+	actionTimeout  = 8 // RouteAction.timeout
+)
+
+// defaultRouteWire is the name and match of a virtual host's one route,
+// every path, as fields of a Route.
+var defaultRouteWire = func() []byte {
+	raw, err := proto.Marshal(&route.Route{Name: "default", Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}}})
+	if err != nil {
+		panic(err) // constant input; every test that generates a route runs it
+	}
+	return raw
+}()
 
 // catchAllHost sends other hosts to fallback: out of the mesh unchanged,
 // or nowhere under REGISTRY_ONLY.
