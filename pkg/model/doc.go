@@ -23,8 +23,9 @@
 // more Kubernetes-style documents separated by "---". Recognised kinds:
 //
 //   - v1 Service: metadata.name/namespace, spec.selector, spec.clusterIP(s)
-//     (the virtual IPs Envoy sidecars intercept for TCP ports; "None" or
-//     absent for none) and spec.ports (name, port, targetPort as a number,
+//     (the virtual IPs Envoy sidecars intercept for TCP ports; absent for
+//     none, "None" for a headless Service, whose clients connect to its
+//     endpoints' addresses) and spec.ports (name, port, targetPort as a number,
 //     appProtocol; the protocol follows Istio: appProtocol, else the name's
 //     prefix). Its hostname is <name>.<namespace>.svc.<domain> (domain
 //     defaults to cluster.local).

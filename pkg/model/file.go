@@ -275,6 +275,7 @@ func decodeService(js []byte, meta Meta) (*Service, error) {
 	}
 	for _, ip := range ips {
 		if ip == corev1.ClusterIPNone {
+			svc.Headless = true
 			continue
 		}
 		a, err := netip.ParseAddr(ip)

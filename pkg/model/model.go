@@ -31,8 +31,11 @@ type Service struct {
 	// Addresses are the service's virtual IPs (a Kubernetes Service's
 	// cluster IPs); none for a headless service.
 	Addresses []string
-	Selector  map[string]string
-	Ports     []Port
+	// Headless is a Service whose cluster IP is "None": clients connect
+	// to its endpoints' own addresses.
+	Headless bool
+	Selector map[string]string
+	Ports    []Port
 	// Endpoints are the service's workload instances by service port
 	// number. A source may supply them (Kubernetes EndpointSlices); Build
 	// adds the WorkloadEntries the selector matches and sorts them.

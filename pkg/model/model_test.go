@@ -260,3 +260,25 @@ func TestWithRootNamespaceMovesMeshWidePolicies(t *testing.T) {
 		t.Error("an unsynced snapshot (no version) must stay unsynced")
 	}
 }
+
+func TestHeadlessIsClusterIPNone(t *testing.T) {
+	for name, tc := range map[string]struct {
+		clusterIP string
+		headless  bool
+	}{
+		"a Service whose cluster IP is None is headless": {"clusterIP: None\n  ", true},
+		"a Service without a cluster IP is not headless": {"", false},
+		"a Service with a cluster IP is not headless":    {"clusterIP: 10.96.0.1\n  ", false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			snap, err := LoadDir(writeDir(t, map[string]string{"a.yaml": strings.Replace(service, "selector:", tc.clusterIP+"selector:", 1)}), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			svcs := snap.Services()
+			if len(svcs) != 1 || svcs[0].Headless != tc.headless {
+				t.Errorf("services %+v, want one with Headless %v", svcs, tc.headless)
+			}
+		})
+	}
+}

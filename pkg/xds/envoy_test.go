@@ -74,9 +74,8 @@ func TestEnvoySidecarWarmsOverDelta(t *testing.T) {
 			edsNames = append(edsNames, c.GetEdsClusterConfig().GetServiceName())
 		}
 	}
-	// echo has no cluster IP: headless, its cluster is ORIGINAL_DST.
-	if len(edsNames) != 2 {
-		t.Fatalf("EDS clusters %v, want web's two", edsNames)
+	if len(edsNames) != 3 {
+		t.Fatalf("EDS clusters %v, want echo's and web's two", edsNames)
 	}
 	if got := ask(false, resource.EndpointType, edsNames); len(got) != len(edsNames) {
 		t.Fatalf("asked %d load assignments, got %d", len(edsNames), len(got))

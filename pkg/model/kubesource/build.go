@@ -78,7 +78,10 @@ func clone[M proto.Message](m M) M { return proto.Clone(m).(M) }
 // convertService copies a Service's selector and ports. Ports the
 // apiserver would not accept are left out rather than trusted.
 func convertService(k *corev1.Service) *model.Service {
-	svc := &model.Service{Meta: metaOf(k.Namespace, k.Name), Selector: maps.Clone(k.Spec.Selector), Addresses: clusterIPs(k.Spec)}
+	svc := &model.Service{
+		Meta: metaOf(k.Namespace, k.Name), Selector: maps.Clone(k.Spec.Selector),
+		Addresses: clusterIPs(k.Spec), Headless: k.Spec.ClusterIP == corev1.ClusterIPNone,
+	}
 	for _, p := range k.Spec.Ports {
 		if !validPort(p.Port) {
 			continue

@@ -25,6 +25,11 @@ func versionOf(res *model.Resources) string {
 		h.labels(s.Selector)
 		h.count(len(s.Addresses))
 		h.str(s.Addresses...)
+		if s.Headless {
+			h.count(1)
+		} else {
+			h.count(0)
+		}
 		h.count(len(s.Ports))
 		for _, p := range s.Ports {
 			h.str(p.Name, p.TargetPortName, p.Protocol)

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	alpn "istio.io/api/envoy/config/filter/http/alpn/v2alpha1"
 
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 )
@@ -26,6 +27,7 @@ const (
 	hcmFilterName         = "envoy.filters.network.http_connection_manager"
 	tcpProxyFilterName    = "envoy.filters.network.tcp_proxy"
 	routerFilterName      = "envoy.filters.http.router"
+	alpnFilterName        = "istio.alpn"
 	originalDstFilterName = "envoy.filters.listener.original_dst"
 	tlsInspectorName      = "envoy.filters.listener.tls_inspector"
 	httpInspectorName     = "envoy.filters.listener.http_inspector"
@@ -65,6 +67,19 @@ func commonHCM(m *hcm.HttpConnectionManager) {
 	m.UseRemoteAddress = wrapperspb.Bool(false)
 	m.StreamIdleTimeout = durationpb.New(0)
 	m.UpgradeConfigs = []*hcm.HttpConnectionManager_UpgradeConfig{{UpgradeType: "websocket"}}
+}
+
+// alpnFilter is istio-proxy's istio.alpn, on outbound connection managers
+// as Istio sets it: the ALPN offered over Istio mTLS names the HTTP version
+// ("istio-http/1.1"), by which a server's sidecar chooses its HTTP chain
+// on a port whose protocol it sniffs.
+func alpnFilter() *hcm.HttpFilter {
+	a, _ := anypb.New(&alpn.FilterConfig{AlpnOverride: []*alpn.FilterConfig_AlpnOverride{
+		{UpstreamProtocol: alpn.FilterConfig_HTTP10, AlpnOverride: []string{"istio-http/1.0", "istio", "http/1.0"}},
+		{UpstreamProtocol: alpn.FilterConfig_HTTP11, AlpnOverride: []string{"istio-http/1.1", "istio", "http/1.1"}},
+		{UpstreamProtocol: alpn.FilterConfig_HTTP2, AlpnOverride: []string{"istio-h2", "istio", "h2"}},
+	}}) // constant strings always marshal
+	return &hcm.HttpFilter{Name: alpnFilterName, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: a}}
 }
 
 func routerFilter() *hcm.HttpFilter {

@@ -12,7 +12,7 @@ import (
 // Passthrough resolution, an ORIGINAL_DST cluster that connects where the
 // client connected (its listener is the endpoint's own address), without
 // EDS.
-func (oc outboundCluster) headless() bool { return len(oc.svc.Addresses) == 0 }
+func (oc outboundCluster) headless() bool { return oc.svc.Headless }
 
 // asPassthrough turns the cluster c of a headless service into Istio's
 // ORIGINAL_DST one, and reports whether it uses Istio mTLS. Auto-mTLS

@@ -134,7 +134,7 @@ func outboundHCM(name, routeName string) (*listener.Filter, error) {
 		RouteSpecifier: &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{
 			ConfigSource: adsSource(), RouteConfigName: routeName,
 		}},
-		HttpFilters: []*hcm.HttpFilter{routerFilter()},
+		HttpFilters: []*hcm.HttpFilter{alpnFilter(), routerFilter()},
 	}
 	commonHCM(m)
 	return hcmFilter(m)

@@ -34,7 +34,7 @@ func (e *outboundEntry) name() string { return listenerName(e.addr, e.port) }
 // the services that first claim them. As Istio's buildSidecarOutboundListeners does:
 //   - a service with virtual IPs gets one per IP and TCP or undeclared
 //     port; HTTP ports of every service share "0.0.0.0_<port>" instead;
-//   - a headless service (no virtual IP) gets one per endpoint address and
+//   - a headless service (cluster IP None) gets one per endpoint address and
 //     TCP or undeclared port, named with the service port, but none for
 //     the proxy's own address (its application reaching itself does not
 //     pass the outbound listener);
@@ -72,7 +72,7 @@ func (b *builder) outboundEntries() []*outboundEntry {
 			for _, vip := range svc.Addresses {
 				add(vip, svc, sp, sniffed)
 			}
-			if len(svc.Addresses) > 0 {
+			if !svc.Headless {
 				continue
 			}
 			for _, ep := range svc.Endpoints[sp.Port] {
@@ -103,7 +103,7 @@ func (b *builder) selfIsHeadlessEndpoint() bool {
 		return false
 	}
 	for _, svc := range b.snap.Services() {
-		if len(svc.Addresses) > 0 {
+		if !svc.Headless {
 			continue
 		}
 		for _, sp := range svc.Ports {
