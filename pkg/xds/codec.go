@@ -31,11 +31,30 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error { return c.fallback.
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	switch m := v.(type) {
 	case *discovery.DiscoveryResponse:
-		return marshalResponse(m, m.GetResources(), responseResourcesField, appendAny)
+		if size(m.GetResources(), (*anypb.Any).GetValue) >= referenceBytes {
+			return marshalResponse(m, m.GetResources(), responseResourcesField, appendAny)
+		}
 	case *discovery.DeltaDiscoveryResponse:
-		return marshalResponse(m, m.GetResources(), deltaResourcesField, appendDeltaResource)
+		if size(m.GetResources(), func(r *discovery.Resource) []byte { return r.GetResource().GetValue() }) >= referenceBytes {
+			return marshalResponse(m, m.GetResources(), deltaResourcesField, appendDeltaResource)
+		}
 	}
 	return c.fallback.Marshal(v)
+}
+
+// referenceBytes is the size of resources from which a response references
+// them: below it, gRPC's codec copies them into one pooled buffer for less.
+const referenceBytes = 16 << 10
+
+// size is the total of the resources' bytes, counted up to referenceBytes.
+func size[R any](resources []R, value func(R) []byte) int {
+	n := 0
+	for _, r := range resources {
+		if n += len(value(r)); n >= referenceBytes {
+			break
+		}
+	}
+	return n
 }
 
 // Field numbers of the discovery messages encoded here.
@@ -53,6 +72,11 @@ const (
 // bytes that follow it unchanged (nil when r was encoded whole into hdr).
 type appendFunc[R any] func(hdr []byte, r R) ([]byte, []byte, error)
 
+// inlineBytes is the size under which a resource's bytes are copied into
+// the envelopes' buffer rather than referenced: copying a few hundred
+// bytes costs less than another buffer for gRPC to walk.
+const inlineBytes = 512
+
 // marshalResponse encodes m's fields but its resources with protobuf, then
 // each resource as a field numbered num: its envelope, then its bytes.
 // Protobuf decodes fields in any order, and the resources stay in order.
@@ -61,20 +85,31 @@ func marshalResponse[R protobuf.Message](m protobuf.Message, resources []R, num 
 	if err != nil {
 		return nil, fmt.Errorf("marshal %s: %w", m.ProtoReflect().Descriptor().FullName(), err)
 	}
-	out := make(mem.BufferSlice, 0, 1+2*len(resources))
-	out = append(out, mem.SliceBuffer(rest))
-	// The envelopes share one allocation; each is a slice of it.
+	// One allocation for the buffers (a pointer to a SliceBuffer is a
+	// Buffer without another) and one for the envelopes, each a slice of
+	// it, with the small resources copied in.
+	bufs := make([]mem.SliceBuffer, 0, 2+2*len(resources))
+	bufs = append(bufs, rest)
 	hdrs := make([]byte, 0, len(resources)*160)
+	start := 0
 	for _, r := range resources {
-		start := len(hdrs)
 		var body []byte
 		if hdrs, body, err = appendResource(hdrs, r); err != nil {
 			return nil, err
 		}
-		out = append(out, mem.SliceBuffer(hdrs[start:len(hdrs):len(hdrs)]))
-		if len(body) > 0 {
-			out = append(out, mem.SliceBuffer(body))
+		if len(body) < inlineBytes {
+			hdrs = append(hdrs, body...)
+			continue
 		}
+		bufs = append(bufs, hdrs[start:len(hdrs):len(hdrs)], body)
+		start = len(hdrs)
+	}
+	if start < len(hdrs) {
+		bufs = append(bufs, hdrs[start:])
+	}
+	out := make(mem.BufferSlice, len(bufs))
+	for i := range bufs {
+		out[i] = &bufs[i]
 	}
 	return out, nil
 }
@@ -108,7 +143,7 @@ func appendAny(hdr []byte, a *anypb.Any) ([]byte, []byte, error) {
 // resource's value follows. Any other Resource is encoded whole.
 func appendDeltaResource(hdr []byte, r *discovery.Resource) ([]byte, []byte, error) {
 	a := r.GetResource()
-	if !onlyFields(r, resourceNameField, resourceVersionField, resourceAnyField) || a == nil || len(a.ProtoReflect().GetUnknown()) > 0 {
+	if !plainResource(r) || a == nil || len(a.ProtoReflect().GetUnknown()) > 0 {
 		return appendWhole(hdr, deltaResourcesField, r)
 	}
 	anyLen := anySize(a)
@@ -121,6 +156,14 @@ func appendDeltaResource(hdr []byte, r *discovery.Resource) ([]byte, []byte, err
 	hdr = protowire.AppendTag(hdr, resourceAnyField, protowire.BytesType)
 	hdr = protowire.AppendVarint(hdr, uint64(anyLen))
 	return appendAnyPrefix(hdr, a), a.GetValue(), nil
+}
+
+// plainResource reports whether r sets no field but its name, version and
+// resource. TestCodecKnowsEveryResourceField keeps the list of the
+// others complete.
+func plainResource(r *discovery.Resource) bool {
+	return len(r.GetAliases()) == 0 && r.GetTtl() == nil && r.GetCacheControl() == nil &&
+		r.GetMetadata() == nil && r.GetResourceName() == nil && len(r.ProtoReflect().GetUnknown()) == 0
 }
 
 // appendWhole appends m, marshalled, as field num.
@@ -165,21 +208,4 @@ func appendStringField(b []byte, num protowire.Number, s string) []byte {
 	}
 	b = protowire.AppendTag(b, num, protowire.BytesType)
 	return protowire.AppendString(b, s)
-}
-
-// onlyFields reports whether m sets no field but those numbered nums, and
-// has no unknown fields.
-func onlyFields(m protobuf.Message, nums ...protowire.Number) bool {
-	r := m.ProtoReflect()
-	ok := len(r.GetUnknown()) == 0
-	r.Range(func(fd protoreflect.FieldDescriptor, _ protoreflect.Value) bool {
-		for _, n := range nums {
-			if fd.Number() == n {
-				return true
-			}
-		}
-		ok = false
-		return false
-	})
-	return ok
 }

@@ -15,7 +15,7 @@ import (
 )
 
 func TestCodecEncodesResponsesAsProtobufDoes(t *testing.T) {
-	big := &anypb.Any{TypeUrl: resourceTypeForTest, Value: make([]byte, 70000)}
+	big := &anypb.Any{TypeUrl: resourceTypeForTest, Value: make([]byte, 70000)} // over referenceBytes
 	big.Value[0], big.Value[69999] = 1, 2
 	small := &anypb.Any{TypeUrl: resourceTypeForTest, Value: []byte("abc")}
 	empty := &anypb.Any{TypeUrl: resourceTypeForTest}
@@ -56,7 +56,7 @@ func TestCodecEncodesResponsesAsProtobufDoes(t *testing.T) {
 }
 
 func TestCodecDoesNotCopyResources(t *testing.T) {
-	value := make([]byte, 4096)
+	value := make([]byte, referenceBytes)
 	data, err := Codec().Marshal(&discovery.DeltaDiscoveryResponse{Resources: []*discovery.Resource{
 		{Name: "a", Version: "1", Resource: &anypb.Any{TypeUrl: resourceTypeForTest, Value: value}},
 	}})
@@ -102,6 +102,22 @@ func BenchmarkCodec(b *testing.B) {
 					data.Free()
 				}
 			})
+		}
+	}
+}
+
+// TestCodecKnowsEveryResourceField fails when go-control-plane's Resource
+// gains a field that plainResource does not check: a Resource setting it
+// would lose it on the wire.
+func TestCodecKnowsEveryResourceField(t *testing.T) {
+	known := map[string]bool{
+		"name": true, "version": true, "resource": true, // encoded
+		"aliases": true, "ttl": true, "cache_control": true, "metadata": true, "resource_name": true, // checked
+	}
+	fields := (&discovery.Resource{}).ProtoReflect().Descriptor().Fields()
+	for i := range fields.Len() {
+		if f := fields.Get(i); !known[string(f.Name())] {
+			t.Errorf("Resource field %s is unknown to the codec", f.Name())
 		}
 	}
 }
