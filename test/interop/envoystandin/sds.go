@@ -218,7 +218,8 @@ func (c *sdsClient) accept(ref secretRef, h *heldSecret, status SecretStatus) {
 			}
 		}
 	}
-	c.mu.Unlock()
+	// The state is updated before another stream's secret can be held:
+	// in the order of the verifications, so an older one never wins.
 	c.st.update(func(st *State) {
 		ss := st.secret(ref)
 		ss.Version, ss.Kind, ss.CertificateChain, ss.KeyMatches, ss.TrustedCA =
@@ -230,6 +231,7 @@ func (c *sdsClient) accept(ref secretRef, h *heldSecret, status SecretStatus) {
 			}
 		}
 	})
+	c.mu.Unlock()
 	c.log.Info("secret accepted", "secret", ref.Name, "kind", status.Kind)
 	select {
 	case c.changed <- struct{}{}:
