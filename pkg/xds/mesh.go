@@ -1,7 +1,6 @@
 package xds
 
 import (
-	"slices"
 	"time"
 
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
@@ -31,21 +30,7 @@ func (s *Server) newMeshState(mc *meshv1alpha1.MeshConfig) *meshState {
 
 // applyMesh makes mc the mesh configuration the next push is built with.
 func (s *Server) applyMesh(mc *meshv1alpha1.MeshConfig) {
-	prev := s.mesh.Load().cfg.GetTrustDomainAliases()
 	s.mesh.Store(s.newMeshState(mc))
-	if aliases := mc.GetTrustDomainAliases(); !slices.Equal(aliases, prev) {
-		s.warnAliases(aliases)
-	}
-}
-
-// warnAliases says that trust domain aliases are not applied yet: Istio
-// matches a policy's principal of one trust domain of the bundle under
-// every other one too; here it matches its own only (and cluster.local the
-// local one).
-func (s *Server) warnAliases(aliases []string) {
-	if len(aliases) > 0 {
-		s.log.Warn("mesh config trustDomainAliases are not applied to AuthorizationPolicy principals: a principal of an alias matches that trust domain only", "aliases", aliases)
-	}
 }
 
 // envoyMesh is what the Envoy generator reads of mc, with Istio's
@@ -54,8 +39,9 @@ func envoyMesh(mc *meshv1alpha1.MeshConfig) envoygen.Mesh {
 	policy := mc.GetOutboundTrafficPolicy()
 	autoMTLS := mc.GetEnableAutoMtls()
 	return envoygen.Mesh{
-		RegistryOnly:    policy != nil && policy.GetMode() == meshv1alpha1.MeshConfig_OutboundTrafficPolicy_REGISTRY_ONLY,
-		DisableAutoMTLS: autoMTLS != nil && !autoMTLS.GetValue(),
+		RegistryOnly:       policy != nil && policy.GetMode() == meshv1alpha1.MeshConfig_OutboundTrafficPolicy_REGISTRY_ONLY,
+		DisableAutoMTLS:    autoMTLS != nil && !autoMTLS.GetValue(),
+		TrustDomainAliases: mc.GetTrustDomainAliases(),
 	}
 }
 

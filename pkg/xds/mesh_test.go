@@ -2,8 +2,10 @@ package xds
 
 import (
 	"context"
+	"google.golang.org/protobuf/encoding/prototext"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +16,6 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
-	"github.com/bulwark-mesh/bulwark/internal/logtest"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/catest"
 	"github.com/bulwark-mesh/bulwark/pkg/meshconfig"
 	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
@@ -231,19 +232,29 @@ func TestEnvoyMeshFollowsIstiosDefaults(t *testing.T) {
 	}
 }
 
-func TestTrustDomainAliasesAreReportedAsNotApplied(t *testing.T) {
+// TestMeshConfigAliasesReachInboundRBAC: trust domain aliases added to the
+// mesh configuration widen a connected sidecar's RBAC principals to them.
+func TestMeshConfigAliasesReachInboundRBAC(t *testing.T) {
 	watcher, write := meshFile(t, "")
-	rec, log := logtest.New(t)
-	newHarness(t, modeltest.Load(t, envoyManifests), func(c *Config) { c.Mesh, c.Logger = watcher, log })
-	if rec.Count("trustDomainAliases") != 0 {
-		t.Fatal("a warning without aliases")
+	snap := modeltest.Load(t, envoyManifests+`---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: allow-client, namespace: app}
+spec: {rules: [{from: [{source: {principals: [cluster.local/ns/app/sa/client]}}]}]}
+`)
+	h := newHarness(t, snap, func(c *Config) { c.Mesh = watcher })
+	st := h.stream("spiffe://cluster.local/ns/app/sa/web")
+	if err := st.Send(&discovery.DiscoveryRequest{Node: envoyNode("app", "web", "10.0.0.20"), TypeUrl: resource.ListenerType}); err != nil {
+		t.Fatal(err)
 	}
+	const alias = "spiffe://old.td/ns/app/sa/client"
+	r := recv(t, st)
+	if !inboundRBAC(t, r) || strings.Contains(prototext.Format(r), alias) {
+		t.Fatal("without aliases the policy must apply to the mesh's trust domain only")
+	}
+	ack(t, st, r)
 	write("trustDomainAliases: [old.td]\n")
-	deadline := time.Now().Add(10 * time.Second)
-	for rec.Count("WARN", "trustDomainAliases are not applied", "old.td") == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no warning that the aliases are not applied")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if r = recv(t, st); !strings.Contains(prototext.Format(r), alias) {
+		t.Fatal("the alias's identity is not in the pushed RBAC")
 	}
 }

@@ -206,7 +206,6 @@ func (s *Server) Run(ctx context.Context) error {
 		s.reportPolicies(snap)
 	}
 	// A change made between New and Subscribe is caught here.
-	s.warnAliases(s.mesh.Load().cfg.GetTrustDomainAliases())
 	if mc := currentMesh(s.cfg.Mesh); mc != s.mesh.Load().cfg {
 		s.applyMesh(mc)
 		meshPending = true

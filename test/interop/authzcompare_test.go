@@ -33,6 +33,8 @@ type authzCase struct {
 	// uniform is whether Istio decides every HTTP request alike; for
 	// every other case the request matrix must hold both decisions.
 	uniform bool
+	// aliases are the mesh config's trustDomainAliases.
+	aliases []string
 }
 
 // authzCases are Istio's documented examples and the forms of past
@@ -57,6 +59,23 @@ rules:
 	"an ALLOW on a foreign trust domain matches only that domain": {specs: []string{`
 rules:
 - from: [{source: {principals: [other.td/ns/app/sa/a]}}]`}},
+	"with an alias, a DENY on the alias's principal denies the identity under the mesh's trust domain": {aliases: []string{"old.td"}, specs: []string{`
+action: DENY
+rules:
+- from: [{source: {principals: [old.td/ns/app/sa/a]}}]`}},
+	"with an alias, an ALLOW on a cluster.local principal admits the alias's identity": {aliases: []string{"old.td"}, specs: []string{`
+rules:
+- from: [{source: {principals: [cluster.local/ns/app/sa/a]}}]`}},
+	"with an alias, a DENY on notPrincipals spares the identity under every domain": {aliases: []string{"old.td"}, specs: []string{`
+action: DENY
+rules:
+- from: [{source: {notPrincipals: [old.td/ns/app/*]}}]`}},
+	"with an alias, a principal of another trust domain matches only that domain": {aliases: []string{"old.td"}, specs: []string{`
+rules:
+- from: [{source: {principals: [other.td/ns/app/sa/a]}}]`}},
+	"with an alias, a *suffix principal that matches the alias names the mesh's trust domain too": {aliases: []string{"old.td"}, specs: []string{`
+rules:
+- from: [{source: {principals: ["*.td/ns/other/sa/a"]}}]`}},
 	"the documented methods and paths example": {specs: []string{`
 rules:
 - from: [{source: {principals: [cluster.local/ns/app/sa/a]}}]
@@ -224,9 +243,10 @@ func plaintext(_ bool, r rbacRequest) bool { return r.id == "" }
 const identityDenyReason = "doc.go difference 1: a DENY on the peer's identity also denies a peer without one, which in Istio passes it"
 
 var authzDifferences = map[string]authzDifference{
-	"a DENY on a principal also denies plaintext peers":                {reason: identityDenyReason, covers: plaintext},
-	"a DENY on a namespace also denies plaintext peers":                {reason: identityDenyReason, covers: plaintext},
-	"a DENY when source.principal matches also denies plaintext peers": {reason: identityDenyReason, covers: plaintext},
+	"a DENY on a principal also denies plaintext peers":                                                {reason: identityDenyReason, covers: plaintext},
+	"a DENY on a namespace also denies plaintext peers":                                                {reason: identityDenyReason, covers: plaintext},
+	"a DENY when source.principal matches also denies plaintext peers":                                 {reason: identityDenyReason, covers: plaintext},
+	"with an alias, a DENY on the alias's principal denies the identity under the mesh's trust domain": {reason: identityDenyReason, covers: plaintext},
 	"a CUSTOM policy denies everything in Bulwark": {
 		reason: "doc.go difference 4: CUSTOM denies everything; Istio, without the provider, denies what the CUSTOM rules match",
 		covers: func(bool, rbacRequest) bool { return true },
@@ -255,8 +275,8 @@ func TestAuthorizationPolicyMatchesIstio(t *testing.T) {
 			diff, hasDiff := authzDifferences[name]
 			differed := 0
 			for _, ch := range chains {
-				istio := istioRBAC(t, policies, ch.tcp, td)
-				ours := bulwarkRBAC(t, policies, ch.tcp, td)
+				istio := istioRBAC(t, policies, ch.tcp, td, c.aliases)
+				ours := bulwarkRBAC(t, policies, ch.tcp, td, c.aliases)
 				ie, oe := newRBACEvaluator(t, ch.tcp), newRBACEvaluator(t, ch.tcp)
 				reported, istioAllowed := 0, 0
 				for _, r := range ch.requests {
@@ -352,6 +372,8 @@ var authzIdentities = []string{
 	"spiffe://cluster.local/ns/other/sa/a",
 	"spiffe://cluster.local/ns/another/sa/b",
 	"spiffe://other.td/ns/app/sa/a",
+	"spiffe://old.td/ns/app/sa/a",
+	"spiffe://old.td/ns/other/sa/a",
 }
 
 func parseAuthzCase(t *testing.T, c authzCase) []*bmodel.AuthorizationPolicy {
@@ -381,7 +403,7 @@ func parseAuthzCase(t *testing.T, c authzCase) []*bmodel.AuthorizationPolicy {
 
 // istioRBAC is Istio's Envoy output for the policies, CUSTOM first as in
 // Istio's listeners, with a mesh config that has no extension provider.
-func istioRBAC(t *testing.T, policies []*bmodel.AuthorizationPolicy, tcp bool, td string) []*rbacpb.RBAC {
+func istioRBAC(t *testing.T, policies []*bmodel.AuthorizationPolicy, tcp bool, td string, aliases []string) []*rbacpb.RBAC {
 	t.Helper()
 	res := model.AuthorizationPoliciesResult{}
 	for _, p := range policies {
@@ -399,7 +421,7 @@ func istioRBAC(t *testing.T, policies []*bmodel.AuthorizationPolicy, tcp bool, t
 	}
 	push := model.NewPushContext()
 	push.Mesh = &meshconfig.MeshConfig{}
-	bundle := trustdomain.NewBundle(td, nil)
+	bundle := trustdomain.NewBundle(td, aliases)
 	var out []*rbacpb.RBAC
 	for _, custom := range []bool{true, false} {
 		b := builder.New(bundle, push, res, builder.Option{IsCustomBuilder: custom})
@@ -428,9 +450,9 @@ func istioRBAC(t *testing.T, policies []*bmodel.AuthorizationPolicy, tcp bool, t
 }
 
 // bulwarkRBAC is our Envoy output for the policies, each filter validated.
-func bulwarkRBAC(t *testing.T, policies []*bmodel.AuthorizationPolicy, tcp bool, td string) []*rbacpb.RBAC {
+func bulwarkRBAC(t *testing.T, policies []*bmodel.AuthorizationPolicy, tcp bool, td string, aliases []string) []*rbacpb.RBAC {
 	t.Helper()
-	opts := authz.Options{TrustDomain: spiffeid.RequireTrustDomainFromString(td), Flavor: authz.Envoy}
+	opts := authz.Options{TrustDomain: spiffeid.RequireTrustDomainFromString(td), TrustDomainAliases: aliases, Flavor: authz.Envoy}
 	var out []*rbacpb.RBAC
 	if tcp {
 		fs, err := authz.NetworkFilters(policies, opts)

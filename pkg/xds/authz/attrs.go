@@ -3,6 +3,7 @@ package authz
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	rbacpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
@@ -84,27 +85,63 @@ func whenAttr(key string) *attr {
 }
 
 func principalOf(g gen, v string) (*rbacpb.Principal, error) {
-	if g.opts.Flavor == Envoy {
-		v = migrateTrustDomain(v, g.td())
+	if g.opts.Flavor != Envoy {
+		return authenticated(spiffeWildcard(v)), nil
 	}
-	return authenticated(spiffeWildcard(v)), nil
+	bundle := append([]string{g.td()}, g.opts.TrustDomainAliases...)
+	var ids []*rbacpb.Principal
+	for _, p := range inTrustDomains(v, bundle) {
+		ids = append(ids, authenticated(spiffeWildcard(p)))
+	}
+	if len(ids) == 1 {
+		return ids[0], nil
+	}
+	return &rbacpb.Principal{Identifier: &rbacpb.Principal_OrIds{OrIds: &rbacpb.Principal_Set{Ids: ids}}}, nil
 }
 
-// migrateTrustDomain rewrites a principal of the form
-// "<td>/ns/<ns>/sa/<sa>" whose trust domain is "cluster.local" (Istio's
-// name for the local trust domain) or matches ours with a trailing "*" to
-// our trust domain, as Istio's Envoy generator does.
-func migrateTrustDomain(principal, td string) string {
+// inTrustDomains is a principal "<td>/ns/<ns>/sa/<sa>" under each trust
+// domain of bundle (the mesh's, then its aliases), as Istio's Envoy
+// generator rewrites it: when its trust domain is "cluster.local" (Istio's
+// name for the local one) or matches one of bundle (either side may carry
+// a leading or trailing "*"), it stands for the same identity under every
+// one of them; a bundle domain its own "*suffix" matches keeps it as
+// written. Any other principal is left as it is.
+func inTrustDomains(principal string, bundle []string) []string {
 	parts := strings.Split(principal, "/")
-	if len(parts) != 5 || parts[0] == "*" || strings.HasPrefix(parts[0], "*") {
-		return principal
+	if len(parts) != 5 || parts[0] == "*" {
+		return []string{principal}
 	}
 	from := parts[0]
-	if from == td || from == "cluster.local" || (strings.HasSuffix(from, "*") && strings.HasPrefix(td, from[:len(from)-1])) {
-		parts[0] = td
-		return strings.Join(parts, "/")
+	if from != "cluster.local" && !slices.ContainsFunc(bundle, func(td string) bool { return trustDomainMatch(from, td) }) {
+		return []string{principal}
 	}
-	return principal
+	var out []string
+	for _, td := range bundle {
+		p := principal
+		if !suffixMatch(td, from) {
+			p = td + "/" + strings.Join(parts[1:], "/")
+		}
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// trustDomainMatch is whether trust domains a and b, either of which may
+// have a leading or trailing "*", can name the same domain.
+func trustDomainMatch(a, b string) bool {
+	return a == b || b == "*" || prefixMatch(a, b) || prefixMatch(b, a) || suffixMatch(a, b) || suffixMatch(b, a)
+}
+
+func prefixMatch(s, pattern string) bool {
+	p, ok := strings.CutSuffix(pattern, "*")
+	return ok && strings.HasPrefix(s, p)
+}
+
+func suffixMatch(s, pattern string) bool {
+	p, ok := strings.CutPrefix(pattern, "*")
+	return ok && strings.HasSuffix(s, p)
 }
 
 // namespaceOf matches SPIFFE IDs whose path holds /ns/<namespace>/, "*" in

@@ -42,7 +42,12 @@ type Options struct {
 	// "cluster.local" in a principal stands for (Envoy), and the one the
 	// GRPC flavor requires where namespaces and service accounts grant.
 	TrustDomain spiffeid.TrustDomain
-	Flavor      Flavor
+	// TrustDomainAliases are the mesh config's trustDomainAliases: on
+	// Envoy, a principal of the trust domain, of an alias or of
+	// "cluster.local" matches the same identity under each of them, as
+	// Istio's trust domain bundle does.
+	TrustDomainAliases []string
+	Flavor             Flavor
 }
 
 func (o Options) check() error {

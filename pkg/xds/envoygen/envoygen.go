@@ -59,6 +59,10 @@ type Mesh struct {
 	// DisableAutoMTLS turns off auto-mTLS (mesh config enableAutoMtls:
 	// false): clusters use mTLS only when a DestinationRule says so.
 	DisableAutoMTLS bool
+	// TrustDomainAliases (mesh config trustDomainAliases) are trust
+	// domains whose identities AuthorizationPolicy principals match as
+	// the mesh's own, and the other way round.
+	TrustDomainAliases []string
 }
 
 // Generator generates resources for Envoy sidecars.

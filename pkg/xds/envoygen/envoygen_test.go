@@ -13,6 +13,7 @@ import (
 	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
@@ -364,4 +365,37 @@ func keys[V any](m map[string]V) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// TestTrustDomainAliasesWidenPrincipals: with the mesh's trust domain
+// aliases, the policy's "cluster.local" principal admits the identity under
+// every domain of the bundle, on every inbound chain that carries RBAC.
+func TestTrustDomainAliasesWidenPrincipals(t *testing.T) {
+	snap := modeltest.Load(t, manifests)
+	for name, tc := range map[string]struct {
+		aliases []string
+		want    bool
+	}{
+		"with an alias, the alias's identity is admitted":  {[]string{"old.td"}, true},
+		"without aliases, only the mesh's own is admitted": {nil, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			g := &Generator{TrustDomain: td, Mesh: Mesh{TrustDomainAliases: tc.aliases}}
+			c := generate(t, g, snap, &Proxy{Namespace: "app", Labels: map[string]string{"app": "echo"}, IPs: []string{"10.0.0.5"}})
+			rbacChains := 0
+			for _, fc := range c.listeners["virtualInbound"].GetFilterChains() {
+				text := prototext.Format(fc)
+				if !strings.Contains(text, "spiffe://cluster.local/ns/app/sa/sleep") {
+					continue
+				}
+				rbacChains++
+				if got := strings.Contains(text, "spiffe://old.td/ns/app/sa/sleep"); got != tc.want {
+					t.Errorf("chain %s admits the alias's identity: %v, want %v", fc.GetName(), got, tc.want)
+				}
+			}
+			if rbacChains == 0 {
+				t.Fatal("no inbound chain names the policy's principal")
+			}
+		})
+	}
 }

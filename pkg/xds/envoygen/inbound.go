@@ -165,7 +165,7 @@ func (b *builder) inboundListener() resource.Resource {
 }
 
 func (b *builder) buildInbound(specs []chainSpec, policies []*model.AuthorizationPolicy) (*listener.Listener, error) {
-	opts := authz.Options{TrustDomain: b.g.TrustDomain, Flavor: authz.Envoy}
+	opts := authz.Options{TrustDomain: b.g.TrustDomain, TrustDomainAliases: b.g.Mesh.TrustDomainAliases, Flavor: authz.Envoy}
 	httpRBAC, err := authz.HTTPFilters(policies, opts)
 	if err != nil {
 		return nil, fmt.Errorf("listener %s: %w", virtualInbound, err)
