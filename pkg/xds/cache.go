@@ -88,6 +88,7 @@ type response struct {
 	once      sync.Once
 	gen       []generated
 	resources []*anypb.Any
+	versions  map[string]string // name → hash of each of gen
 	version   string
 	size      int
 }
@@ -133,8 +134,10 @@ func (r *response) finish(key sharedKey) {
 	h.Write([]byte(key.names))
 	h.Write([]byte{0})
 	r.resources = make([]*anypb.Any, 0, len(r.gen))
+	r.versions = make(map[string]string, len(r.gen))
 	var buf []byte
 	for _, g := range r.gen {
+		r.versions[g.name] = g.hash
 		buf = appendField(appendField(buf[:0], g.name), g.hash)
 		h.Write(buf)
 		r.resources = append(r.resources, g.any)

@@ -81,7 +81,14 @@ func (c callbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryR
 	intern(req.GetResourceNamesSubscribe())
 	node, err := c.request(-id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail())
 	req.Node = node
-	return err
+	if err != nil {
+		return err
+	}
+	c.s.mu.Lock()
+	p := c.s.streams[-id]
+	c.s.mu.Unlock()
+	p.unsubscribed(req.GetTypeUrl(), req.GetResourceNamesUnsubscribe())
+	return nil
 }
 
 // intern replaces names with one shared copy of each: the stream keeps the

@@ -2,6 +2,11 @@ package xds
 
 import (
 	"context"
+	"fmt"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
+	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,5 +137,64 @@ func TestDeltaAndStateOfTheWorldStreamsCoexist(t *testing.T) {
 	}
 	if n := len(h.srv.Proxies()); n != 2 {
 		t.Fatalf("%d proxies, want 2", n)
+	}
+}
+
+// TestDeltaHoldingsAreSharedAndFollowTheClient: sidecars of one scope hold
+// the versions of one response, and what each holds still follows its own
+// stream: a resource it unsubscribed from is sent again when it
+// subscribes again, and one gone from the model is reported removed.
+func TestDeltaHoldingsAreSharedAndFollowTheClient(t *testing.T) {
+	h := newHarness(t, modeltest.Load(t, envoyManifests), nil)
+	streams := []deltaStream{h.deltaStream(clientID), h.deltaStream(clientID)}
+	for i, st := range streams {
+		node := envoyNode("app", "client", fmt.Sprintf("10.0.0.%d", 9+i))
+		if err := st.Send(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: resource.ClusterType}); err != nil {
+			t.Fatal(err)
+		}
+		r := recvDelta(t, st)
+		if err := st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: r.GetNonce()}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNamesSubscribe: []string{echoCluster}}); err != nil {
+			t.Fatal(err)
+		}
+		if r := recvDelta(t, st); len(r.GetResources()) != 1 {
+			t.Fatalf("stream %d: endpoints %v", i, r.GetResources())
+		}
+	}
+	h.srv.mu.Lock()
+	var held []*deltaHeld
+	for _, p := range h.srv.streams {
+		p.mu.Lock()
+		held = append(held, p.deltaHeld[resource.ClusterType])
+		p.mu.Unlock()
+	}
+	h.srv.mu.Unlock()
+	if len(held) != 2 || held[0] == nil || held[1] == nil || reflect.ValueOf(held[0].versions).UnsafePointer() != reflect.ValueOf(held[1].versions).UnsafePointer() {
+		t.Fatalf("two sidecars of one scope do not share the clusters they hold: %v", held)
+	}
+
+	st := streams[0]
+	if err := st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNamesUnsubscribe: []string{echoCluster}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNamesSubscribe: []string{echoCluster}}); err != nil {
+		t.Fatal(err)
+	}
+	if r := recvDelta(t, st); r.GetTypeUrl() != resource.EndpointType || len(r.GetResources()) != 1 || r.GetResources()[0].GetName() != echoCluster {
+		t.Fatalf("subscribed again, got %v", r)
+	}
+
+	h.store.Publish(modeltest.Load(t, baseManifests)) // web is gone
+	for {
+		r := recvDelta(t, st)
+		if r.GetTypeUrl() != resource.ClusterType {
+			continue
+		}
+		if !slices.ContainsFunc(r.GetRemovedResources(), func(n string) bool { return strings.HasSuffix(n, "|web.app.svc.cluster.local") }) {
+			t.Fatalf("web's clusters are not reported removed: %v", r.GetRemovedResources())
+		}
+		break
 	}
 }

@@ -40,6 +40,7 @@ type proxy struct {
 
 	deltaWatches  map[string]*deltaWatch
 	deltaAnswered map[string]bool
+	deltaHeld     map[string]*deltaHeld
 }
 
 // watch is an open request waiting for a response.
@@ -68,7 +69,7 @@ func newProxy(srv *Server, id int64) *proxy {
 		srv: srv, streamID: id,
 		watches: map[string]*watch{}, subs: map[string]subscription{}, pending: map[string]sent{}, sent: map[string]sent{},
 		acked: map[string]string{}, nacked: map[string]string{},
-		deltaWatches: map[string]*deltaWatch{}, deltaAnswered: map[string]bool{},
+		deltaWatches: map[string]*deltaWatch{}, deltaAnswered: map[string]bool{}, deltaHeld: map[string]*deltaHeld{},
 	}
 }
 
