@@ -48,9 +48,10 @@ func startEnvoyAgent(t *testing.T, bins peers, w workload, token, rootFile, disc
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
+	ports := freeAddrs(t, 2)
 	a := &envoyAgent{
-		pilotAgent: &pilotAgent{Workload: w, Dir: dir, StatusPort: freePort(t)},
-		AdminPort:  freePort(t),
+		pilotAgent: &pilotAgent{Workload: w, Dir: dir, StatusPort: portOf(t, ports[0])},
+		AdminPort:  portOf(t, ports[1]),
 		// The stand-in writes it beside the bootstrap, in configPath.
 		StateFile: filepath.Join(dir, "etc", "istio", "proxy", "standin-state.json"),
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -119,12 +120,13 @@ type istiod struct {
 // the test failed.
 func startIstiod(t *testing.T, extraArgs ...string) *istiod {
 	t.Helper()
+	addrs := freeAddrs(t, 4)
 	p := &istiod{
 		StateDir:       t.TempDir(),
-		SecureGRPCAddr: freeAddr(t),
-		HTTPAddr:       freeAddr(t),
-		MonitoringAddr: freeAddr(t),
-		HTTPSAddr:      freeAddr(t),
+		SecureGRPCAddr: addrs[0],
+		HTTPAddr:       addrs[1],
+		MonitoringAddr: addrs[2],
+		HTTPSAddr:      addrs[3],
 		bin:            istiodBinary(t),
 		logs:           &logtest.Buffer{},
 	}
@@ -269,13 +271,33 @@ func isolatedEnv() []string {
 	return env
 }
 
-// freeAddr returns a loopback address whose port was free a moment ago.
-func freeAddr(t *testing.T) string {
+// freeAddrs returns n loopback addresses whose ports were free a moment
+// ago, all different: each is held until every one is found, or the
+// system could hand out one port twice.
+func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("find a free port: %v", err)
+	var out []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("find a free port: %v", err)
+		}
+		defer l.Close()
+		out = append(out, l.Addr().String())
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return out
+}
+
+// portOf is the port of a host:port address.
+func portOf(t *testing.T, addr string) int {
+	t.Helper()
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
