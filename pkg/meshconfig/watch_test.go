@@ -113,12 +113,20 @@ func quiet(t *testing.T, updates <-chan *meshv1alpha1.MeshConfig, rec *logtest.R
 	}
 }
 
-func TestWatcherFollowsKubeletsSymlinkSwapAndKeepsTheLastGoodConfig(t *testing.T) {
+func TestWatcherStartsFromTheInitialConfiguration(t *testing.T) {
 	d := newConfigMapDir(t, "outboundTrafficPolicy: {mode: REGISTRY_ONLY}\n")
-	w, updates, rec := startWatcher(t, WatcherConfig{Path: d.path()})
+	w, err := NewWatcher(WatcherConfig{Path: d.path(), Defaults: testDefaults})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if w.Current().GetOutboundTrafficPolicy().GetMode() != allowAny {
 		t.Fatal("before Run, Current must be the initial configuration (the defaults)")
 	}
+}
+
+func TestWatcherFollowsKubeletsSymlinkSwapAndKeepsTheLastGoodConfig(t *testing.T) {
+	d := newConfigMapDir(t, "outboundTrafficPolicy: {mode: REGISTRY_ONLY}\n")
+	w, updates, rec := startWatcher(t, WatcherConfig{Path: d.path()})
 	if mc := next(t, updates); mc.GetOutboundTrafficPolicy().GetMode() != registryOnly {
 		t.Fatalf("first read: mode %v, want REGISTRY_ONLY", mc.GetOutboundTrafficPolicy().GetMode())
 	}
