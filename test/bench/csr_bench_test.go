@@ -124,19 +124,21 @@ func istiodBinary(b *testing.B) string {
 }
 
 type server struct {
-	cmd   *exec.Cmd
-	addr  string
-	state string
-	creds string
-	log   *bytes.Buffer
+	cmd        *exec.Cmd
+	addr       string
+	monitoring string
+	state      string
+	creds      string
+	log        *bytes.Buffer
 }
 
 func start(b *testing.B, bin string, extra ...string) *server {
 	b.Helper()
-	s := &server{addr: freePort(b), log: new(bytes.Buffer), state: filepath.Join(b.TempDir(), "state")}
-	httpAddr := freePort(b)
+	addrs := freeAddrs(b, 4)
+	s := &server{addr: addrs[0], monitoring: addrs[2], log: new(bytes.Buffer), state: filepath.Join(b.TempDir(), "state")}
+	httpAddr := addrs[1]
 	args := append([]string{"discovery", "--state-dir", s.state, "--secureGRPCAddr", s.addr,
-		"--httpAddr", httpAddr, "--monitoringAddr", freePort(b), "--httpsAddr", freePort(b), "--log-level", "warn"}, extra...)
+		"--httpAddr", httpAddr, "--monitoringAddr", s.monitoring, "--httpsAddr", addrs[3], "--log-level", "warn"}, extra...)
 	s.cmd = exec.Command(bin, args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	if err := s.cmd.Start(); err != nil {
@@ -220,11 +222,18 @@ func newCSR(b *testing.B) string {
 	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
 }
 
-func freePort(b *testing.B) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
+// freeAddrs returns n loopback addresses whose ports were free a moment
+// ago, all different: each is held until every one is found.
+func freeAddrs(b *testing.B, n int) []string {
+	b.Helper()
+	var out []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ln.Close()
+		out = append(out, ln.Addr().String())
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return out
 }

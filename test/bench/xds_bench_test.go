@@ -30,8 +30,7 @@ const (
 // xdsServer is istiod on local files with the echo model in --configDir.
 type xdsServer struct {
 	*server
-	modelDir   string
-	monitoring string
+	modelDir string
 }
 
 func startXDS(b *testing.B, proxies int) *xdsServer {
@@ -44,12 +43,12 @@ func startXDSWith(b *testing.B, proxies int, model string) *xdsServer {
 	b.Helper()
 	raiseFileLimit(b, uint64(proxies)+1024)
 	bin := istiodBinary(b)
-	s := &xdsServer{modelDir: filepath.Join(b.TempDir(), "model"), monitoring: freePort(b)}
+	s := &xdsServer{modelDir: filepath.Join(b.TempDir(), "model")}
 	if err := os.MkdirAll(s.modelDir, 0o700); err != nil {
 		b.Fatal(err)
 	}
 	writeModelText(b, s.modelDir, model)
-	s.server = start(b, bin, "--configDir", s.modelDir, "--monitoringAddr", s.monitoring)
+	s.server = start(b, bin, "--configDir", s.modelDir)
 	s.mint(b, bin)
 	return s
 }
