@@ -3,11 +3,8 @@ package inject
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -74,18 +71,4 @@ func (f *FileSource) once(key string, level slog.Level, msg string, args ...any)
 }
 
 // readConfigFile reads at most maxConfigFileSize bytes of path.
-func readConfigFile(path string) ([]byte, error) {
-	file, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer file.Close()
-	data, err := io.ReadAll(io.LimitReader(file, maxConfigFileSize+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(data) > maxConfigFileSize {
-		return nil, fmt.Errorf("read %s: larger than %d bytes", path, maxConfigFileSize)
-	}
-	return data, nil
-}
+func readConfigFile(path string) ([]byte, error) { return dirwatch.ReadFile(path, maxConfigFileSize) }

@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -26,7 +24,7 @@ const DefaultResync = 10 * time.Second
 // ReadFile reads and parses the mesh configuration file at path. A missing
 // file is the defaults, as in Istio.
 func ReadFile(path string, d Defaults) (mc *meshv1alpha1.MeshConfig, warnings []string, err error) {
-	data, err := readBounded(path)
+	data, err := dirwatch.ReadFile(path, MaxBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Default(d), nil, nil
 	}
@@ -38,24 +36,6 @@ func ReadFile(path string, d Defaults) (mc *meshv1alpha1.MeshConfig, warnings []
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return mc, warnings, nil
-}
-
-// readBounded reads at most MaxBytes of path, following symbolic links
-// (a mounted ConfigMap's file is one).
-func readBounded(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, MaxBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(data) > MaxBytes {
-		return nil, fmt.Errorf("read %s: larger than the limit of %d bytes", path, MaxBytes)
-	}
-	return data, nil
 }
 
 // WatcherConfig configures a Watcher.

@@ -132,17 +132,12 @@ func hashOf(b []byte) string {
 }
 
 func readBounded(path string) ([]byte, error) {
-	fh, err := os.Open(path)
-	if err != nil {
+	data, err := dirwatch.ReadFile(path, MaxFileBytes)
+	switch {
+	case errors.Is(err, dirwatch.ErrTooLarge):
+		return nil, fmt.Errorf("manifest: %w: %w", err, ErrInvalid)
+	case err != nil:
 		return nil, fmt.Errorf("read manifest: %w", err)
-	}
-	defer fh.Close()
-	data, err := io.ReadAll(io.LimitReader(fh, MaxFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("read manifest %s: %w", path, err)
-	}
-	if len(data) > MaxFileBytes {
-		return nil, fmt.Errorf("read manifest %s: larger than %d bytes: %w", path, MaxFileBytes, ErrInvalid)
 	}
 	return data, nil
 }
