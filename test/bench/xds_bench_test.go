@@ -66,32 +66,41 @@ func BenchmarkXDSConvergence(b *testing.B) {
 			f := newFleet(b, srv.server, n)
 			f.start(b, ctx, n)
 			connect := f.waitReady(b, n, connectTimeout)
-			time.Sleep(quiescence)
-			base := f.proxies[0].lastEDS.Load()
-			for _, p := range f.proxies {
-				if v := p.lastEDS.Load(); v == nil || *v != *base {
-					b.Fatalf("proxies disagree on the EDS version before the change")
-				}
-			}
-			f.baseline.Store(base)
-			cpu0 := srv.cpuTime(b)
-			b.ResetTimer()
-			f.changedAt.Store(time.Now().UnixNano())
-			writeModel(b, srv.modelDir, "10.1.0.2")
-			waitFor(b, "converge", convergeLimit, func() bool { return f.converged.Load() >= int64(n) }, f.progress)
-			b.StopTimer()
-			lat := slices.Clone(f.lat)
-			slices.Sort(lat)
-			b.ReportMetric(ms(lat[len(lat)/2]), "p50-ms")
-			b.ReportMetric(ms(lat[len(lat)*99/100]), "p99-ms")
-			b.ReportMetric(ms(lat[len(lat)-1]), "max-ms")
-			b.ReportMetric(ms(srv.cpuTime(b)-cpu0), "server-cpu-ms")
-			b.ReportMetric(connect.Seconds(), "connect-s")
-			b.ReportMetric(float64(f.retries.failures()), "failed-retries")
-			b.ReportMetric(float64(f.retries.dials.Load()-int64(n)), "redials")
+			f.converge(b, srv, connect, func() { writeModel(b, srv.modelDir, "10.1.0.2") })
 			b.Logf("connect: %s", f.progress())
 		})
 	}
+}
+
+// converge measures the fleet's convergence after change, once every
+// proxy holds the same endpoints: each proxy's time until it has ACKed
+// endpoints of another version, and the server's CPU meanwhile.
+func (f *fleet) converge(b *testing.B, srv *xdsServer, connect time.Duration, change func()) {
+	b.Helper()
+	time.Sleep(quiescence)
+	base := f.proxies[0].lastEDS.Load()
+	for _, p := range f.proxies {
+		if v := p.lastEDS.Load(); v == nil || *v != *base {
+			b.Fatalf("proxies disagree on the endpoints' version before the change")
+		}
+	}
+	f.baseline.Store(base)
+	cpu0 := srv.cpuTime(b)
+	n := len(f.proxies)
+	b.ResetTimer()
+	f.changedAt.Store(time.Now().UnixNano())
+	change()
+	waitFor(b, "converge", convergeLimit, func() bool { return f.converged.Load() >= int64(n) }, f.progress)
+	b.StopTimer()
+	lat := slices.Clone(f.lat)
+	slices.Sort(lat)
+	b.ReportMetric(ms(lat[len(lat)/2]), "p50-ms")
+	b.ReportMetric(ms(lat[len(lat)*99/100]), "p99-ms")
+	b.ReportMetric(ms(lat[len(lat)-1]), "max-ms")
+	b.ReportMetric(ms(srv.cpuTime(b)-cpu0), "server-cpu-ms")
+	b.ReportMetric(connect.Seconds(), "connect-s")
+	b.ReportMetric(float64(f.retries.failures()), "failed-retries")
+	b.ReportMetric(float64(f.retries.dials.Load()-int64(n)), "redials")
 }
 
 // BenchmarkXDSMemoryPerProxy compares istiod's memory with no proxy and

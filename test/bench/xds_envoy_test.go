@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -160,28 +159,7 @@ func BenchmarkXDSEnvoyConvergence(b *testing.B) {
 			f.envoy = &envoyFleet{watched: watchedCluster}
 			f.start(b, ctx, n)
 			connect := f.waitReady(b, n, connectTimeout)
-			time.Sleep(quiescence)
-			base := f.proxies[0].lastEDS.Load()
-			for _, p := range f.proxies {
-				if v := p.lastEDS.Load(); v == nil || *v != *base {
-					b.Fatalf("proxies disagree on the watched endpoints' version before the change")
-				}
-			}
-			f.baseline.Store(base)
-			cpu0 := srv.cpuTime(b)
-			b.ResetTimer()
-			f.changedAt.Store(time.Now().UnixNano())
-			writeModelText(b, srv.modelDir, meshModel(services, "10.9.0.1"))
-			waitFor(b, "converge", convergeLimit, func() bool { return f.converged.Load() >= int64(n) }, f.progress)
-			b.StopTimer()
-			lat := slices.Clone(f.lat)
-			slices.Sort(lat)
-			b.ReportMetric(ms(lat[len(lat)/2]), "p50-ms")
-			b.ReportMetric(ms(lat[len(lat)*99/100]), "p99-ms")
-			b.ReportMetric(ms(lat[len(lat)-1]), "max-ms")
-			b.ReportMetric(ms(srv.cpuTime(b)-cpu0), "server-cpu-ms")
-			b.ReportMetric(connect.Seconds(), "connect-s")
-			b.ReportMetric(float64(f.retries.failures()), "failed-retries")
+			f.converge(b, srv, connect, func() { writeModelText(b, srv.modelDir, meshModel(services, "10.9.0.1")) })
 			b.Logf("connect: %s", f.progress())
 		})
 	}
