@@ -91,6 +91,23 @@ type response struct {
 	versions  map[string]string // name → hash of each of gen
 	version   string
 	size      int
+
+	deltaOnce sync.Once
+	delta     []byte // each of gen as an incremental response's resources field
+	deltaEnds []int  // where each of gen's ends in delta
+}
+
+// deltaEncoded returns gen encoded as the resources of an incremental
+// response, once for every proxy sent r: a thousand sidecars connecting at
+// once are sent one copy of their configuration, not a thousand.
+func (r *response) deltaEncoded(st *pushState) (encoded []byte, ends []int) {
+	r.deltaOnce.Do(func() {
+		r.delta, r.deltaEnds = encodeDeltaResources(r.gen, r.size)
+		st.mu.Lock()
+		st.sharedBytes += len(r.delta)
+		st.mu.Unlock()
+	})
+	return r.delta, r.deltaEnds
 }
 
 // response returns the resources of key for a proxy generating with gen,

@@ -30,26 +30,32 @@ var (
 // than the authenticated caller's.
 var ErrIdentityMismatch = errors.New("node identity does not match the caller")
 
-// callbacks implements go-control-plane's server callbacks. Its state of
-// the world and incremental servers number their streams separately, so
-// incremental streams are keyed by their negated ID.
+// callbacks implements go-control-plane's server callbacks, for its state
+// of the world streams; incremental streams are served by deltaStream.
 type callbacks struct{ s *Server }
 
-func (c callbacks) OnStreamOpen(ctx context.Context, id int64, typeURL string) error {
-	s := c.s
+func (c callbacks) OnStreamOpen(ctx context.Context, id int64, _ string) error {
+	_, err := c.s.openStream(ctx, id, false)
+	return err
+}
+
+func (c callbacks) OnStreamClosed(id int64, _ *core.Node) { c.s.closeStream(id) }
+
+// openStream admits a new stream and registers its proxy; delta: the
+// stream is incremental.
+func (s *Server) openStream(ctx context.Context, id int64, delta bool) (*proxy, error) {
 	if err := s.admit(ctx); err != nil {
-		return err
+		return nil, err
 	}
-	p := newProxy(s, id)
+	p := newProxy(s, id, delta)
 	p.ctx = ctx
 	s.mu.Lock()
 	s.streams[id] = p
 	s.mu.Unlock()
-	return nil
+	return p, nil
 }
 
-func (c callbacks) OnStreamClosed(id int64, _ *core.Node) {
-	s := c.s
+func (s *Server) closeStream(id int64) {
 	s.mu.Lock()
 	p := s.streams[id]
 	delete(s.streams, id)
@@ -72,23 +78,6 @@ func (c callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) er
 	node, err := c.request(id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail())
 	req.Node = node // the authenticated node, whatever later requests claim
 	return err
-}
-
-func (c callbacks) OnStreamDeltaRequest(id int64, req *discovery.DeltaDiscoveryRequest) error {
-	if len(req.GetResourceNamesSubscribe())+len(req.GetResourceNamesUnsubscribe())+len(req.GetInitialResourceVersions()) > DefaultMaxNames {
-		return status.Errorf(codes.InvalidArgument, "more than %d resource names", DefaultMaxNames)
-	}
-	intern(req.GetResourceNamesSubscribe())
-	node, err := c.request(-id, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), req.GetErrorDetail())
-	req.Node = node
-	if err != nil {
-		return err
-	}
-	c.s.mu.Lock()
-	p := c.s.streams[-id]
-	c.s.mu.Unlock()
-	p.unsubscribed(req.GetTypeUrl(), req.GetResourceNamesUnsubscribe())
-	return nil
 }
 
 // intern replaces names with one shared copy of each: the stream keeps the
@@ -195,21 +184,15 @@ func (c callbacks) OnStreamResponse(_ context.Context, id int64, _ *discovery.Di
 	}
 }
 
-func (c callbacks) OnDeltaStreamOpen(ctx context.Context, id int64, typeURL string) error {
-	return c.OnStreamOpen(ctx, -id, typeURL)
+// The incremental callbacks are never called: deltaStream serves those
+// streams.
+
+func (callbacks) OnDeltaStreamOpen(context.Context, int64, string) error { return nil }
+func (callbacks) OnDeltaStreamClosed(int64, *core.Node)                  {}
+func (callbacks) OnStreamDeltaRequest(int64, *discovery.DeltaDiscoveryRequest) error {
+	return nil
 }
-
-func (c callbacks) OnDeltaStreamClosed(id int64, node *core.Node) { c.OnStreamClosed(-id, node) }
-
-func (c callbacks) OnStreamDeltaResponse(id int64, _ *discovery.DeltaDiscoveryRequest, resp *discovery.DeltaDiscoveryResponse) {
-	s := c.s
-	s.mu.Lock()
-	p := s.streams[-id]
-	s.mu.Unlock()
-	if p != nil {
-		p.respondedDelta(resp)
-		s.metrics.pushes.WithLabelValues(shortType(resp.GetTypeUrl())).Inc()
-	}
+func (callbacks) OnStreamDeltaResponse(int64, *discovery.DeltaDiscoveryRequest, *discovery.DeltaDiscoveryResponse) {
 }
 
 func (c callbacks) OnFetchRequest(context.Context, *discovery.DiscoveryRequest) error {

@@ -35,6 +35,9 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 			return marshalResponse(m, m.GetResources(), responseResourcesField, appendAny)
 		}
 	case *discovery.DeltaDiscoveryResponse:
+		if unknown := m.ProtoReflect().GetUnknown(); len(unknown) >= referenceBytes {
+			return marshalWithUnknown(m, unknown)
+		}
 		if size(m.GetResources(), func(r *discovery.Resource) []byte { return r.GetResource().GetValue() }) >= referenceBytes {
 			return marshalResponse(m, m.GetResources(), deltaResourcesField, appendDeltaResource)
 		}
@@ -114,6 +117,35 @@ func marshalResponse[R protobuf.Message](m protobuf.Message, resources []R, num 
 	return out, nil
 }
 
+// marshalWithUnknown encodes m's fields, then references its unknown
+// fields, encodeDeltaResources' resources, rather than copying them:
+// protobuf encodes unknown fields last and as they are, so the bytes are
+// protobuf's.
+func marshalWithUnknown(m protobuf.Message, unknown []byte) (mem.BufferSlice, error) {
+	head := without(m, 0) // every field: none is numbered 0
+	head.ProtoReflect().SetUnknown(nil)
+	raw, err := protobuf.Marshal(head)
+	if err != nil {
+		return nil, fmt.Errorf("marshal %s: %w", m.ProtoReflect().Descriptor().FullName(), err)
+	}
+	bufs := [2]mem.SliceBuffer{raw, unknown}
+	return mem.BufferSlice{&bufs[0], &bufs[1]}, nil
+}
+
+// encodeDeltaResources encodes gen, of size bytes of resources, as the
+// resources field of an incremental response, and where each ends.
+func encodeDeltaResources(gen []generated, size int) (encoded []byte, ends []int) {
+	encoded = make([]byte, 0, size+len(gen)*160)
+	ends = make([]int, len(gen))
+	for i, g := range gen {
+		unknown := g.any.ProtoReflect().GetUnknown()
+		encoded = appendResourceEnvelope(encoded, g.name, g.hash, g.any, len(unknown))
+		encoded = append(append(encoded, g.any.GetValue()...), unknown...)
+		ends[i] = len(encoded)
+	}
+	return encoded, ends
+}
+
 // without is a shallow copy of m without field num.
 func without(m protobuf.Message, num protowire.Number) protobuf.Message {
 	src := m.ProtoReflect()
@@ -146,16 +178,23 @@ func appendDeltaResource(hdr []byte, r *discovery.Resource) ([]byte, []byte, err
 	if !plainResource(r) || a == nil || len(a.ProtoReflect().GetUnknown()) > 0 {
 		return appendWhole(hdr, deltaResourcesField, r)
 	}
-	anyLen := anySize(a)
-	size := stringFieldSize(resourceNameField, r.GetName()) + stringFieldSize(resourceVersionField, r.GetVersion()) +
+	return appendResourceEnvelope(hdr, r.GetName(), r.GetVersion(), a, 0), a.GetValue(), nil
+}
+
+// appendResourceEnvelope appends a resources field holding a Resource of
+// name, version and a, up to a's value: extra bytes follow the value
+// within a.
+func appendResourceEnvelope(hdr []byte, name, version string, a *anypb.Any, extra int) []byte {
+	anyLen := anySize(a) + extra
+	size := stringFieldSize(resourceNameField, name) + stringFieldSize(resourceVersionField, version) +
 		protowire.SizeTag(resourceAnyField) + protowire.SizeBytes(anyLen)
 	hdr = protowire.AppendTag(hdr, deltaResourcesField, protowire.BytesType)
 	hdr = protowire.AppendVarint(hdr, uint64(size))
-	hdr = appendStringField(hdr, resourceVersionField, r.GetVersion())
-	hdr = appendStringField(hdr, resourceNameField, r.GetName())
+	hdr = appendStringField(hdr, resourceVersionField, version)
+	hdr = appendStringField(hdr, resourceNameField, name)
 	hdr = protowire.AppendTag(hdr, resourceAnyField, protowire.BytesType)
 	hdr = protowire.AppendVarint(hdr, uint64(anyLen))
-	return appendAnyPrefix(hdr, a), a.GetValue(), nil
+	return appendAnyPrefix(hdr, a)
 }
 
 // plainResource reports whether r sets no field but its name, version and

@@ -2,7 +2,9 @@ package xds
 
 import (
 	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -119,5 +121,69 @@ func TestCodecKnowsEveryResourceField(t *testing.T) {
 		if f := fields.Get(i); !known[string(f.Name())] {
 			t.Errorf("Resource field %s is unknown to the codec", f.Name())
 		}
+	}
+}
+
+// TestDeltaResponsesShareOneEncoding: an incremental response's resources
+// are encoded once per shared response; a response sending all of them
+// references that encoding, one sending some copies theirs, and both
+// decode, through either codec, to the resources as protobuf has them.
+func TestDeltaResponsesShareOneEncoding(t *testing.T) {
+	big := &anypb.Any{TypeUrl: resourceTypeForTest, Value: make([]byte, 70000)}
+	big.Value[0], big.Value[69999] = 1, 2
+	odd := &anypb.Any{TypeUrl: resourceTypeForTest, Value: []byte("x")}
+	odd.ProtoReflect().SetUnknown([]byte{0x18, 0x01})
+	r := &response{gen: []generated{
+		{name: "a", hash: "1", any: &anypb.Any{TypeUrl: resourceTypeForTest, Value: []byte("abc")}},
+		{name: "b", hash: "2", any: big},
+		{name: "c", hash: "3", any: &anypb.Any{TypeUrl: resourceTypeForTest}},
+		{name: "d", hash: "4", any: odd},
+	}}
+	r.finish(sharedKey{})
+	st := newPushState(nil, time.Time{})
+	for name, tc := range map[string]struct {
+		held map[string]string
+		want []string
+	}{
+		"a client holding nothing is sent all":         {want: []string{"a", "b", "c", "d"}},
+		"a client holding some is sent the others":     {held: map[string]string{"a": "1", "c": "3"}, want: []string{"b", "d"}},
+		"a client holding older versions is sent them": {held: map[string]string{"a": "0", "b": "2", "d": "4"}, want: []string{"a", "c"}},
+		"a client holding all is sent none":            {held: map[string]string{"a": "1", "b": "2", "c": "3", "d": "4"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			resp := &discovery.DeltaDiscoveryResponse{TypeUrl: resourceTypeForTest, Nonce: "7"}
+			n, _ := selectDelta(resp, r, heldOf(tc.held, nil), st)
+			want := &discovery.DeltaDiscoveryResponse{TypeUrl: resourceTypeForTest, Nonce: "7"}
+			for _, g := range r.gen {
+				if slices.Contains(tc.want, g.name) {
+					want.Resources = append(want.Resources, &discovery.Resource{Name: g.name, Version: g.hash, Resource: g.any})
+				}
+			}
+			if n != len(tc.want) {
+				t.Errorf("%d resources selected, want %d", n, len(tc.want))
+			}
+			for codecName, c := range map[string]encoding.CodecV2{"proto": encoding.GetCodecV2(grpcproto.Name), "xds": Codec()} {
+				data, err := c.Marshal(resp)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := &discovery.DeltaDiscoveryResponse{}
+				if err := proto.Unmarshal(data.Materialize(), got); err != nil {
+					t.Fatal(err)
+				}
+				if !proto.Equal(got, want) {
+					t.Errorf("%s: decoded\n%v\nwant\n%v", codecName, got, want)
+				}
+			}
+		})
+	}
+	all := &discovery.DeltaDiscoveryResponse{}
+	selectDelta(all, r, heldOf(nil, nil), st)
+	data, err := Codec().Marshal(all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if encoded, _ := r.deltaEncoded(st); !referenced(data, encoded) {
+		t.Error("a response sending every resource copied their encoding")
 	}
 }

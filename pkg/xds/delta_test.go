@@ -167,7 +167,7 @@ func TestDeltaHoldingsAreSharedAndFollowTheClient(t *testing.T) {
 	var held []*deltaHeld
 	for _, p := range h.srv.streams {
 		p.mu.Lock()
-		held = append(held, p.deltaHeld[resource.ClusterType])
+		held = append(held, p.delta[resource.ClusterType].held)
 		p.mu.Unlock()
 	}
 	h.srv.mu.Unlock()

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -104,5 +105,46 @@ func TestStreamsWaitBrieflyForTheirTurn(t *testing.T) {
 	served, shed := open(40)
 	if served < 5 || served > 15 || served+shed != 40 {
 		t.Fatalf("%d served and %d refused of 40, want about 11 served", served, shed)
+	}
+}
+
+// TestDeltaSubscriptionsAreBounded: a client may subscribe to
+// DefaultMaxNames names of a type, in one request or many; past that its
+// stream ends with InvalidArgument, as does a request naming more.
+func TestDeltaSubscriptionsAreBounded(t *testing.T) {
+	h := newHarness(t, modeltest.Load(t, baseManifests), nil)
+	names := func(prefix string, n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprintf("%s-%d", prefix, i)
+		}
+		return out
+	}
+	for name, reqs := range map[string][][]string{
+		"one request naming too many":      {names("a", DefaultMaxNames+1)},
+		"requests naming too many in turn": {names("a", DefaultMaxNames/2), names("b", DefaultMaxNames/2), {"one-more"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			st := h.deltaStream(clientID)
+			for i, sub := range reqs {
+				req := &discovery.DeltaDiscoveryRequest{TypeUrl: grpcgen.EndpointType, ResourceNamesSubscribe: sub}
+				if i == 0 {
+					req.Node = testNode("app", "client", nil)
+				}
+				if err := st.Send(req); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for {
+				_, err := st.Recv()
+				if err == nil {
+					continue // names that exist: nothing is sent for names that do not
+				}
+				if status.Code(err) != codes.InvalidArgument {
+					t.Fatalf("stream ended with %v, want InvalidArgument", err)
+				}
+				return
+			}
+		})
 	}
 }

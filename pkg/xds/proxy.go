@@ -38,9 +38,8 @@ type proxy struct {
 	acked     map[string]string
 	nacked    map[string]string
 
-	deltaWatches  map[string]*deltaWatch
-	deltaAnswered map[string]bool
-	deltaHeld     map[string]*deltaHeld
+	delta    map[string]*deltaState                 // incremental streams, by type URL
+	deltaOut chan *discovery.DeltaDiscoveryResponse // responses queued; incremental streams
 }
 
 // watch is an open request waiting for a response.
@@ -64,13 +63,17 @@ type sent struct {
 	changedAt time.Time
 }
 
-func newProxy(srv *Server, id int64) *proxy {
-	return &proxy{
+func newProxy(srv *Server, id int64, delta bool) *proxy {
+	p := &proxy{
 		srv: srv, streamID: id,
 		watches: map[string]*watch{}, subs: map[string]subscription{}, pending: map[string]sent{}, sent: map[string]sent{},
 		acked: map[string]string{}, nacked: map[string]string{},
-		deltaWatches: map[string]*deltaWatch{}, deltaAnswered: map[string]bool{}, deltaHeld: map[string]*deltaHeld{},
 	}
+	if delta {
+		p.delta = map[string]*deltaState{}
+		p.deltaOut = make(chan *discovery.DeltaDiscoveryResponse, deltaOutCap)
+	}
+	return p
 }
 
 // open registers w and answers it at once if the proxy lacks something.
@@ -102,8 +105,8 @@ func (p *proxy) pushAll(st *pushState) {
 		if w := p.watches[t]; w != nil {
 			p.respondLocked(t, w, st)
 		}
-		if w := p.deltaWatches[t]; w != nil {
-			p.respondDeltaLocked(t, w, st)
+		if d := p.delta[t]; d != nil {
+			p.respondDeltaLocked(t, d, st)
 		}
 	}
 }

@@ -80,8 +80,8 @@ func (s *Server) pushSecrets() {
 			if w := p.watches[typeSecret]; w != nil {
 				p.respondLocked(typeSecret, w, st)
 			}
-			if w := p.deltaWatches[typeSecret]; w != nil {
-				p.respondDeltaLocked(typeSecret, w, st)
+			if d := p.delta[typeSecret]; d != nil {
+				p.respondDeltaLocked(typeSecret, d, st)
 			}
 		}
 		p.mu.Unlock()

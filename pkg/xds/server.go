@@ -2,8 +2,9 @@
 // authenticates each proxy, generates its resources from the mesh model,
 // and pushes changes after a debounce.
 //
-// The protocol handling is go-control-plane's server (state of the world
-// and incremental); this package is its ConfigWatcher and callbacks.
+// The state-of-the-world protocol is go-control-plane's server, for which
+// this package is the ConfigWatcher and callbacks; incremental streams are
+// served here (deltastream.go).
 // Resources are marshalled once per model snapshot and content key and
 // shared by every proxy.
 //
@@ -110,8 +111,12 @@ type Server struct {
 	gen     *grpcgen.Generator
 	metrics *metrics
 	limiter *rate.Limiter
-	ads     serverv3.Server
+	ads     ads
 	stop    context.CancelFunc
+	done    <-chan struct{} // closed by stop
+
+	deltaStreams atomic.Int64 // incremental streams opened
+	names        nameSets     // the name sets they subscribe to
 
 	state atomic.Pointer[pushState]
 	mesh  atomic.Pointer[meshState] // in force; the next push state is built with it
@@ -152,8 +157,8 @@ func New(cfg Config) (*Server, error) {
 	s.mesh.Store(s.newMeshState(currentMesh(cfg.Mesh)))
 	s.state.Store(s.newState(cfg.Model.Current(), time.Time{}))
 	ctx, cancel := context.WithCancel(context.Background())
-	s.stop = cancel
-	s.ads = serverv3.NewServer(ctx, s, callbacks{s}, sotw.WithOrderedADS())
+	s.stop, s.done = cancel, ctx.Done()
+	s.ads = ads{serverv3.NewServer(ctx, sotwWatcher{s}, callbacks{s}, sotw.WithOrderedADS()), s}
 	return s, nil
 }
 
