@@ -21,6 +21,7 @@ import (
 
 	bmodel "github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/authz"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/authz/rbactest"
 )
 
 // authzCase is a set of AuthorizationPolicies, in namespace "app", that
@@ -235,10 +236,10 @@ rules:
 // The reverse, Bulwark allowing what Istio denies, is never allowed.
 type authzDifference struct {
 	reason string
-	covers func(tcp bool, r rbacRequest) bool
+	covers func(tcp bool, r rbactest.Request) bool
 }
 
-func plaintext(_ bool, r rbacRequest) bool { return r.id == "" }
+func plaintext(_ bool, r rbactest.Request) bool { return r.ID == "" }
 
 const identityDenyReason = "doc.go difference 1: a DENY on the peer's identity also denies a peer without one, which in Istio passes it"
 
@@ -249,7 +250,7 @@ var authzDifferences = map[string]authzDifference{
 	"with an alias, a DENY on the alias's principal denies the identity under the mesh's trust domain": {reason: identityDenyReason, covers: plaintext},
 	"a CUSTOM policy denies everything in Bulwark": {
 		reason: "doc.go difference 4: CUSTOM denies everything; Istio, without the provider, denies what the CUSTOM rules match",
-		covers: func(bool, rbacRequest) bool { return true },
+		covers: func(bool, rbactest.Request) bool { return true },
 	},
 }
 
@@ -258,7 +259,7 @@ func TestAuthorizationPolicyMatchesIstio(t *testing.T) {
 	chains := []struct {
 		name     string
 		tcp      bool
-		requests []rbacRequest
+		requests []rbactest.Request
 	}{
 		{"http", false, authzHTTPRequests()},
 		{"tcp", true, authzTCPRequests()},
@@ -277,10 +278,10 @@ func TestAuthorizationPolicyMatchesIstio(t *testing.T) {
 			for _, ch := range chains {
 				istio := istioRBAC(t, policies, ch.tcp, td, c.aliases)
 				ours := bulwarkRBAC(t, policies, ch.tcp, td, c.aliases)
-				ie, oe := newRBACEvaluator(t, ch.tcp), newRBACEvaluator(t, ch.tcp)
+				ie, oe := rbactest.Envoy(t, ch.tcp), rbactest.Envoy(t, ch.tcp)
 				reported, istioAllowed := 0, 0
 				for _, r := range ch.requests {
-					a, b := ie.allowed(istio, r), oe.allowed(ours, r)
+					a, b := ie.Allowed(istio, r), oe.Allowed(ours, r)
 					if a {
 						istioAllowed++
 					}
@@ -322,13 +323,13 @@ func TestAuthorizationPolicyMatchesIstio(t *testing.T) {
 }
 
 // authzHTTPRequests is every combination of the attributes the cases test.
-func authzHTTPRequests() []rbacRequest {
+func authzHTTPRequests() []rbactest.Request {
 	type peer struct{ src, remote string }
 	type extra struct {
 		headers map[string]string
 		sni     string
 	}
-	var out []rbacRequest
+	var out []rbactest.Request
 	for _, id := range authzIdentities {
 		for _, method := range []string{"GET", "POST"} {
 			for _, path := range []string{"/", "/admin", "/admin/x", "/ADMIN", "/a/b", "/a//b", "/admin%2Fx",
@@ -338,8 +339,8 @@ func authzHTTPRequests() []rbacRequest {
 						for _, p := range []peer{{"10.0.0.9", "10.0.0.9"}, {"192.168.1.1", "1.2.3.4"}} {
 							for _, x := range []extra{{nil, ""}, {map[string]string{"x-user": "alice"}, "echo.app"},
 								{map[string]string{"X-User": "admin"}, "other.example.com"}} {
-								out = append(out, rbacRequest{id: id, src: p.src, remote: p.remote, dst: "10.0.0.2",
-									port: port, sni: x.sni, method: method, path: path, host: host, headers: x.headers})
+								out = append(out, rbactest.Request{ID: id, Src: p.src, Remote: p.remote, Dst: "10.0.0.2",
+									Port: port, SNI: x.sni, Method: method, Path: path, Host: host, Headers: x.headers})
 							}
 						}
 					}
@@ -351,13 +352,13 @@ func authzHTTPRequests() []rbacRequest {
 }
 
 // authzTCPRequests is every combination of what a TCP chain sees.
-func authzTCPRequests() []rbacRequest {
-	var out []rbacRequest
+func authzTCPRequests() []rbactest.Request {
+	var out []rbactest.Request
 	for _, id := range authzIdentities {
 		for _, port := range []uint32{8080, 9000} {
 			for _, src := range []string{"10.0.0.9", "192.168.1.1", "2001:db8::1"} {
 				for _, sni := range []string{"", "echo.app", "other.example.com"} {
-					out = append(out, rbacRequest{id: id, src: src, remote: src, dst: "10.0.0.2", port: port, sni: sni})
+					out = append(out, rbactest.Request{ID: id, Src: src, Remote: src, Dst: "10.0.0.2", Port: port, SNI: sni})
 				}
 			}
 		}

@@ -7,7 +7,7 @@ import (
 )
 
 func TestFailClosed(t *testing.T) {
-	denyAll := &check{deny: []req{{}, {id: sp("app", "a")}}}
+	denyAll := &check{deny: []req{{}, {ID: sp("app", "a")}}}
 	run(t, map[string]testCase{
 		"requestPrincipals drop an ALLOW rule": testCase{
 			specs:        []string{`{rules: [{from: [{source: {requestPrincipals: ["*"]}}]}]}`},
@@ -23,37 +23,37 @@ func TestFailClosed(t *testing.T) {
 			specs:        []string{`{action: DENY, rules: [{from: [{source: {requestPrincipals: [iss/sub]}}], to: [{operation: {paths: [/admin]}}]}]}`},
 			problems:     []string{"requestPrincipals: request authentication (JWT) is not supported yet: left out"},
 			grpcProblems: []string{"requestPrincipals"},
-		}.both(&check{allow: []req{{path: "/a"}}, deny: []req{{path: "/admin"}, {path: "/admin", id: sp("a", "b")}}}),
+		}.both(&check{allow: []req{{Path: "/a"}}, deny: []req{{Path: "/admin"}, {Path: "/admin", ID: sp("a", "b")}}}),
 		"request.auth keys drop an ALLOW rule and are left out of a DENY rule": {
 			specs: []string{
 				`{rules: [{when: [{key: "request.auth.claims[groups]", values: [admin]}]}]}`,
 				`{rules: [{to: [{operation: {paths: [/public]}}]}]}`,
 				`{action: DENY, rules: [{to: [{operation: {paths: ["/public/secret"]}}], when: [{key: request.auth.principal, values: [a/b]}]}]}`,
 			},
-			envoy:    &check{allow: []req{{path: "/public"}}, deny: []req{{path: "/public/secret"}, {path: "/x"}}},
+			envoy:    &check{allow: []req{{Path: "/public"}}, deny: []req{{Path: "/public/secret"}, {Path: "/x"}}},
 			problems: []string{"app/p0 rules[0].when[0]: request authentication", "app/p2 rules[0].when[0]: request authentication (JWT) is not supported yet: left out"},
 		},
 		"a bad port drops an ALLOW rule": testCase{
 			specs:        []string{`{rules: [{to: [{operation: {ports: ["8080", http]}}]}, {to: [{operation: {paths: [/ok]}}]}]}`},
 			problems:     []string{`rules[0].to[0].operation.ports[1]: bad port "http": rule dropped`},
 			grpcProblems: []string{`rules[0].to[0].operation.ports[1]: bad port "http": rule dropped`},
-		}.both(&check{allow: []req{{path: "/ok"}}, deny: []req{{port: 8080}}}),
+		}.both(&check{allow: []req{{Path: "/ok"}}, deny: []req{{Port: 8080}}}),
 		"a bad port leaves the ports out of a DENY rule": testCase{
 			specs:        []string{`{action: DENY, rules: [{to: [{operation: {ports: ["8080", "70000"], paths: [/a]}}]}]}`},
 			problems:     []string{`ports[1]: bad port "70000": left out`},
 			grpcProblems: []string{`ports[1]: bad port "70000": left out`},
-		}.both(&check{allow: []req{{path: "/b"}}, deny: []req{{path: "/a", port: 9090}}}),
+		}.both(&check{allow: []req{{Path: "/b"}}, deny: []req{{Path: "/a", Port: 9090}}}),
 		"a bad not-port of a DENY rule is left out alone": testCase{
 			specs:        []string{`{action: DENY, rules: [{to: [{operation: {notPorts: ["8080", "-1"]}}]}]}`},
 			problems:     []string{`notPorts[1]: bad port "-1": left out`},
 			grpcProblems: []string{`notPorts[1]`},
-		}.both(&check{allow: []req{{port: 8080}}, deny: []req{{port: 9090}}}),
+		}.both(&check{allow: []req{{Port: 8080}}, deny: []req{{Port: 9090}}}),
 		"a bad CIDR drops an ALLOW rule and leaves the field out of a DENY rule": {
 			specs: []string{
 				`{rules: [{from: [{source: {ipBlocks: [10.0.0.0/33]}}]}, {to: [{operation: {paths: [/ok, /deny]}}]}]}`,
 				`{action: DENY, rules: [{from: [{source: {ipBlocks: ["fe80::1%eth0"]}}], to: [{operation: {paths: [/deny]}}]}]}`,
 			},
-			envoy:    &check{allow: []req{{path: "/ok"}}, deny: []req{{src: "10.0.0.1"}, {path: "/deny", src: "192.168.0.1"}}},
+			envoy:    &check{allow: []req{{Path: "/ok"}}, deny: []req{{Src: "10.0.0.1"}, {Path: "/deny", Src: "192.168.0.1"}}},
 			problems: []string{`app/p0 rules[0].from[0].source.ipBlocks[0]: bad CIDR block "10.0.0.0/33": rule dropped`, `app/p1 rules[0].from[0].source.ipBlocks[0]: bad IP address "fe80::1%eth0": left out`},
 		},
 		"an unknown when key drops an ALLOW rule and is left out of a DENY rule (Istio skips that rule)": testCase{
@@ -63,7 +63,7 @@ func TestFailClosed(t *testing.T) {
 			},
 			problems:     []string{`app/p0 rules[0].when[0]: unknown key "sourc.ip": rule dropped`, `app/p1 rules[0].when[0]: unknown key "destination.namespace": left out`},
 			grpcProblems: []string{`unknown key "sourc.ip"`, `unknown key "destination.namespace"`},
-		}.both(&check{allow: []req{{path: "/ok"}}, deny: []req{{path: "/deny"}, {path: "/x"}}}),
+		}.both(&check{allow: []req{{Path: "/ok"}}, deny: []req{{Path: "/deny"}, {Path: "/x"}}}),
 		"a when condition without values fails closed": {
 			specs:    []string{`{rules: [{when: [{key: source.ip}]}]}`},
 			envoy:    denyAll,
@@ -88,12 +88,12 @@ func TestFailClosed(t *testing.T) {
 			specs:        []string{`{rules: [{from: [{source: {serviceAccounts: [a], principals: ["*"]}}]}]}`},
 			problems:     []string{`from[0].source.serviceAccounts: serviceAccounts cannot be combined with principals or namespaces: rule dropped`},
 			grpcProblems: []string{`serviceAccounts cannot be combined`},
-		}.both(&check{deny: []req{{id: sp("app", "a")}}}),
+		}.both(&check{deny: []req{{ID: sp("app", "a")}}}),
 		"serviceAccounts combined with namespaces are left out of a DENY rule": testCase{
 			specs:        []string{`{action: DENY, rules: [{from: [{source: {serviceAccounts: [a], namespaces: [app]}}]}]}`},
 			problems:     []string{`serviceAccounts cannot be combined with principals or namespaces: left out`},
 			grpcProblems: []string{`serviceAccounts cannot be combined`},
-		}.both(&check{allow: []req{{id: sp("other", "a")}}, deny: []req{{id: sp("app", "b")}}}),
+		}.both(&check{allow: []req{{ID: sp("other", "a")}}, deny: []req{{ID: sp("app", "b")}}}),
 		"a missing or empty source fails closed": {
 			specs:    []string{`{rules: [{from: [{}]}, {from: [{source: {}}]}]}`},
 			envoy:    denyAll,
@@ -101,7 +101,7 @@ func TestFailClosed(t *testing.T) {
 		},
 		"a missing operation in a DENY rule matches any operation": {
 			specs:    []string{`{action: DENY, rules: [{from: [{source: {principals: [cluster.local/ns/app/sa/bad]}}], to: [{}]}]}`},
-			envoy:    &check{allow: []req{{id: sp("app", "a")}}, deny: []req{{id: sp("app", "bad")}}},
+			envoy:    &check{allow: []req{{ID: sp("app", "a")}}, deny: []req{{ID: sp("app", "bad")}}},
 			problems: []string{`rules[0].to[0].operation: operation is missing: left out`},
 		},
 		"bad path templates fail closed": {
@@ -135,7 +135,7 @@ func TestOneBadPolicyOfMany(t *testing.T) {
 		opts := Options{TrustDomain: td, Flavor: flavor}
 		rules := rbacOf(t, policies, opts, false)
 		allowed := func(path string) bool {
-			return evaluator{t: t, grpc: flavor == GRPC, r: req{path: path}.withDefaults()}.allowed(rules)
+			return allowed(t, flavor, false, rules, req{Path: path})
 		}
 		if !allowed("/p0") || !allowed("/p999") || allowed("/p500") {
 			t.Errorf("%s: /p0 %t, /p999 %t, /p500 %t; want true, true, false", flavor, allowed("/p0"), allowed("/p999"), allowed("/p500"))

@@ -12,8 +12,8 @@ import (
 )
 
 func TestActions(t *testing.T) {
-	all := &check{deny: []req{{}, {id: sp("app", "a")}, {path: "/x", port: 9000}}}
-	none := &check{allow: []req{{}, {id: sp("app", "a")}, {path: "/x", port: 9000}}}
+	all := &check{deny: []req{{}, {ID: sp("app", "a")}, {Path: "/x", Port: 9000}}}
+	none := &check{allow: []req{{}, {ID: sp("app", "a")}, {Path: "/x", Port: 9000}}}
 	run(t, map[string]testCase{
 		"no policy allows everything": testCase{}.both(none),
 		"an ALLOW policy without rules denies everything": {
@@ -33,10 +33,10 @@ func TestActions(t *testing.T) {
 		},
 		"DENY wins over ALLOW": testCase{
 			specs: []string{`{rules: [{}]}`, `{action: DENY, rules: [{to: [{operation: {paths: [/admin]}}]}]}`},
-		}.both(&check{allow: []req{{path: "/a"}}, deny: []req{{path: "/admin"}}}),
+		}.both(&check{allow: []req{{Path: "/a"}}, deny: []req{{Path: "/admin"}}}),
 		"any ALLOW policy may allow": testCase{
 			specs: []string{`{rules: [{to: [{operation: {paths: [/a]}}]}]}`, `{rules: [{to: [{operation: {paths: [/b]}}]}]}`},
-		}.both(&check{allow: []req{{path: "/a"}, {path: "/b"}}, deny: []req{{path: "/c"}}}),
+		}.both(&check{allow: []req{{Path: "/a"}, {Path: "/b"}}, deny: []req{{Path: "/c"}}}),
 		"CUSTOM is not supported: it denies everything and is reported": {
 			specs: []string{`{action: CUSTOM, provider: {name: ext}, rules: [{to: [{operation: {paths: [/x]}}]}]}`, `{rules: [{}]}`},
 			envoy: all, tcp: all, grpc: all,
@@ -150,7 +150,7 @@ func TestPolicyNamesDoNotCollide(t *testing.T) {
 		t.Fatalf("rules %v", rules)
 	}
 	for _, path := range []string{"/a", "/b"} {
-		if (evaluator{t: t, r: req{path: path}.withDefaults()}).allowed(rules) {
+		if allowed(t, Envoy, false, rules, req{Path: path}) {
 			t.Errorf("%s allowed", path)
 		}
 	}
@@ -162,18 +162,18 @@ func TestRegexQuotesPolicyText(t *testing.T) {
 	run(t, map[string]testCase{
 		"in namespaces": testCase{
 			specs: []string{`{rules: [{from: [{source: {namespaces: ["a.c*"]}}]}]}`},
-		}.both(&check{allow: []req{{id: sp("a.cx", "s")}}, deny: []req{{id: sp("abcx", "s")}}}),
+		}.both(&check{allow: []req{{ID: sp("a.cx", "s")}}, deny: []req{{ID: sp("abcx", "s")}}}),
 		"in service accounts": {
 			specs: []string{`{action: DENY, rules: [{from: [{source: {serviceAccounts: ["n.s/s+a"]}}]}]}`},
-			envoy: &check{allow: []req{{id: sp("nxs", "ssa")}, {id: sp("n.s", "sa")}}, deny: []req{{id: sp("n.s", "s+a")}}},
-			grpc:  &check{allow: []req{{id: sp("nxs", "ssa")}}, deny: []req{{id: sp("n.s", "s+a")}}},
+			envoy: &check{allow: []req{{ID: sp("nxs", "ssa")}, {ID: sp("n.s", "sa")}}, deny: []req{{ID: sp("n.s", "s+a")}}},
+			grpc:  &check{allow: []req{{ID: sp("nxs", "ssa")}}, deny: []req{{ID: sp("n.s", "s+a")}}},
 		},
 		"in principal suffixes": testCase{
 			specs: []string{`{rules: [{from: [{source: {principals: ["*/sa/(a|b)"]}}]}]}`},
-		}.both(&check{allow: []req{{id: sp("x", "(a|b)")}}, deny: []req{{id: sp("x", "a")}}}),
+		}.both(&check{allow: []req{{ID: sp("x", "(a|b)")}}, deny: []req{{ID: sp("x", "a")}}}),
 		"in trust domains": {
 			specs: []string{`{rules: [{from: [{source: {trustDomains: ["e.g*"]}}]}]}`},
-			envoy: &check{allow: []req{{id: "spiffe://e.gx/ns/a/sa/b"}}, deny: []req{{id: "spiffe://exgx/ns/a/sa/b"}}},
+			envoy: &check{allow: []req{{ID: "spiffe://e.gx/ns/a/sa/b"}}, deny: []req{{ID: "spiffe://exgx/ns/a/sa/b"}}},
 		},
 	})
 }

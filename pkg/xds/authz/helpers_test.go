@@ -295,12 +295,12 @@ func run(t *testing.T, cases map[string]testCase) {
 				opts := Options{TrustDomain: trust, Flavor: dp.flavor}
 				rules := rbacOf(t, policies, opts, dp.tcp)
 				for _, r := range dp.c.allow {
-					if !(evaluator{t: t, grpc: dp.flavor == GRPC, tcp: dp.tcp, r: r.withDefaults()}).allowed(rules) {
+					if !allowed(t, dp.flavor, dp.tcp, rules, r) {
 						t.Errorf("%s denies %+v, want allowed; rules %v", dp.label, r, rules)
 					}
 				}
 				for _, r := range dp.c.deny {
-					if (evaluator{t: t, grpc: dp.flavor == GRPC, tcp: dp.tcp, r: r.withDefaults()}).allowed(rules) {
+					if allowed(t, dp.flavor, dp.tcp, rules, r) {
 						t.Errorf("%s allows %+v, want denied; rules %v", dp.label, r, rules)
 					}
 				}

@@ -1,4 +1,10 @@
-package interop
+// Package rbactest decides requests as a data plane's RBAC filters do, so
+// that tests can check what generated RBAC means rather than how it reads:
+// Envoy's HTTP and network RBAC filters, or gRPC-Go's authorization (gRFC
+// A41). A matcher it does not know, a field of a known matcher it does not
+// evaluate, or an HTTP matcher on a TCP chain fails the test instead of
+// guessing.
+package rbactest
 
 import (
 	"fmt"
@@ -14,48 +20,55 @@ import (
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 )
 
-// rbacRequest is a request (or, on a TCP chain, a connection) as Envoy's
-// RBAC filter sees it: after the connection manager has normalized the
-// path, so path is what RBAC matches, whatever the client sent.
-type rbacRequest struct {
-	id      string // the peer's verified URI SAN; empty for a plaintext peer
-	src     string // the connection's peer address (source.ip, ipBlocks)
-	remote  string // the original client address (remote.ip, remoteIpBlocks)
-	dst     string
-	port    uint32
-	sni     string
-	method  string
-	path    string
-	host    string // :authority
-	headers map[string]string
+// Request is a request (or, on a TCP chain, a connection) as RBAC sees it:
+// after the connection manager has normalized the path, so Path is what
+// RBAC matches, whatever the client sent.
+type Request struct {
+	ID       string // the peer's verified URI SAN; empty for a plaintext peer
+	Src      string // the connection's peer address (source.ip, ipBlocks)
+	Remote   string // the original client address (remote.ip, remoteIpBlocks)
+	Dst      string
+	Port     uint32
+	SNI      string
+	Method   string
+	Path     string
+	Host     string // :authority
+	Headers  map[string]string
+	Metadata map[string]map[string]any // dynamic metadata: filter → key → string or []string
 }
 
-func (r rbacRequest) String() string {
-	id := r.id
+func (r Request) String() string {
+	id := r.ID
 	if id == "" {
 		id = "plaintext"
 	}
-	return fmt.Sprintf("%s src=%s remote=%s dst=%s:%d sni=%q %s %s host=%q headers=%v",
-		id, r.src, r.remote, r.dst, r.port, r.sni, r.method, r.path, r.host, r.headers)
+	return fmt.Sprintf("%s src=%s remote=%s dst=%s:%d sni=%q %s %s host=%q headers=%v metadata=%v",
+		id, r.Src, r.Remote, r.Dst, r.Port, r.SNI, r.Method, r.Path, r.Host, r.Headers, r.Metadata)
 }
 
-// rbacEvaluator decides requests as Envoy's RBAC filters do. A matcher it
-// does not know, a field of a known matcher that it does not evaluate, or
-// an HTTP matcher on a TCP chain fails the test instead of guessing.
-type rbacEvaluator struct {
+// Evaluator decides requests for one data plane and chain kind.
+type Evaluator struct {
 	t       testing.TB
+	grpc    bool // gRPC-Go: no SNI, remote.ip is the peer, no metadata or path templates
 	tcp     bool
 	regexes map[string]*regexp.Regexp
 }
 
-func newRBACEvaluator(t testing.TB, tcp bool) *rbacEvaluator {
-	return &rbacEvaluator{t: t, tcp: tcp, regexes: map[string]*regexp.Regexp{}}
+// Envoy is an evaluator of Envoy's RBAC filters on an HTTP chain, or with
+// tcp on a TCP chain.
+func Envoy(t testing.TB, tcp bool) *Evaluator { return newEvaluator(t, false, tcp) }
+
+// GRPC is an evaluator of gRPC-Go's authorization.
+func GRPC(t testing.TB) *Evaluator { return newEvaluator(t, true, false) }
+
+func newEvaluator(t testing.TB, grpc, tcp bool) *Evaluator {
+	return &Evaluator{t: t, grpc: grpc, tcp: tcp, regexes: map[string]*regexp.Regexp{}}
 }
 
-// allowed runs the filters in order: a DENY filter with a matching policy
-// denies, an ALLOW filter without one denies, LOG never decides. A filter
-// without rules enforces nothing.
-func (e *rbacEvaluator) allowed(filters []*rbacpb.RBAC, r rbacRequest) bool {
+// Allowed runs the filters in order: a DENY filter with a matching policy
+// denies, an ALLOW filter without one denies, LOG never decides.
+func (e *Evaluator) Allowed(filters []*rbacpb.RBAC, r Request) bool {
+	e.t.Helper()
 	for _, f := range filters {
 		if f == nil {
 			continue
@@ -85,7 +98,7 @@ func (e *rbacEvaluator) allowed(filters []*rbacpb.RBAC, r rbacRequest) bool {
 }
 
 // policy matches when any permission and any principal match.
-func (e *rbacEvaluator) policy(p *rbacpb.Policy, r rbacRequest) bool {
+func (e *Evaluator) policy(p *rbacpb.Policy, r Request) bool {
 	if p.GetCondition() != nil || p.GetCheckedCondition() != nil {
 		e.t.Fatalf("policy with a CEL condition: %v", p)
 	}
@@ -105,7 +118,7 @@ func (e *rbacEvaluator) policy(p *rbacpb.Policy, r rbacRequest) bool {
 	return perm && prin
 }
 
-func (e *rbacEvaluator) principal(p *rbacpb.Principal, r rbacRequest) bool {
+func (e *Evaluator) principal(p *rbacpb.Principal, r Request) bool {
 	switch id := p.GetIdentifier().(type) {
 	case *rbacpb.Principal_Any:
 		return id.Any
@@ -126,19 +139,22 @@ func (e *rbacEvaluator) principal(p *rbacpb.Principal, r rbacRequest) bool {
 		}
 		return false
 	case *rbacpb.Principal_Authenticated_:
-		// Envoy matches the URI SAN of a verified peer certificate; a
-		// plaintext peer is not authenticated.
-		if r.id == "" {
+		// The URI SAN of a verified peer certificate; a plaintext peer is
+		// not authenticated.
+		if r.ID == "" {
 			return false
 		}
 		m := id.Authenticated.GetPrincipalName()
-		return m == nil || e.str(m, r.id)
+		return m == nil || e.str(m, r.ID)
 	case *rbacpb.Principal_DirectRemoteIp:
-		return e.inCIDR(id.DirectRemoteIp, r.src)
+		return e.inCIDR(id.DirectRemoteIp, r.Src)
 	case *rbacpb.Principal_RemoteIp:
-		return e.inCIDR(id.RemoteIp, r.remote)
+		if e.grpc {
+			return e.inCIDR(id.RemoteIp, r.Src) // gRPC has no x-forwarded-for
+		}
+		return e.inCIDR(id.RemoteIp, r.Remote)
 	case *rbacpb.Principal_SourceIp: //nolint:staticcheck // deprecated, but what older output used
-		return e.inCIDR(id.SourceIp, r.src) //nolint:staticcheck
+		return e.inCIDR(id.SourceIp, r.Src) //nolint:staticcheck
 	case *rbacpb.Principal_Header:
 		return e.header(id.Header, r)
 	}
@@ -146,7 +162,7 @@ func (e *rbacEvaluator) principal(p *rbacpb.Principal, r rbacRequest) bool {
 	return false
 }
 
-func (e *rbacEvaluator) permission(p *rbacpb.Permission, r rbacRequest) bool {
+func (e *Evaluator) permission(p *rbacpb.Permission, r Request) bool {
 	switch rule := p.GetRule().(type) {
 	case *rbacpb.Permission_Any:
 		return rule.Any
@@ -167,13 +183,16 @@ func (e *rbacEvaluator) permission(p *rbacpb.Permission, r rbacRequest) bool {
 		}
 		return false
 	case *rbacpb.Permission_DestinationPort:
-		return rule.DestinationPort == r.port
+		return rule.DestinationPort == r.Port
 	case *rbacpb.Permission_DestinationPortRange:
-		return int64(r.port) >= int64(rule.DestinationPortRange.GetStart()) && int64(r.port) < int64(rule.DestinationPortRange.GetEnd())
+		return int64(r.Port) >= int64(rule.DestinationPortRange.GetStart()) && int64(r.Port) < int64(rule.DestinationPortRange.GetEnd())
 	case *rbacpb.Permission_DestinationIp:
-		return e.inCIDR(rule.DestinationIp, r.dst)
+		return e.inCIDR(rule.DestinationIp, r.Dst)
 	case *rbacpb.Permission_RequestedServerName:
-		return e.str(rule.RequestedServerName, r.sni)
+		if e.grpc {
+			return e.str(rule.RequestedServerName, "") // gRPC sees no SNI
+		}
+		return e.str(rule.RequestedServerName, r.SNI)
 	case *rbacpb.Permission_Header:
 		return e.header(rule.Header, r)
 	case *rbacpb.Permission_UrlPath:
@@ -181,25 +200,35 @@ func (e *rbacEvaluator) permission(p *rbacpb.Permission, r rbacRequest) bool {
 		if rule.UrlPath.GetPath() == nil {
 			e.t.Fatalf("path matcher without a string matcher: %v", p)
 		}
-		// url_path is the path without query and fragment.
-		path, _, _ := strings.Cut(r.path, "?")
-		path, _, _ = strings.Cut(path, "#")
-		return e.str(rule.UrlPath.GetPath(), path)
+		return e.str(rule.UrlPath.GetPath(), urlPath(r.Path))
 	case *rbacpb.Permission_UriTemplate:
 		e.httpOnly(p)
+		if e.grpc {
+			e.t.Fatalf("gRPC cannot evaluate %v", p)
+		}
 		var cfg uritemplate.UriTemplateMatchConfig
 		if err := rule.UriTemplate.GetTypedConfig().UnmarshalTo(&cfg); err != nil {
 			e.t.Fatalf("uri_template config: %v", err)
 		}
-		path, _, _ := strings.Cut(r.path, "?")
-		path, _, _ = strings.Cut(path, "#")
-		return e.regex(templateRegex(cfg.GetPathTemplate())).MatchString(path)
+		return e.regex(templateRegex(cfg.GetPathTemplate())).MatchString(urlPath(r.Path))
+	case *rbacpb.Permission_Metadata:
+		if e.grpc {
+			e.t.Fatalf("gRPC cannot evaluate %v", p)
+		}
+		return e.metadata(rule.Metadata, r)
 	}
 	e.t.Fatalf("permission the evaluator does not know: %v", p)
 	return false
 }
 
-func (e *rbacEvaluator) httpOnly(x any) {
+// urlPath is the path without query and fragment.
+func urlPath(p string) string {
+	p, _, _ = strings.Cut(p, "?")
+	p, _, _ = strings.Cut(p, "#")
+	return p
+}
+
+func (e *Evaluator) httpOnly(x any) {
 	if e.tcp {
 		e.t.Fatalf("HTTP matcher on a TCP chain: %v", x)
 	}
@@ -207,16 +236,20 @@ func (e *rbacEvaluator) httpOnly(x any) {
 
 // header matches as Envoy's HeaderMatcher: :method, :path (with query) and
 // :authority are headers too.
-func (e *rbacEvaluator) header(h *route.HeaderMatcher, r rbacRequest) bool {
+func (e *Evaluator) header(h *route.HeaderMatcher, r Request) bool {
 	e.httpOnly(h)
 	if h.GetInvertMatch() || h.GetTreatMissingHeaderAsEmpty() {
 		e.t.Fatalf("header matcher with invert_match or treat_missing_header_as_empty: %v", h)
 	}
-	headers := map[string]string{":method": r.method, ":path": r.path, ":authority": r.host}
-	for k, v := range r.headers {
+	name := strings.ToLower(h.GetName())
+	if e.grpc && (name == ":scheme" || strings.HasPrefix(name, "grpc-")) {
+		e.t.Fatalf("gRPC refuses a header matcher for %q", name)
+	}
+	headers := map[string]string{":method": r.Method, ":path": r.Path, ":authority": r.Host}
+	for k, v := range r.Headers {
 		headers[strings.ToLower(k)] = v
 	}
-	v, ok := headers[strings.ToLower(h.GetName())]
+	v, ok := headers[name]
 	switch m := h.GetHeaderMatchSpecifier().(type) {
 	case *route.HeaderMatcher_PresentMatch:
 		return ok == m.PresentMatch
@@ -227,8 +260,38 @@ func (e *rbacEvaluator) header(h *route.HeaderMatcher, r rbacRequest) bool {
 	return false
 }
 
+// metadata matches the request's dynamic metadata at a one-key path.
+func (e *Evaluator) metadata(m *matcher.MetadataMatcher, r Request) bool {
+	if len(m.GetPath()) != 1 || m.GetInvert() {
+		e.t.Fatalf("metadata matcher the evaluator does not know: %v", m)
+	}
+	v, ok := r.Metadata[m.GetFilter()][m.GetPath()[0].GetKey()]
+	if !ok {
+		return false
+	}
+	var match func(vm *matcher.ValueMatcher, v any) bool
+	match = func(vm *matcher.ValueMatcher, v any) bool {
+		switch p := vm.GetMatchPattern().(type) {
+		case *matcher.ValueMatcher_StringMatch:
+			s, ok := v.(string)
+			return ok && e.str(p.StringMatch, s)
+		case *matcher.ValueMatcher_ListMatch:
+			list, _ := v.([]string)
+			for _, s := range list {
+				if match(p.ListMatch.GetOneOf(), s) {
+					return true
+				}
+			}
+			return false
+		}
+		e.t.Fatalf("value matcher the evaluator does not know: %v", vm)
+		return false
+	}
+	return match(m.GetValue(), v)
+}
+
 // str is Envoy's StringMatcher; ignore_case has no effect on safe_regex.
-func (e *rbacEvaluator) str(m *matcher.StringMatcher, s string) bool {
+func (e *Evaluator) str(m *matcher.StringMatcher, s string) bool {
 	fold := func(x string) string {
 		if m.GetIgnoreCase() {
 			return strings.ToLower(x)
@@ -245,14 +308,14 @@ func (e *rbacEvaluator) str(m *matcher.StringMatcher, s string) bool {
 	case *matcher.StringMatcher_Contains:
 		return strings.Contains(fold(s), fold(p.Contains))
 	case *matcher.StringMatcher_SafeRegex:
-		// Envoy's safe_regex is RE2 and must match the whole value.
+		// RE2, and it must match the whole value.
 		return e.regex("^(?:" + p.SafeRegex.GetRegex() + ")$").MatchString(s)
 	}
 	e.t.Fatalf("string matcher the evaluator does not know: %v", m)
 	return false
 }
 
-func (e *rbacEvaluator) regex(expr string) *regexp.Regexp {
+func (e *Evaluator) regex(expr string) *regexp.Regexp {
 	if re, ok := e.regexes[expr]; ok {
 		return re
 	}
@@ -264,7 +327,7 @@ func (e *rbacEvaluator) regex(expr string) *regexp.Regexp {
 	return re
 }
 
-func (e *rbacEvaluator) inCIDR(c *core.CidrRange, ip string) bool {
+func (e *Evaluator) inCIDR(c *core.CidrRange, ip string) bool {
 	p, err := netip.ParsePrefix(fmt.Sprintf("%s/%d", c.GetAddressPrefix(), c.GetPrefixLen().GetValue()))
 	if err != nil {
 		e.t.Fatalf("bad CIDR %v: %v", c, err)
