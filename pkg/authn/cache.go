@@ -7,8 +7,8 @@ import (
 )
 
 // expiringCache is a bounded least-recently-used cache keyed by a hash,
-// each entry valid until its own expiry. It holds successful token reviews
-// and verified client-certificate chains.
+// each entry valid until its own expiry. It holds successful token reviews,
+// verified OIDC tokens and verified client-certificate chains.
 type expiringCache[V any] struct {
 	mu      sync.Mutex
 	size    int
@@ -62,6 +62,14 @@ func (c *expiringCache[V]) put(key [32]byte, result V, expires time.Time) {
 		delete(c.entries, oldest.Value.(*cacheEntry[V]).key)
 	}
 	c.entries[key] = c.order.PushFront(&cacheEntry[V]{key: key, result: result, expires: expires})
+}
+
+// clear removes every entry.
+func (c *expiringCache[V]) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.order.Init()
+	clear(c.entries)
 }
 
 // len returns the number of entries, expired ones included.

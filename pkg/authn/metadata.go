@@ -27,8 +27,9 @@ const (
 // ErrNoCredentials when there is no authorization metadata or it holds
 // another scheme, and ErrTokenTooLarge for a token over MaxTokenSize.
 func BearerToken(ctx context.Context) (string, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	values := md.Get(authorizationKey)
+	// ValueFromIncomingContext copies this key's values only, not the
+	// whole metadata map.
+	values := metadata.ValueFromIncomingContext(ctx, authorizationKey)
 	switch len(values) {
 	case 0:
 		return "", ErrNoCredentials
@@ -53,8 +54,7 @@ func BearerToken(ctx context.Context) (string, error) {
 // ClusterID returns the cluster the caller claims in its "clusterid"
 // metadata, or "" when there is none.
 func ClusterID(ctx context.Context) (string, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	values := md.Get(clusterIDKey)
+	values := metadata.ValueFromIncomingContext(ctx, clusterIDKey)
 	switch {
 	case len(values) == 0:
 		return "", nil

@@ -35,6 +35,12 @@ type OIDCConfig struct {
 	HTTPClient *http.Client
 	// Clock tells the time. Default: time.Now.
 	Clock func() time.Time
+	// CacheSize bounds the number of verified tokens remembered. Default:
+	// DefaultOIDCCacheSize.
+	CacheSize int
+	// CacheTTL is the longest a verified token is remembered; never past
+	// its exp. Default: DefaultOIDCCacheTTL.
+	CacheTTL time.Duration
 }
 
 // OIDC authenticates callers by a JWT from a configured OIDC issuer, such as
@@ -50,6 +56,8 @@ type OIDC struct {
 	verifier atomic.Pointer[oidc.IDTokenVerifier]
 	// discovering holds one token while a discovery runs.
 	discovering chan struct{}
+	// tokens remembers verified tokens (oidccache.go).
+	tokens *verifiedTokens
 }
 
 var _ Authenticator = (*OIDC)(nil)
@@ -69,6 +77,12 @@ func newOIDC(cfg OIDCConfig, keys oidc.KeySet) *OIDC {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
+	if cfg.CacheSize <= 0 {
+		cfg.CacheSize = DefaultOIDCCacheSize
+	}
+	if cfg.CacheTTL <= 0 {
+		cfg.CacheTTL = DefaultOIDCCacheTTL
+	}
 	cfg.Rule.Audiences = slices.Clone(cfg.Rule.Audiences)
 	o := &OIDC{
 		cfg:    cfg,
@@ -80,6 +94,7 @@ func newOIDC(cfg OIDCConfig, keys oidc.KeySet) *OIDC {
 			Now:               cfg.Clock,
 		},
 		discovering: make(chan struct{}, 1),
+		tokens:      newVerifiedTokens(cfg.CacheSize, cfg.CacheTTL),
 	}
 	if keys == nil && cfg.Rule.JWKSURI != "" {
 		keys = oidc.NewRemoteKeySet(oidc.ClientContext(context.Background(), cfg.HTTPClient), cfg.Rule.JWKSURI)
@@ -95,7 +110,7 @@ func (*OIDC) Kind() string { return KindOIDC }
 
 // Authenticate implements Authenticator.
 func (o *OIDC) Authenticate(ctx context.Context) (*Caller, error) {
-	return authenticateBearer(ctx, o.verify)
+	return authenticateBearer(ctx, o.verifyCached)
 }
 
 // verify checks token and returns the caller it names.
@@ -157,6 +172,7 @@ func (o *OIDC) getVerifier(ctx context.Context) (*oidc.IDTokenVerifier, error) {
 	}
 	v := provider.Verifier(o.verifyCfg)
 	o.verifier.Store(v)
+	o.keySetChanged()
 	return v, nil
 }
 

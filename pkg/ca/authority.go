@@ -3,11 +3,13 @@ package ca
 import (
 	"bytes"
 	"crypto"
+	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 )
 
@@ -20,10 +22,18 @@ const (
 // authority is a loaded, checked signer with its chain and roots. It is
 // immutable once published; a rotation builds a new one.
 type authority struct {
-	source   string
-	signer   crypto.Signer
-	cert     *x509.Certificate
-	notAfter time.Time // the earliest NotAfter along the chain to the root
+	source    string
+	signer    crypto.Signer
+	cert      *x509.Certificate
+	notBefore time.Time // the latest NotBefore along the chain to the root
+	notAfter  time.Time // the earliest NotAfter along the chain to the root
+	// verifyEach makes every issued leaf verified in full up to the roots,
+	// for a chain with name constraints; otherwise its structure is
+	// checked (leafcheck.go).
+	verifyEach bool
+	// create signs a certificate; nil means x509.CreateCertificate. Tests
+	// replace it with one that misbehaves.
+	create func(rand io.Reader, tmpl, parent *x509.Certificate, pub, priv any) ([]byte, error)
 
 	roots       []*x509.Certificate
 	rootPool    *x509.CertPool
@@ -96,11 +106,15 @@ func (a *authority) buildChain(extra []*x509.Certificate, now time.Time, f setFi
 		return fileErr(f.cert, fmt.Errorf("does not verify to %s: %w", f.roots, err))
 	}
 	path := chains[0] // signing cert, intermediates..., root
-	a.notAfter = a.cert.NotAfter
+	a.notBefore, a.notAfter = a.cert.NotBefore, a.cert.NotAfter
 	for _, c := range path {
+		if c.NotBefore.After(a.notBefore) {
+			a.notBefore = c.NotBefore
+		}
 		if c.NotAfter.Before(a.notAfter) {
 			a.notAfter = c.NotAfter
 		}
+		a.verifyEach = a.verifyEach || hasNameConstraints(c)
 	}
 	a.interPool = x509.NewCertPool()
 	if len(path) > 1 {
@@ -116,6 +130,44 @@ func (a *authority) buildChain(extra []*x509.Certificate, now time.Time, f setFi
 	}
 	h.Write([]byte(a.rootsPEM))
 	h.Sum(a.fingerprint[:0])
+	if err := a.probeLeaf(now); err != nil {
+		return fileErr(f.cert, err)
+	}
+	return nil
+}
+
+// probeLeaf signs a leaf without names for the signer's own key and
+// verifies it up to the roots at now, once per authority: the chain then
+// accepts a leaf below the signing certificate (path length constraints
+// included, which verifying the signing certificate alone does not test),
+// and the signer makes valid signatures. Sign relies on it to check each
+// leaf by its structure only.
+func (a *authority) probeLeaf(now time.Time) error {
+	tmpl := &x509.Certificate{
+		SerialNumber:          newSerial(),
+		NotBefore:             a.notBefore,
+		NotAfter:              a.notAfter,
+		KeyUsage:              x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		BasicConstraintsValid: true,
+		AuthorityKeyId:        a.cert.SubjectKeyId,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.cert, a.signer.Public(), a.signer)
+	if err != nil {
+		return fmt.Errorf("cannot sign a leaf: %w", err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return fmt.Errorf("cannot parse a signed leaf: %w", err)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{
+		Roots:         a.rootPool,
+		Intermediates: a.interPool,
+		CurrentTime:   now,
+		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
+	}); err != nil {
+		return fmt.Errorf("a leaf it signs does not verify to the roots: %w", err)
+	}
 	return nil
 }
 

@@ -32,8 +32,9 @@ type Issued struct {
 	Chain []string
 }
 
-// Sign makes a certificate for req with the current signer, and verifies
-// it against the current roots before returning it.
+// Sign makes a certificate for req with the current signer, and checks that
+// it chains to the current roots and is exactly what was asked before
+// returning it.
 func (c *CA) Sign(req SignRequest) (*Issued, error) {
 	a := c.auth.Load()
 	if a == nil {
@@ -44,13 +45,13 @@ func (c *CA) Sign(req SignRequest) (*Issued, error) {
 		return nil, fmt.Errorf("sign: %w", err)
 	}
 	now := c.cfg.Clock()
-	if now.Before(a.cert.NotBefore) || now.After(a.notAfter) {
+	if now.Before(a.notBefore) || now.After(a.notAfter) {
 		return nil, fmt.Errorf("sign: %w: valid %s to %s", ErrSignerExpired,
-			a.cert.NotBefore.UTC().Format(time.RFC3339), a.notAfter.UTC().Format(time.RFC3339))
+			a.notBefore.UTC().Format(time.RFC3339), a.notAfter.UTC().Format(time.RFC3339))
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          newSerial(),
-		NotBefore:             later(now.Add(-c.cfg.Backdate), a.cert.NotBefore),
+		NotBefore:             later(now.Add(-c.cfg.Backdate), a.notBefore),
 		NotAfter:              earlier(now.Add(ttl), a.notAfter),
 		URIs:                  uris,
 		DNSNames:              req.DNSNames,
@@ -91,10 +92,16 @@ func (c *CA) checkRequest(req SignRequest) (time.Duration, []*url.URL, error) {
 	return ttl, uris, nil
 }
 
-// signLeaf signs tmpl for pub, verifies the result up to the roots at time
-// now, and returns it with the chain in Istio's order.
+// signLeaf signs tmpl for pub, checks the result (leafcheck.go) and returns
+// it with the chain in Istio's order.
 func (a *authority) signLeaf(tmpl *x509.Certificate, pub crypto.PublicKey, now time.Time) (*Issued, error) {
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.cert, pub, a.signer)
+	create := a.create
+	if create == nil {
+		create = x509.CreateCertificate
+	}
+	// CreateCertificate verifies the signature it made with the signer's
+	// public key, and refuses a signer that is not the parent's key.
+	der, err := create(rand.Reader, tmpl, a.cert, pub, a.signer)
 	if err != nil {
 		return nil, fmt.Errorf("create certificate: %w", err)
 	}
@@ -102,13 +109,18 @@ func (a *authority) signLeaf(tmpl *x509.Certificate, pub crypto.PublicKey, now t
 	if err != nil {
 		return nil, fmt.Errorf("parse signed certificate: %w", err)
 	}
-	if _, err := leaf.Verify(x509.VerifyOptions{
-		Roots:         a.rootPool,
-		Intermediates: a.interPool,
-		CurrentTime:   now,
-		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
-	}); err != nil {
-		return nil, fmt.Errorf("verify signed certificate: %w", err)
+	if err := a.checkLeaf(leaf, leafWant{tmpl: tmpl, pub: pub}); err != nil {
+		return nil, err
+	}
+	if a.verifyEach {
+		if _, err := leaf.Verify(x509.VerifyOptions{
+			Roots:         a.rootPool,
+			Intermediates: a.interPool,
+			CurrentTime:   now,
+			KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
+		}); err != nil {
+			return nil, fmt.Errorf("verify signed certificate: %w", err)
+		}
 	}
 	chain := make([]string, 0, len(a.chainPEM)+2)
 	chain = append(chain, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))

@@ -11,23 +11,20 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
-	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	pb "istio.io/api/security/v1alpha1"
+
+	"github.com/bulwark-mesh/bulwark/internal/loadgen"
+	"github.com/bulwark-mesh/bulwark/internal/proccpu"
 )
 
 // clients is the number of concurrent agents, each on its own connection.
@@ -58,55 +55,27 @@ func BenchmarkCreateCertificate(b *testing.B) {
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// runLoad makes n calls spread over `clients` goroutines and returns each
-// call's latency; call gets the goroutine's index and the call's number.
-func runLoad(b *testing.B, clients, n int, call func(client, j int) error) []time.Duration {
-	lat := make([]time.Duration, n)
-	var next atomic.Int64
-	var failed atomic.Value
-	var wg sync.WaitGroup
-	for i := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				j := int(next.Add(1)) - 1
-				if j >= n {
-					return
-				}
-				t0 := time.Now()
-				if err := call(i, j); err != nil {
-					failed.Store(err)
-					return
-				}
-				lat[j] = time.Since(t0)
-			}
-		}()
-	}
-	wg.Wait()
-	if err, ok := failed.Load().(error); ok {
-		b.Fatalf("call: %v", err)
-	}
-	return lat
-}
-
 // measure runs n calls after a warm-up and reports throughput, the server's
 // CPU per call and latency percentiles.
 func measure(b *testing.B, srv *server, clients int, call func(client, j int) error) {
-	runLoad(b, clients, clients, call) // warm up: every connection handshakes once
+	if _, err := loadgen.Run(clients, clients, call); err != nil { // warm up: every connection handshakes once
+		b.Fatalf("call: %v", err)
+	}
 	cpuBefore := srv.cpuTime(b)
 	b.ResetTimer()
 	start := time.Now()
-	lat := runLoad(b, clients, b.N, call)
+	lat, err := loadgen.Run(clients, b.N, call)
 	elapsed := time.Since(start)
 	b.StopTimer()
+	if err != nil {
+		b.Fatalf("call: %v", err)
+	}
 	cpu := srv.cpuTime(b) - cpuBefore
 
-	slices.Sort(lat)
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "certs/s")
 	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "server-cpu-ms/cert")
-	b.ReportMetric(ms(lat[len(lat)/2]), "p50-ms")
-	b.ReportMetric(ms(lat[len(lat)*99/100]), "p99-ms")
+	b.ReportMetric(ms(loadgen.Quantile(lat, 0.5)), "p50-ms")
+	b.ReportMetric(ms(loadgen.Quantile(lat, 0.99)), "p99-ms")
 }
 
 // istiodBinary is $ISTIOD_BIN, or istiod built into a temp dir.
@@ -195,19 +164,14 @@ func (s *server) client(b *testing.B) pb.IstioCertificateServiceClient {
 	return pb.NewIstioCertificateServiceClient(conn)
 }
 
-// cpuTime is the server's user+system CPU time from /proc/<pid>/stat.
+// cpuTime is the server's user+system CPU time.
 func (s *server) cpuTime(b *testing.B) time.Duration {
 	b.Helper()
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	d, err := proccpu.Of(s.cmd.Process.Pid)
 	if err != nil {
 		b.Fatal(err)
 	}
-	// Fields after the parenthesised command name; utime and stime are the
-	// 14th and 15th fields overall, in clock ticks (USER_HZ, 100 on Linux).
-	fields := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+2:]))
-	utime, _ := strconv.ParseInt(fields[11], 10, 64)
-	stime, _ := strconv.ParseInt(fields[12], 10, 64)
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	return d
 }
 
 func newCSR(b *testing.B) string {

@@ -4,6 +4,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"encoding/json"
 	"encoding/pem"
 	"net/http"
@@ -21,7 +22,7 @@ import (
 const caAudience = "istio-ca"
 
 // oidcIssuer is an OIDC issuer on loopback HTTPS: a discovery document, a
-// JWKS with one ES256 key, and tokens shaped like Kubernetes service
+// JWKS with one signing key, and tokens shaped like Kubernetes service
 // account tokens signed by that key.
 type oidcIssuer struct {
 	URL    string // issuer, https://127.0.0.1:PORT
@@ -30,14 +31,27 @@ type oidcIssuer struct {
 	signer jose.Signer
 }
 
-func startIssuer(t *testing.T) *oidcIssuer {
+func startIssuer(t testing.TB) *oidcIssuer { return startIssuerAlg(t, jose.ES256) }
+
+// startIssuerAlg starts an issuer signing with alg: ES256 (a P-256 key) or
+// RS256 (an RSA 2048 key, as a Kubernetes API server signs its tokens).
+func startIssuerAlg(t testing.TB, alg jose.SignatureAlgorithm) *oidcIssuer {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	var key any
+	var err error
+	switch alg {
+	case jose.ES256:
+		key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	case jose.RS256:
+		key, err = rsa.GenerateKey(rand.Reader, 2048)
+	default:
+		t.Fatalf("issuer: algorithm %s is not supported here", alg)
+	}
 	if err != nil {
 		t.Fatalf("issuer key: %v", err)
 	}
-	jwk := jose.JSONWebKey{Key: key, KeyID: "interop-1", Algorithm: string(jose.ES256), Use: "sig"}
-	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: jwk},
+	jwk := jose.JSONWebKey{Key: key, KeyID: "interop-1", Algorithm: string(alg), Use: "sig"}
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: alg, Key: jwk},
 		(&jose.SignerOptions{}).WithType("JWT"))
 	if err != nil {
 		t.Fatalf("issuer signer: %v", err)
@@ -49,7 +63,7 @@ func startIssuer(t *testing.T) *oidcIssuer {
 		writeJSON(w, map[string]any{
 			"issuer":                                iss.URL,
 			"jwks_uri":                              iss.URL + "/jwks",
-			"id_token_signing_alg_values_supported": []string{string(jose.ES256)},
+			"id_token_signing_alg_values_supported": []string{string(alg)},
 			"response_types_supported":              []string{"id_token"},
 			"subject_types_supported":               []string{"public"},
 		})
@@ -71,7 +85,7 @@ func startIssuer(t *testing.T) *oidcIssuer {
 
 // IstiodArgs are the flags that make istiod trust this issuer for tokens
 // whose audience includes one of audiences.
-func (i *oidcIssuer) IstiodArgs(t *testing.T, audiences ...string) []string {
+func (i *oidcIssuer) IstiodArgs(t testing.TB, audiences ...string) []string {
 	t.Helper()
 	rule, err := json.Marshal(map[string]any{
 		"issuer":    i.URL,
@@ -86,7 +100,7 @@ func (i *oidcIssuer) IstiodArgs(t *testing.T, audiences ...string) []string {
 
 // Token signs a service account token for namespace/serviceAccount with
 // audience istio-ca, valid for ten minutes; edits change the claims first.
-func (i *oidcIssuer) Token(t *testing.T, namespace, serviceAccount string, edits ...func(*jwt.Claims)) string {
+func (i *oidcIssuer) Token(t testing.TB, namespace, serviceAccount string, edits ...func(*jwt.Claims)) string {
 	t.Helper()
 	now := time.Now()
 	claims := jwt.Claims{
@@ -100,7 +114,9 @@ func (i *oidcIssuer) Token(t *testing.T, namespace, serviceAccount string, edits
 	for _, edit := range edits {
 		edit(&claims)
 	}
-	token, err := jwt.Signed(i.signer).Claims(claims).Serialize()
+	// aud is always a JSON array, as the Kubernetes API server writes it
+	// (and as Istio's JWT authenticator requires), even with one value.
+	token, err := jwt.Signed(i.signer).Claims(claims).Claims(map[string]any{"aud": []string(claims.Audience)}).Serialize()
 	if err != nil {
 		t.Fatalf("sign token: %v", err)
 	}

@@ -46,6 +46,9 @@ var istiodBuild struct {
 }
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(istioCAServerEnv); dir != "" {
+		os.Exit(runIstioCAServer(dir)) // this process is a benchmark's Istio CA server
+	}
 	flag.Parse()
 	if !testing.Short() {
 		// Built before m.Run starts the -timeout clock: a cold -race build
@@ -89,12 +92,16 @@ func buildIstiod() (dir, path string, err error) {
 }
 
 // istiodBinary returns the path of the istiod TestMain built. Under -short
-// nothing is built (make bench runs only the injector benchmarks that way),
-// so a test that needs a process fails rather than passing untested.
+// nothing is built (make bench runs the benchmarks that way), so a test
+// that needs a process fails rather than passing untested, unless
+// $ISTIOD_BIN names a built istiod (make bench's bin/istiod).
 func istiodBinary(t testing.TB) string {
 	t.Helper()
 	if testing.Short() {
-		t.Fatal("istiod is not built under -short; run interop tests without it")
+		if bin := os.Getenv("ISTIOD_BIN"); bin != "" {
+			return bin
+		}
+		t.Fatal("istiod is not built under -short; run interop tests without it, or set ISTIOD_BIN")
 	}
 	if istiodBuild.err != nil {
 		t.Fatalf("build istiod: %v", istiodBuild.err)
@@ -112,13 +119,17 @@ type istiod struct {
 
 	bin  string
 	logs *logtest.Buffer
+	cmd  *exec.Cmd
 }
+
+// Pid is the process id of istiod.
+func (p *istiod) Pid() int { return p.cmd.Process.Pid }
 
 // startIstiod runs `istiod discovery` on free loopback ports with a fresh
 // state directory and the given extra flags, and waits until /ready answers
 // 200. The process is stopped when the test ends; its output is logged if
 // the test failed.
-func startIstiod(t *testing.T, extraArgs ...string) *istiod {
+func startIstiod(t testing.TB, extraArgs ...string) *istiod {
 	t.Helper()
 	addrs := freeAddrs(t, 4)
 	p := &istiod{
@@ -140,6 +151,7 @@ func startIstiod(t *testing.T, extraArgs ...string) *istiod {
 		"--httpsAddr", p.HTTPSAddr,
 	}, extraArgs...)
 	cmd := exec.Command(p.bin, args...)
+	p.cmd = cmd
 	cmd.Env = isolatedEnv()
 	cmd.Stdout = p.logs
 	cmd.Stderr = p.logs
@@ -208,7 +220,7 @@ type mintedCert struct {
 
 // MintCert issues a client certificate for spiffe://cluster.local/ns/NS/sa/SA
 // from this istiod's CA with `istiod mint-cert`.
-func (p *istiod) MintCert(t *testing.T, namespace, serviceAccount string) mintedCert {
+func (p *istiod) MintCert(t testing.TB, namespace, serviceAccount string) mintedCert {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "certs")
 	args := []string{
@@ -236,7 +248,7 @@ func (p *istiod) MintCert(t *testing.T, namespace, serviceAccount string) minted
 }
 
 // stopProcess sends SIGTERM, and SIGKILL if the process outlives stopTimeout.
-func stopProcess(t *testing.T, cmd *exec.Cmd, exited <-chan struct{}) {
+func stopProcess(t testing.TB, cmd *exec.Cmd, exited <-chan struct{}) {
 	select {
 	case <-exited:
 		return
@@ -274,7 +286,7 @@ func isolatedEnv() []string {
 // freeAddrs returns n loopback addresses whose ports were free a moment
 // ago, all different: each is held until every one is found, or the
 // system could hand out one port twice.
-func freeAddrs(t *testing.T, n int) []string {
+func freeAddrs(t testing.TB, n int) []string {
 	t.Helper()
 	var out []string
 	for range n {

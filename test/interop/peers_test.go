@@ -87,7 +87,7 @@ type process struct {
 // startProcess starts cmd, collecting its stderr (and stdout unless the
 // caller took it). It is stopped with SIGTERM when the test ends, and its
 // output logged if the test failed.
-func startProcess(t *testing.T, name string, cmd *exec.Cmd) *process {
+func startProcess(t testing.TB, name string, cmd *exec.Cmd) *process {
 	t.Helper()
 	p := &process{name: name, cmd: cmd, logs: &logtest.Buffer{}, exited: make(chan struct{})}
 	cmd.Stderr = p.logs
