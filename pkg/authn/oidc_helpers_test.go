@@ -5,6 +5,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"math/big"
@@ -14,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/bulwark-mesh/bulwark/pkg/authn/keyfetch"
 )
 
 // issuer is an OIDC provider served over TLS by httptest: discovery at
@@ -87,6 +90,13 @@ func (iss *issuer) rule(withJWKSURI bool) JWTRule {
 		r.JWKSURI = iss.srv.URL + "/keys"
 	}
 	return r
+}
+
+// fetch configures key fetching to trust the issuer's certificate.
+func (iss *issuer) fetch() keyfetch.Config {
+	roots := x509.NewCertPool()
+	roots.AddCert(iss.srv.Certificate())
+	return keyfetch.Config{RootCAs: roots}
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
