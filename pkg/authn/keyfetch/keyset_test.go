@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/bulwark-mesh/bulwark/pkg/ca/catest"
 )
 
 // keyServer publishes a key set that tests change, counting fetches; while
@@ -41,6 +43,15 @@ func newKeyServer(t *testing.T, signers ...signer) (*keyServer, string) {
 	return ks, srv.URL + "/keys"
 }
 
+// newTestKeySet is the key set of an issuer publishing signers, with the
+// server that publishes them and the clock the client tells time by.
+func newTestKeySet(t *testing.T, signers ...signer) (*KeySet, *keyServer, *catest.Clock) {
+	t.Helper()
+	srv, uri := newKeyServer(t, signers...)
+	client, _, clock := testClient(t, Config{}, nil)
+	return client.KeySet("https://issuer.example", uri, algs), srv, clock
+}
+
 func (ks *keyServer) publish(t *testing.T, signers ...signer) {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
@@ -56,9 +67,7 @@ func (ks *keyServer) holdFetches() chan struct{} {
 
 func TestUnknownKeysRefreshAtMostOncePerInterval(t *testing.T) {
 	a, b, c := newSigner(t, "a"), newSigner(t, "b"), newSigner(t, "c")
-	srv, uri := newKeyServer(t, a)
-	client, _, clock := testClient(t, Config{}, nil)
-	set := client.KeySet("https://issuer.example", uri, algs)
+	set, srv, clock := newTestKeySet(t, a)
 	ctx := context.Background()
 	verify := func(s signer, kid string) error {
 		s.kid = kid
@@ -115,9 +124,7 @@ func TestUnknownKeysRefreshAtMostOncePerInterval(t *testing.T) {
 
 func TestKeysOlderThanTheIntervalAreRefreshed(t *testing.T) {
 	a, b := newSigner(t, "a"), newSigner(t, "b")
-	srv, uri := newKeyServer(t, a)
-	client, _, clock := testClient(t, Config{}, nil)
-	set := client.KeySet("https://issuer.example", uri, algs)
+	set, srv, clock := newTestKeySet(t, a)
 	token := a.token(t, `{}`)
 	if _, err := set.VerifySignature(context.Background(), token); err != nil {
 		t.Fatal(err)
@@ -135,10 +142,8 @@ func TestKeysOlderThanTheIntervalAreRefreshed(t *testing.T) {
 
 func TestConcurrentMissesShareOneFetch(t *testing.T) {
 	a := newSigner(t, "a")
-	srv, uri := newKeyServer(t, a)
+	set, srv, _ := newTestKeySet(t, a)
 	release := srv.holdFetches()
-	client, _, _ := testClient(t, Config{}, nil)
-	set := client.KeySet("https://issuer.example", uri, algs)
 	token := a.token(t, `{}`)
 
 	const callers = 32
@@ -163,10 +168,8 @@ func TestConcurrentMissesShareOneFetch(t *testing.T) {
 
 func TestACallerWaitingForAFetchCanGiveUp(t *testing.T) {
 	a := newSigner(t, "a")
-	srv, uri := newKeyServer(t, a)
+	set, srv, _ := newTestKeySet(t, a)
 	release := srv.holdFetches()
-	client, _, _ := testClient(t, Config{}, nil)
-	set := client.KeySet("https://issuer.example", uri, algs)
 	ctx, cancel := context.WithCancel(context.Background())
 	errs := make(chan error, 1)
 	go func() {
@@ -190,11 +193,7 @@ func TestACallerWaitingForAFetchCanGiveUp(t *testing.T) {
 
 func TestWithoutKeysNothingIsAcceptedAndFetchesAreRetriedSparingly(t *testing.T) {
 	a := newSigner(t, "a")
-	standIn := newMetadataStandIn(t, nil)
-	srv, uri := newKeyServer(t, a)
-	srv.publish(t) // an empty key set
-	client, _, clock := testClient(t, Config{}, standIn)
-	set := client.KeySet("https://issuer.example", uri, algs)
+	set, srv, clock := newTestKeySet(t) // an empty key set
 	token := a.token(t, `{}`)
 	for range 50 {
 		if _, err := set.VerifySignature(context.Background(), token); !errors.Is(err, ErrNoKeys) {
