@@ -68,10 +68,7 @@ func (ks *KeySet) VerifySignature(ctx context.Context, token string) ([]byte, er
 			return payload, nil
 		}
 	}
-	fresh, err := ks.refresh(ctx)
-	if fresh != nil {
-		keys = fresh
-	}
+	keys, err = ks.refresh(ctx)
 	if keys == nil {
 		return nil, fmt.Errorf("%w: %w", ErrNoKeys, err)
 	}
@@ -92,7 +89,7 @@ func (ks *KeySet) current() ([]jose.JSONWebKey, bool) {
 // refresh fetches the key set, or joins the fetch already running, unless
 // the last one started less than an interval ago: the refresh interval
 // while keys are held, the retry interval while none are. It returns the
-// fetched keys, or nil and why there are none new.
+// keys held afterwards, new or not, and why no new ones were fetched.
 func (ks *KeySet) refresh(ctx context.Context) ([]jose.JSONWebKey, error) {
 	ks.mu.Lock()
 	done := ks.inflight
@@ -103,12 +100,12 @@ func (ks *KeySet) refresh(ctx context.Context) ([]jose.JSONWebKey, error) {
 		}
 		now := ks.c.cfg.Clock()
 		if !ks.attempted.IsZero() && now.Sub(ks.attempted) < wait {
+			defer ks.mu.Unlock()
 			err := ks.lastErr
-			ks.mu.Unlock()
 			if err == nil {
-				err = errors.New("key set refreshed recently")
+				err = errors.New("key set fetched recently")
 			}
-			return nil, fmt.Errorf("not refetched before %s: %w", ks.attempted.Add(wait).Format(time.RFC3339), err)
+			return ks.keys, fmt.Errorf("not refetched before %s: %w", ks.attempted.Add(wait).Format(time.RFC3339), err)
 		}
 		ks.attempted = now
 		done = make(chan struct{})
@@ -117,17 +114,18 @@ func (ks *KeySet) refresh(ctx context.Context) ([]jose.JSONWebKey, error) {
 		go ks.fetch(context.WithoutCancel(ctx), done)
 	}
 	ks.mu.Unlock()
+	var waitErr error
 	select {
 	case <-done:
 	case <-ctx.Done():
-		return nil, fmt.Errorf("wait for key set: %w", ctx.Err())
+		waitErr = fmt.Errorf("wait for key set: %w", ctx.Err())
 	}
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	if ks.lastErr != nil {
-		return nil, ks.lastErr
+	if waitErr != nil {
+		return ks.keys, waitErr
 	}
-	return ks.keys, nil
+	return ks.keys, ks.lastErr
 }
 
 // fetch runs one fetch and records its outcome. Failed fetches keep the

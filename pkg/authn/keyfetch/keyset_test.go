@@ -269,3 +269,20 @@ func TestRedirectsWithinTheIssuerAreFollowed(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestACallerLateForAFetchGetsItsKeys(t *testing.T) {
+	a := newSigner(t, "a")
+	set, srv, _ := newTestKeySet(t, a)
+	if _, err := set.VerifySignature(context.Background(), a.token(t, `{}`)); err != nil {
+		t.Fatal(err)
+	}
+	// A caller that found no keys just before that fetch ended asks for a
+	// refresh: it is not refetched, and it gets the keys.
+	keys, err := set.refresh(context.Background())
+	if len(keys) != 1 || err == nil {
+		t.Fatalf("refresh() = %d keys, %v; want the key held and why it was not refetched", len(keys), err)
+	}
+	if n := srv.fetches.Load(); n != 1 {
+		t.Fatalf("%d fetches, want 1", n)
+	}
+}
