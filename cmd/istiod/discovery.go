@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/netip"
 	"strings"
 
 	"github.com/bulwark-mesh/bulwark/pkg/bootstrap"
@@ -31,7 +32,9 @@ func discovery(ctx context.Context, args []string, getenv func(string) string, s
 	fs.StringVar(&cfg.InjectConfigDir, "inject-config-dir", "", "injector config and values files, watched (default <state-dir>/inject locally, /var/lib/istio/inject in Kubernetes)")
 	fs.StringVar(&cfg.MonitoringAddr, "monitoringAddr", "", "HTTP address of /metrics (default 127.0.0.1:15014 locally, :15014 in Kubernetes)")
 	fs.StringVar(&cfg.JWTRule, "jwt-rule", getenv("JWT_RULE"), `OIDC issuer trusted for caller JWTs, as JSON {"issuer","jwks_uri","audiences"} (env JWT_RULE)`)
-	fs.StringVar(&cfg.JWTCAFile, "jwt-ca-file", "", "PEM roots trusted when fetching the JWT issuer's keys (default: system roots)")
+	fs.StringVar(&cfg.JWTCAFile, "jwt-ca-file", "", "PEM roots trusted when fetching the JWT issuer's keys (default: system roots, or the roots built into istiod where the system has none)")
+	jwtAllowed := fs.String("jwt-fetch-allowed-cidrs", "", "link-local, cloud-metadata or unspecified addresses the JWT issuer's keys may nevertheless be fetched from, as comma-separated CIDRs (default: none)")
+	fs.DurationVar(&cfg.JWTKeysRefreshInterval, "jwt-keys-refresh-interval", cfg.JWTKeysRefreshInterval, "least time between two fetches of the JWT issuer's keys, however many tokens name a key not held")
 	audiences := fs.String("token-audiences", envOr(getenv, "TOKEN_AUDIENCES", strings.Join(cfg.TokenAudiences, ",")), "audiences a Kubernetes token must carry, comma-separated (env TOKEN_AUDIENCES)")
 	fs.BoolVar(&cfg.RequirePodBoundTokens, "require-pod-bound-tokens", false, "refuse Kubernetes tokens that are not bound to a pod")
 	extraNames := fs.String("serving-dns-names", "", "extra DNS names for istiod's serving certificate, comma-separated")
@@ -53,6 +56,11 @@ func discovery(ctx context.Context, args []string, getenv func(string) string, s
 	cfg.PodName = getenv("POD_NAME")
 	cfg.TokenAudiences = splitList(*audiences)
 	cfg.ExtraDNSNames = splitList(*extraNames)
+	allowed, err := parsePrefixes(*jwtAllowed)
+	if err != nil {
+		return usageError{fmt.Errorf("jwt-fetch-allowed-cidrs: %w", err)}
+	}
+	cfg.JWTFetchAllowedPrefixes = allowed
 	if err := loadMeshConfig(&cfg, trustDomainSet(fs, getenv), stderr); err != nil {
 		return err
 	}
@@ -97,6 +105,19 @@ func envOr(getenv func(string) string, key, def string) string {
 		return v
 	}
 	return def
+}
+
+// parsePrefixes parses comma-separated CIDRs.
+func parsePrefixes(s string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, p := range splitList(s) {
+		prefix, err := netip.ParsePrefix(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, prefix.Masked())
+	}
+	return out, nil
 }
 
 func splitList(s string) []string {

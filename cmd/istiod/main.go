@@ -17,6 +17,11 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	// Roots for verifying public issuers where the system has none, as in
+	// the image `make image` builds: they apply only when the system's
+	// roots are missing, and --jwt-ca-file overrides both.
+	_ "golang.org/x/crypto/x509roots/fallback"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".

@@ -16,16 +16,17 @@ func TestCommandLine(t *testing.T) {
 		code int
 		out  string
 	}{
-		"version prints the version":           {args: []string{"version"}, code: exitOK, out: version},
-		"an unknown command is a usage error":  {args: []string{"serve"}, code: exitUsage, out: "unknown command"},
-		"an unknown flag is a usage error":     {args: []string{"--no-such-flag"}, code: exitUsage, out: "no-such-flag"},
-		"a bad log format is a usage error":    {args: []string{"discovery", "--log-format", "xml"}, code: exitUsage, out: "log-format"},
-		"a bad trust domain is a usage error":  {args: []string{"--trust-domain", "A B"}, code: exitUsage, out: "trust domain"},
-		"mint-cert needs a service account":    {args: []string{"mint-cert", "--out-dir", "x"}, code: exitUsage, out: "required"},
-		"mint-cert refuses a bad identity":     {args: []string{"mint-cert", "--service-account", "a/b", "--out-dir", "x"}, code: exitUsage, out: "identity"},
-		"stray arguments are a usage error":    {args: []string{"discovery", "extra"}, code: exitUsage, out: "unexpected"},
-		"help is not an error":                 {args: []string{"discovery", "-h"}, code: exitOK, out: "secureGRPCAddr"},
-		"mint-cert help names its own options": {args: []string{"mint-cert", "-h"}, code: exitOK, out: "service-account"},
+		"version prints the version":                {args: []string{"version"}, code: exitOK, out: version},
+		"an unknown command is a usage error":       {args: []string{"serve"}, code: exitUsage, out: "unknown command"},
+		"an unknown flag is a usage error":          {args: []string{"--no-such-flag"}, code: exitUsage, out: "no-such-flag"},
+		"a bad log format is a usage error":         {args: []string{"discovery", "--log-format", "xml"}, code: exitUsage, out: "log-format"},
+		"a bad trust domain is a usage error":       {args: []string{"--trust-domain", "A B"}, code: exitUsage, out: "trust domain"},
+		"mint-cert needs a service account":         {args: []string{"mint-cert", "--out-dir", "x"}, code: exitUsage, out: "required"},
+		"mint-cert refuses a bad identity":          {args: []string{"mint-cert", "--service-account", "a/b", "--out-dir", "x"}, code: exitUsage, out: "identity"},
+		"stray arguments are a usage error":         {args: []string{"discovery", "extra"}, code: exitUsage, out: "unexpected"},
+		"a malformed allowed CIDR is a usage error": {args: []string{"discovery", "--jwt-fetch-allowed-cidrs", "169.254.169.254"}, code: exitUsage, out: "jwt-fetch-allowed-cidrs"},
+		"help is not an error":                      {args: []string{"discovery", "-h"}, code: exitOK, out: "secureGRPCAddr"},
+		"mint-cert help names its own options":      {args: []string{"mint-cert", "-h"}, code: exitOK, out: "service-account"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -33,12 +33,12 @@ func FuzzJWT(f *testing.F) {
 	// unchecked skips the signature so that the fuzzer reaches the claim
 	// checks that follow it.
 	unchecked := newOIDC(OIDCConfig{TrustDomain: testTD, Rule: rule, Clock: clock}, keys)
-	unchecked.verifier.Store(oidc.NewVerifier(fuzzIssuer, keys, &oidc.Config{
+	unchecked.verifyCfg = &oidc.Config{
 		SupportedSigningAlgs:       signingAlgs,
 		SkipClientIDCheck:          true,
 		InsecureSkipSignatureCheck: true,
 		Now:                        clock,
-	}))
+	}
 	kube := NewKubeJWT(KubeJWTConfig{TrustDomain: testTD, Reviewer: &fakeReviewer{review: goodReview()}, CacheSize: 64, Clock: clock})
 
 	f.Fuzz(func(t *testing.T, token string) {

@@ -2,14 +2,15 @@ package authn
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"net/http"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
+	"github.com/bulwark-mesh/bulwark/pkg/authn/keyfetch"
 )
 
 // signingAlgs are the algorithms accepted on OIDC tokens: asymmetric only,
@@ -20,19 +21,15 @@ var signingAlgs = []string{
 	oidc.PS256, oidc.PS384, oidc.PS512,
 }
 
-// defaultOIDCHTTPTimeout bounds discovery and JWKS requests made with the
-// default HTTP client.
-const defaultOIDCHTTPTimeout = 10 * time.Second
-
 // OIDCConfig configures an OIDC authenticator.
 type OIDCConfig struct {
 	// TrustDomain is the trust domain of the identities granted.
 	TrustDomain spiffeid.TrustDomain
 	// Rule names the issuer, its keys and the accepted audiences.
 	Rule JWTRule
-	// HTTPClient fetches the discovery document and the JWKS. Default: a
-	// client with a 10s timeout.
-	HTTPClient *http.Client
+	// Fetch says how the issuer's keys are fetched: roots, addresses
+	// allowed, limits, refresh interval. Its Clock defaults to Clock.
+	Fetch keyfetch.Config
 	// Clock tells the time. Default: time.Now.
 	Clock func() time.Time
 	// CacheSize bounds the number of verified tokens remembered. Default:
@@ -50,12 +47,9 @@ type OIDC struct {
 	cfg       OIDCConfig
 	cfgErr    error
 	verifyCfg *oidc.Config
-
-	// verifier is set once keys can be found: at construction when the rule
-	// names a JWKS URI, after the first successful discovery otherwise.
-	verifier atomic.Pointer[oidc.IDTokenVerifier]
-	// discovering holds one token while a discovery runs.
-	discovering chan struct{}
+	// keys verify signatures. Fetched on first use, from the rule's JWKS URI
+	// or the one discovered at the issuer.
+	keys oidc.KeySet
 	// tokens remembers verified tokens (oidccache.go).
 	tokens *verifiedTokens
 }
@@ -71,11 +65,11 @@ func NewOIDC(cfg OIDCConfig) *OIDC {
 
 // newOIDC lets tests supply the key set.
 func newOIDC(cfg OIDCConfig, keys oidc.KeySet) *OIDC {
-	if cfg.HTTPClient == nil {
-		cfg.HTTPClient = &http.Client{Timeout: defaultOIDCHTTPTimeout}
-	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
+	}
+	if cfg.Fetch.Clock == nil {
+		cfg.Fetch.Clock = cfg.Clock
 	}
 	if cfg.CacheSize <= 0 {
 		cfg.CacheSize = DefaultOIDCCacheSize
@@ -84,7 +78,13 @@ func newOIDC(cfg OIDCConfig, keys oidc.KeySet) *OIDC {
 		cfg.CacheTTL = DefaultOIDCCacheTTL
 	}
 	cfg.Rule.Audiences = slices.Clone(cfg.Rule.Audiences)
-	o := &OIDC{
+	tokens := newVerifiedTokens(cfg.CacheSize, cfg.CacheTTL)
+	if keys == nil {
+		// A token is recognised only while the keys that verified it are
+		// the ones fetched last.
+		keys = keyfetch.New(cfg.Fetch).KeySet(cfg.Rule.Issuer, cfg.Rule.JWKSURI, signingAlgs).OnFetched(tokens.clear)
+	}
+	return &OIDC{
 		cfg:    cfg,
 		cfgErr: cfg.Rule.Validate(),
 		verifyCfg: &oidc.Config{
@@ -93,16 +93,9 @@ func newOIDC(cfg OIDCConfig, keys oidc.KeySet) *OIDC {
 			SkipClientIDCheck: true,
 			Now:               cfg.Clock,
 		},
-		discovering: make(chan struct{}, 1),
-		tokens:      newVerifiedTokens(cfg.CacheSize, cfg.CacheTTL),
+		keys:   keys,
+		tokens: tokens,
 	}
-	if keys == nil && cfg.Rule.JWKSURI != "" {
-		keys = oidc.NewRemoteKeySet(oidc.ClientContext(context.Background(), cfg.HTTPClient), cfg.Rule.JWKSURI)
-	}
-	if keys != nil {
-		o.verifier.Store(oidc.NewVerifier(cfg.Rule.Issuer, keys, o.verifyCfg))
-	}
-	return o
 }
 
 // Kind implements Authenticator.
@@ -121,12 +114,14 @@ func (o *OIDC) verify(ctx context.Context, token string) (*Caller, error) {
 	if o.cfgErr != nil {
 		return nil, fmt.Errorf("verify oidc token: %w", o.cfgErr)
 	}
-	v, err := o.getVerifier(ctx)
-	if err != nil {
-		return nil, err
-	}
-	idt, err := v.Verify(ctx, token)
-	if err != nil {
+	keys := &keySetError{KeySet: o.keys}
+	idt, err := oidc.NewVerifier(o.cfg.Rule.Issuer, keys, o.verifyCfg).Verify(ctx, token)
+	switch {
+	case errors.Is(keys.err, keyfetch.ErrNoKeys):
+		return nil, fmt.Errorf("verify oidc token: %w: %w", ErrUnavailable, keys.err)
+	case keys.err != nil:
+		return nil, fmt.Errorf("verify oidc token: %w: %w", ErrInvalidToken, keys.err)
+	case err != nil:
 		return nil, fmt.Errorf("verify oidc token: %w: %w", ErrInvalidToken, err)
 	}
 	if idt.Expiry.IsZero() {
@@ -150,30 +145,18 @@ func (o *OIDC) verify(ctx context.Context, token string) (*Caller, error) {
 	return &Caller{Identities: []spiffeid.ID{id}, Authenticator: KindOIDC, Pod: pod}, nil
 }
 
-// getVerifier returns the verifier, discovering the issuer first if that
-// has not yet succeeded. One discovery runs at a time; a failed one is
-// retried by the next request.
-func (o *OIDC) getVerifier(ctx context.Context) (*oidc.IDTokenVerifier, error) {
-	if v := o.verifier.Load(); v != nil {
-		return v, nil
-	}
-	select {
-	case o.discovering <- struct{}{}:
-		defer func() { <-o.discovering }()
-	case <-ctx.Done():
-		return nil, fmt.Errorf("discover oidc issuer: %w: %w", ErrUnavailable, ctx.Err())
-	}
-	if v := o.verifier.Load(); v != nil {
-		return v, nil
-	}
-	provider, err := oidc.NewProvider(oidc.ClientContext(ctx, o.cfg.HTTPClient), o.cfg.Rule.Issuer)
-	if err != nil {
-		return nil, fmt.Errorf("discover oidc issuer %s: %w: %w", o.cfg.Rule.Issuer, ErrUnavailable, err)
-	}
-	v := provider.Verifier(o.verifyCfg)
-	o.verifier.Store(v)
-	o.keySetChanged()
-	return v, nil
+// keySetError keeps the error of the key set it wraps, which the verifier
+// flattens into text: whether keys were unavailable or did not match
+// decides the refusal's kind.
+type keySetError struct {
+	oidc.KeySet
+	err error
+}
+
+func (k *keySetError) VerifySignature(ctx context.Context, token string) ([]byte, error) {
+	payload, err := k.KeySet.VerifySignature(ctx, token)
+	k.err = err
+	return payload, err
 }
 
 // kubernetesClaims is the "kubernetes.io" claim of Kubernetes-issued tokens.

@@ -5,6 +5,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"math/big"
@@ -14,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/bulwark-mesh/bulwark/pkg/authn/keyfetch"
 )
 
 // issuer is an OIDC provider served over TLS by httptest: discovery at
@@ -27,6 +30,9 @@ type issuer struct {
 	failDiscovery atomic.Int32
 	discoveries   atomic.Int32
 	keyFetches    atomic.Int32
+	// rotated makes the key set hold otherRSAKey, as "rsa2", instead of
+	// rsaKey.
+	rotated atomic.Bool
 }
 
 var (
@@ -71,10 +77,11 @@ func newIssuer(t *testing.T) *issuer {
 	})
 	mux.HandleFunc("/keys", func(w http.ResponseWriter, r *http.Request) {
 		iss.keyFetches.Add(1)
-		writeJSON(w, map[string]any{"keys": []any{
-			rsaJWK("rsa", &iss.rsaKey.PublicKey),
-			ecJWK(t, "ec", &iss.ecKey.PublicKey),
-		}})
+		rsaKey := rsaJWK("rsa", &iss.rsaKey.PublicKey)
+		if iss.rotated.Load() {
+			rsaKey = rsaJWK("rsa2", &otherRSAKey.PublicKey)
+		}
+		writeJSON(w, map[string]any{"keys": []any{rsaKey, ecJWK(t, "ec", &iss.ecKey.PublicKey)}})
 	})
 	iss.srv = httptest.NewTLSServer(mux)
 	t.Cleanup(iss.srv.Close)
@@ -87,6 +94,13 @@ func (iss *issuer) rule(withJWKSURI bool) JWTRule {
 		r.JWKSURI = iss.srv.URL + "/keys"
 	}
 	return r
+}
+
+// fetch configures key fetching to trust the issuer's certificate.
+func (iss *issuer) fetch() keyfetch.Config {
+	roots := x509.NewCertPool()
+	roots.AddCert(iss.srv.Certificate())
+	return keyfetch.Config{RootCAs: roots}
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

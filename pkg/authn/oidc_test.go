@@ -6,11 +6,15 @@ import (
 	"encoding/pem"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/bulwark-mesh/bulwark/pkg/authn/keyfetch"
+	"github.com/bulwark-mesh/bulwark/pkg/ca/catest"
 )
 
 func TestOIDC(t *testing.T) {
@@ -181,7 +185,7 @@ func TestOIDC(t *testing.T) {
 			o := NewOIDC(OIDCConfig{
 				TrustDomain: testTD,
 				Rule:        iss.rule(true),
-				HTTPClient:  iss.srv.Client(),
+				Fetch:       iss.fetch(),
 				Clock:       func() time.Time { return t0 },
 			})
 			caller, err := o.Authenticate(bearerContext(tc.token, "clusterid", "west"))
@@ -206,7 +210,8 @@ func TestOIDCSizeCapComesFirst(t *testing.T) {
 func TestOIDCDiscovery(t *testing.T) {
 	iss := newIssuer(t)
 	iss.failDiscovery.Store(1)
-	o := NewOIDC(OIDCConfig{TrustDomain: testTD, Rule: iss.rule(false), HTTPClient: iss.srv.Client(), Clock: func() time.Time { return t0 }})
+	clock := catest.NewClock(t0)
+	o := NewOIDC(OIDCConfig{TrustDomain: testTD, Rule: iss.rule(false), Fetch: iss.fetch(), Clock: clock.Now})
 	if n := iss.discoveries.Load() + iss.keyFetches.Load(); n != 0 {
 		t.Fatalf("NewOIDC made %d requests, want none", n)
 	}
@@ -216,6 +221,10 @@ func TestOIDCDiscovery(t *testing.T) {
 	if _, err := o.Authenticate(bearerContext(token)); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("while discovery fails: error = %v, want %v", err, ErrUnavailable)
 	}
+	if _, err := o.Authenticate(bearerContext(token)); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("before the retry interval: error = %v, want %v", err, ErrUnavailable)
+	}
+	clock.Advance(keyfetch.DefaultRetryInterval)
 	caller, err := o.Authenticate(bearerContext(token))
 	if err != nil {
 		t.Fatalf("after discovery recovers: %v", err)
@@ -227,7 +236,7 @@ func TestOIDCDiscovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n := iss.discoveries.Load(); n != 2 {
-		t.Errorf("discovery requests = %d, want 2 (one failed, one kept)", n)
+		t.Errorf("discovery requests = %d, want 2 (one failed, none until the retry interval, one kept)", n)
 	}
 }
 
@@ -235,7 +244,7 @@ func TestOIDCDiscoveryOfAnotherIssuerFails(t *testing.T) {
 	iss := newIssuer(t)
 	rule := iss.rule(false)
 	rule.Issuer = iss.srv.URL + "/"
-	o := NewOIDC(OIDCConfig{TrustDomain: testTD, Rule: rule, HTTPClient: iss.srv.Client(), Clock: func() time.Time { return t0 }})
+	o := NewOIDC(OIDCConfig{TrustDomain: testTD, Rule: rule, Fetch: iss.fetch(), Clock: func() time.Time { return t0 }})
 	token := sign(t, jwt.SigningMethodRS256, iss.rsaKey, "rsa", jwt.MapClaims{
 		"iss": rule.Issuer, "sub": "system:serviceaccount:default:httpbin", "aud": "mesh", "exp": t0.Add(time.Hour).Unix(),
 	})
@@ -253,12 +262,12 @@ func TestOIDCFailsClosedWhenKeysAreUnreachable(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			iss := newIssuer(t)
 			rule := iss.rule(withJWKSURI)
-			client := iss.srv.Client()
+			fetch := iss.fetch()
 			token := sign(t, jwt.SigningMethodRS256, iss.rsaKey, "rsa", jwt.MapClaims{
 				"iss": iss.srv.URL, "sub": "system:serviceaccount:default:httpbin", "aud": "mesh", "exp": t0.Add(time.Hour).Unix(),
 			})
 			iss.srv.Close()
-			o := NewOIDC(OIDCConfig{TrustDomain: testTD, Rule: rule, HTTPClient: client, Clock: func() time.Time { return t0 }})
+			o := NewOIDC(OIDCConfig{TrustDomain: testTD, Rule: rule, Fetch: fetch, Clock: func() time.Time { return t0 }})
 			if _, err := o.Authenticate(bearerContext(token)); err == nil {
 				t.Fatal("Authenticate() succeeded without keys")
 			}
@@ -268,8 +277,8 @@ func TestOIDCFailsClosedWhenKeysAreUnreachable(t *testing.T) {
 
 func TestOIDCDoesNotTrustUnknownServers(t *testing.T) {
 	iss := newIssuer(t)
-	// The default client does not trust the test server's certificate.
-	o := NewOIDC(OIDCConfig{TrustDomain: testTD, Rule: iss.rule(true), HTTPClient: &http.Client{Timeout: 5 * time.Second}, Clock: func() time.Time { return t0 }})
+	// The default roots do not include the test server's certificate.
+	o := NewOIDC(OIDCConfig{TrustDomain: testTD, Rule: iss.rule(true), Clock: func() time.Time { return t0 }})
 	token := sign(t, jwt.SigningMethodRS256, iss.rsaKey, "rsa", jwt.MapClaims{
 		"iss": iss.srv.URL, "sub": "system:serviceaccount:default:httpbin", "aud": "mesh", "exp": t0.Add(time.Hour).Unix(),
 	})
@@ -282,7 +291,7 @@ func TestOIDCWithInvalidRuleRefusesEverything(t *testing.T) {
 	iss := newIssuer(t)
 	rule := iss.rule(true)
 	rule.Audiences = nil
-	o := NewOIDC(OIDCConfig{TrustDomain: testTD, Rule: rule, HTTPClient: iss.srv.Client(), Clock: func() time.Time { return t0 }})
+	o := NewOIDC(OIDCConfig{TrustDomain: testTD, Rule: rule, Fetch: iss.fetch(), Clock: func() time.Time { return t0 }})
 	token := sign(t, jwt.SigningMethodRS256, iss.rsaKey, "rsa", jwt.MapClaims{
 		"iss": iss.srv.URL, "sub": "system:serviceaccount:default:httpbin", "aud": "mesh", "exp": t0.Add(time.Hour).Unix(),
 	})
@@ -300,7 +309,7 @@ func TestOIDCWithoutBearerTokenHasNoCredentials(t *testing.T) {
 
 func TestOIDCDiscoversOnceUnderConcurrentFirstUse(t *testing.T) {
 	iss := newIssuer(t)
-	o := NewOIDC(OIDCConfig{TrustDomain: testTD, Rule: iss.rule(false), HTTPClient: iss.srv.Client(), Clock: func() time.Time { return t0 }})
+	o := NewOIDC(OIDCConfig{TrustDomain: testTD, Rule: iss.rule(false), Fetch: iss.fetch(), Clock: func() time.Time { return t0 }})
 	token := sign(t, jwt.SigningMethodRS256, iss.rsaKey, "rsa", jwt.MapClaims{
 		"iss": iss.srv.URL, "sub": "system:serviceaccount:default:httpbin", "aud": "mesh", "exp": t0.Add(time.Hour).Unix(),
 	})
@@ -321,12 +330,19 @@ func TestOIDCDiscoversOnceUnderConcurrentFirstUse(t *testing.T) {
 	}
 }
 
-func TestOIDCDiscoveryWaitIsBoundedByTheRequest(t *testing.T) {
-	o := NewOIDC(OIDCConfig{TrustDomain: testTD, Rule: JWTRule{Issuer: "https://issuer.example", Audiences: []string{"a"}}})
-	o.discovering <- struct{}{} // a discovery is in progress elsewhere
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := o.verify(ctx, "a.b.c"); !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.Canceled) {
-		t.Fatalf("error = %v, want %v and %v", err, ErrUnavailable, context.Canceled)
+func TestOIDCRefusesAJWKSURIThatPointsAtTheMetadataService(t *testing.T) {
+	mux := http.NewServeMux()
+	srv := httptest.NewServer(mux) // plain http on loopback, as the rule allows
+	t.Cleanup(srv.Close)
+	mux.HandleFunc("/.well-known/openid-configuration", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, map[string]any{"issuer": srv.URL, "jwks_uri": "http://169.254.169.254/latest/meta-data/iam/security-credentials/"})
+	})
+	o := NewOIDC(OIDCConfig{TrustDomain: testTD, Rule: JWTRule{Issuer: srv.URL, Audiences: []string{"mesh"}}, Clock: func() time.Time { return t0 }})
+	token := sign(t, jwt.SigningMethodRS256, sharedRSAKey, "rsa", jwt.MapClaims{
+		"iss": srv.URL, "sub": "system:serviceaccount:default:httpbin", "aud": "mesh", "exp": t0.Add(time.Hour).Unix(),
+	})
+	_, err := o.Authenticate(bearerContext(token))
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, keyfetch.ErrRefusedURL) {
+		t.Fatalf("error = %v, want %v and %v", err, ErrUnavailable, keyfetch.ErrRefusedURL)
 	}
 }

@@ -106,8 +106,3 @@ func (o *OIDC) verifyCached(ctx context.Context, token string) (*Caller, error) 
 	}
 	return c, nil
 }
-
-// keySetChanged forgets every verified token: a token is recognised only
-// while the keys that verified it are the ones in use. Whatever installs a
-// new key set calls it.
-func (o *OIDC) keySetChanged() { o.tokens.clear() }

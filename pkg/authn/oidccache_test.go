@@ -56,7 +56,7 @@ func TestOIDCRemembersVerifiedTokens(t *testing.T) {
 			between: func(_ *OIDC, now *time.Time) { *now = now.Add(31 * time.Second) }, wantChecks: 2,
 		},
 		"a change of key set forgets every token": {
-			token: token(t0.Add(time.Hour)), between: func(o *OIDC, _ *time.Time) { o.keySetChanged() }, wantChecks: 2, wantSecond: true,
+			token: token(t0.Add(time.Hour)), between: func(o *OIDC, _ *time.Time) { o.tokens.clear() }, wantChecks: 2, wantSecond: true,
 		},
 		"a refused token is checked every time": {
 			token: forged, between: func(*OIDC, *time.Time) {}, wantChecks: 2,
@@ -102,5 +102,37 @@ func TestVerifiedTokensDropAResultFromBeforeAClear(t *testing.T) {
 	v.put(key, &Caller{Authenticator: KindOIDC}, v.generation(), t0, t0.Add(time.Hour))
 	if _, ok := v.get(key, t0); !ok {
 		t.Fatal("a verification after the clear was not remembered")
+	}
+}
+
+// TestOIDCForgetsTokensWhenKeysAreFetched: a token remembered under keys
+// the issuer has since rotated out is refused once the new keys are
+// fetched, though it would still be remembered for most of a minute.
+func TestOIDCForgetsTokensWhenKeysAreFetched(t *testing.T) {
+	iss := newIssuer(t)
+	fetch := iss.fetch()
+	fetch.RefreshInterval = 10 * time.Second
+	now := t0
+	o := NewOIDC(OIDCConfig{TrustDomain: testTD, Rule: iss.rule(true), Fetch: fetch, Clock: func() time.Time { return now }})
+	claims := func() jwt.MapClaims {
+		return jwt.MapClaims{"iss": iss.srv.URL, "sub": "system:serviceaccount:default:httpbin", "aud": "mesh", "exp": t0.Add(time.Hour).Unix()}
+	}
+	old := sign(t, jwt.SigningMethodRS256, iss.rsaKey, "rsa", claims())
+	if _, err := o.Authenticate(bearerContext(old)); err != nil {
+		t.Fatal(err)
+	}
+	iss.rotated.Store(true)
+	now = now.Add(11 * time.Second) // the keys are stale; the token is remembered
+	if _, err := o.Authenticate(bearerContext(old)); err != nil {
+		t.Fatalf("a remembered token was refused before any fetch: %v", err)
+	}
+	if _, err := o.Authenticate(bearerContext(sign(t, jwt.SigningMethodRS256, otherRSAKey, "rsa2", claims()))); err != nil {
+		t.Fatalf("a token of the new key: %v", err)
+	}
+	if iss.keyFetches.Load() != 2 {
+		t.Fatalf("%d key fetches, want 2", iss.keyFetches.Load())
+	}
+	if _, err := o.Authenticate(bearerContext(old)); err == nil {
+		t.Fatal("a token of a key rotated out is still accepted after the new keys were fetched")
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"path/filepath"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/bulwark-mesh/bulwark/pkg/authn"
+	"github.com/bulwark-mesh/bulwark/pkg/authn/keyfetch"
 	"github.com/bulwark-mesh/bulwark/pkg/ca"
 	"github.com/bulwark-mesh/bulwark/pkg/meshconfig"
 )
@@ -51,8 +53,16 @@ type Config struct {
 
 	// JWTRule is Istio's JWT_RULE: an OIDC issuer whose tokens authenticate callers.
 	JWTRule string
-	// JWTCAFile is a PEM bundle trusted when fetching the issuer's keys; empty means system roots.
+	// JWTCAFile is a PEM bundle trusted when fetching the issuer's keys;
+	// empty means the system roots, or the roots carried in the binary where
+	// the system has none.
 	JWTCAFile string
+	// JWTFetchAllowedPrefixes are link-local, metadata or unspecified
+	// addresses the issuer's keys may nevertheless be fetched from.
+	JWTFetchAllowedPrefixes []netip.Prefix
+	// JWTKeysRefreshInterval is the least time between two fetches of the
+	// issuer's keys, however many tokens name an unknown key.
+	JWTKeysRefreshInterval time.Duration
 	// TokenAudiences are the audiences a Kubernetes token must carry.
 	TokenAudiences []string
 	// RequirePodBoundTokens refuses Kubernetes tokens not bound to a pod.
@@ -108,22 +118,23 @@ const (
 // DefaultConfig returns the embedded default: local mode, state in ./.istiod.
 func DefaultConfig() Config {
 	return Config{
-		Namespace:            "istio-system",
-		TrustDomain:          "cluster.local",
-		ClusterID:            "Kubernetes",
-		StateDir:             ".istiod",
-		CAKeyType:            string(ca.KeyTypeECDSAP256),
-		RootTTL:              10 * 365 * 24 * time.Hour,
-		DefaultCertTTL:       24 * time.Hour,
-		MaxCertTTL:           90 * 24 * time.Hour,
-		TokenAudiences:       []string{"istio-ca"},
-		ServingCertTTL:       24 * time.Hour,
-		CSRRateLimit:         10000,
-		CSRBurst:             10000,
-		MaxConnections:       20000,
-		MaxConcurrentStreams: 128,
-		MaxRecvMsgSize:       4 << 20,
-		GracePeriod:          10 * time.Second,
+		Namespace:              "istio-system",
+		TrustDomain:            "cluster.local",
+		ClusterID:              "Kubernetes",
+		StateDir:               ".istiod",
+		CAKeyType:              string(ca.KeyTypeECDSAP256),
+		RootTTL:                10 * 365 * 24 * time.Hour,
+		DefaultCertTTL:         24 * time.Hour,
+		MaxCertTTL:             90 * 24 * time.Hour,
+		TokenAudiences:         []string{"istio-ca"},
+		JWTKeysRefreshInterval: keyfetch.DefaultRefreshInterval,
+		ServingCertTTL:         24 * time.Hour,
+		CSRRateLimit:           10000,
+		CSRBurst:               10000,
+		MaxConnections:         20000,
+		MaxConcurrentStreams:   128,
+		MaxRecvMsgSize:         4 << 20,
+		GracePeriod:            10 * time.Second,
 	}
 }
 
@@ -227,6 +238,9 @@ func (c *Config) Validate() error {
 	}
 	if c.JWTCAFile != "" && c.JWTRule == "" {
 		return errors.New("jwt ca file given without a jwt rule")
+	}
+	if c.JWTKeysRefreshInterval < 0 {
+		return errors.New("jwt keys refresh interval must not be negative")
 	}
 	if len(c.TokenAudiences) == 0 {
 		return errors.New("at least one token audience is required")

@@ -13,17 +13,18 @@ func TestValidate(t *testing.T) {
 		mutate func(*Config)
 		want   string // substring of the error; empty means valid
 	}{
-		"the default is valid":                  {mutate: func(*Config) {}},
-		"a bad trust domain is refused":         {mutate: func(c *Config) { c.TrustDomain = "Not A Domain" }, want: "trust domain"},
-		"an unknown key type is refused":        {mutate: func(c *Config) { c.CAKeyType = "rsa-1024" }, want: "key type"},
-		"a default ttl above the max is wrong":  {mutate: func(c *Config) { c.DefaultCertTTL = 100 * 24 * time.Hour }, want: "ttl"},
-		"a root shorter than a leaf is refused": {mutate: func(c *Config) { c.RootTTL = time.Hour }, want: "root ttl"},
-		"a malformed jwt rule is refused":       {mutate: func(c *Config) { c.JWTRule = `{"issuer":` }, want: "jwt rule"},
-		"a jwt ca file needs a rule":            {mutate: func(c *Config) { c.JWTCAFile = "/x" }, want: "without a jwt rule"},
-		"token audiences are required":          {mutate: func(c *Config) { c.TokenAudiences = nil }, want: "audience"},
-		"an address needs a port":               {mutate: func(c *Config) { c.SecureGRPCAddr = "127.0.0.1" }, want: "secureGRPCAddr"},
-		"the plaintext address needs a port":    {mutate: func(c *Config) { c.GRPCAddr = "15010" }, want: "grpcAddr"},
-		"zero limits are refused":               {mutate: func(c *Config) { c.MaxRecvMsgSize = 0 }, want: "limits"},
+		"the default is valid":                            {mutate: func(*Config) {}},
+		"a bad trust domain is refused":                   {mutate: func(c *Config) { c.TrustDomain = "Not A Domain" }, want: "trust domain"},
+		"an unknown key type is refused":                  {mutate: func(c *Config) { c.CAKeyType = "rsa-1024" }, want: "key type"},
+		"a default ttl above the max is wrong":            {mutate: func(c *Config) { c.DefaultCertTTL = 100 * 24 * time.Hour }, want: "ttl"},
+		"a root shorter than a leaf is refused":           {mutate: func(c *Config) { c.RootTTL = time.Hour }, want: "root ttl"},
+		"a malformed jwt rule is refused":                 {mutate: func(c *Config) { c.JWTRule = `{"issuer":` }, want: "jwt rule"},
+		"a jwt ca file needs a rule":                      {mutate: func(c *Config) { c.JWTCAFile = "/x" }, want: "without a jwt rule"},
+		"a negative jwt keys refresh interval is refused": {mutate: func(c *Config) { c.JWTKeysRefreshInterval = -time.Second }, want: "refresh interval"},
+		"token audiences are required":                    {mutate: func(c *Config) { c.TokenAudiences = nil }, want: "audience"},
+		"an address needs a port":                         {mutate: func(c *Config) { c.SecureGRPCAddr = "127.0.0.1" }, want: "secureGRPCAddr"},
+		"the plaintext address needs a port":              {mutate: func(c *Config) { c.GRPCAddr = "15010" }, want: "grpcAddr"},
+		"zero limits are refused":                         {mutate: func(c *Config) { c.MaxRecvMsgSize = 0 }, want: "limits"},
 		"a mesh config of the trust domain is valid": {mutate: func(c *Config) {
 			c.Mesh = meshconfig.Default(meshconfig.Defaults{TrustDomain: c.TrustDomain})
 		}},

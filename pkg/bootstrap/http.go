@@ -1,12 +1,10 @@
 package bootstrap
 
 import (
-	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"net/http"
 	"os"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -36,21 +34,20 @@ func (s *Server) monitoringHandler() http.Handler {
 	return mux
 }
 
-// jwtHTTPClient fetches the OIDC issuer's discovery document and keys,
-// trusting caFile when given and the system roots otherwise.
-func jwtHTTPClient(caFile string) (*http.Client, error) {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-	if caFile != "" {
-		pemBytes, err := os.ReadFile(caFile)
-		if err != nil {
-			return nil, fmt.Errorf("jwt ca file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pemBytes) {
-			return nil, fmt.Errorf("jwt ca file %s: no PEM certificates", caFile)
-		}
-		tr.TLSClientConfig.RootCAs = pool
+// jwtRoots are the roots trusted when fetching the OIDC issuer's discovery
+// document and keys: caFile's when given; nil otherwise, which means the
+// system roots, or the roots carried in the binary where the system has none.
+func jwtRoots(caFile string) (*x509.CertPool, error) {
+	if caFile == "" {
+		return nil, nil
 	}
-	return &http.Client{Transport: tr, Timeout: 10 * time.Second}, nil
+	pemBytes, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("jwt ca file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pemBytes) {
+		return nil, fmt.Errorf("jwt ca file %s: no PEM certificates", caFile)
+	}
+	return pool, nil
 }

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/bulwark-mesh/bulwark/pkg/authn"
+	"github.com/bulwark-mesh/bulwark/pkg/authn/keyfetch"
 	"github.com/bulwark-mesh/bulwark/pkg/ca"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/service"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/servingcert"
@@ -188,11 +189,16 @@ func authenticators(cfg Config, td spiffeid.TrustDomain, authority *ca.CA, kube 
 		if err != nil {
 			return nil, fmt.Errorf("jwt rule: %w", err)
 		}
-		client, err := jwtHTTPClient(cfg.JWTCAFile)
+		roots, err := jwtRoots(cfg.JWTCAFile)
 		if err != nil {
 			return nil, err
 		}
-		chain = append(chain, authn.NewOIDC(authn.OIDCConfig{TrustDomain: td, Rule: rule, HTTPClient: client}))
+		chain = append(chain, authn.NewOIDC(authn.OIDCConfig{TrustDomain: td, Rule: rule, Fetch: keyfetch.Config{
+			RootCAs:         roots,
+			AllowedPrefixes: cfg.JWTFetchAllowedPrefixes,
+			RefreshInterval: cfg.JWTKeysRefreshInterval,
+			Logger:          log,
+		}}))
 		log.Info("OIDC JWT authentication enabled", "issuer", rule.Issuer)
 	}
 	if kube != nil {

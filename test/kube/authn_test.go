@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"errors"
+	"net/http"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/bulwark-mesh/bulwark/internal/testenv"
 	"github.com/bulwark-mesh/bulwark/pkg/authn"
+	"github.com/bulwark-mesh/bulwark/pkg/authn/keyfetch"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/catest"
 )
 
@@ -182,7 +184,8 @@ func TestOIDCAuthenticatesByTheAPIServersIssuer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := authn.NewOIDC(authn.OIDCConfig{TrustDomain: td, Rule: rule, HTTPClient: env.HTTPClient()})
+	roots := env.HTTPClient().Transport.(*http.Transport).TLSClientConfig.RootCAs
+	o := authn.NewOIDC(authn.OIDCConfig{TrustDomain: td, Rule: rule, Fetch: keyfetch.Config{RootCAs: roots}})
 	p := pod(t, env, ns, "default")
 	for name, tc := range map[string]struct {
 		audiences []string
