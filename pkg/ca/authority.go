@@ -160,15 +160,21 @@ func (a *authority) probeLeaf(now time.Time) error {
 	if err != nil {
 		return fmt.Errorf("cannot parse a signed leaf: %w", err)
 	}
-	if _, err := leaf.Verify(x509.VerifyOptions{
+	if err := a.verifyToRoots(leaf, now); err != nil {
+		return fmt.Errorf("a leaf it signs does not verify to the roots: %w", err)
+	}
+	return nil
+}
+
+// verifyToRoots verifies leaf up to the authority's roots at now.
+func (a *authority) verifyToRoots(leaf *x509.Certificate, now time.Time) error {
+	_, err := leaf.Verify(x509.VerifyOptions{
 		Roots:         a.rootPool,
 		Intermediates: a.interPool,
 		CurrentTime:   now,
 		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
-	}); err != nil {
-		return fmt.Errorf("a leaf it signs does not verify to the roots: %w", err)
-	}
-	return nil
+	})
+	return err
 }
 
 // checkCACert checks that cert may sign certificates at time now.

@@ -113,12 +113,7 @@ func (a *authority) signLeaf(tmpl *x509.Certificate, pub crypto.PublicKey, now t
 		return nil, err
 	}
 	if a.verifyEach {
-		if _, err := leaf.Verify(x509.VerifyOptions{
-			Roots:         a.rootPool,
-			Intermediates: a.interPool,
-			CurrentTime:   now,
-			KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
-		}); err != nil {
+		if err := a.verifyToRoots(leaf, now); err != nil {
 			return nil, fmt.Errorf("verify signed certificate: %w", err)
 		}
 	}
