@@ -3,6 +3,7 @@ package e2e
 import (
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -35,9 +36,13 @@ func TestMintedClientCertGetsWorkloadCertificate(t *testing.T) {
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
 		t.Errorf("issued chain does not verify: %v", err)
 	}
-	if !strings.Contains(p.log.String(), "certificate issued") || !strings.Contains(p.log.String(), id) {
-		t.Errorf("no issuance log line naming %s", id)
-	}
+	// istiod's output reaches the test through a pipe: the line may trail the response.
+	waitFor(t, func() error {
+		if log := p.log.String(); !strings.Contains(log, "certificate issued") || !strings.Contains(log, id) {
+			return fmt.Errorf("no issuance log line naming %s", id)
+		}
+		return nil
+	})
 	resp2, err := http.Get("http://" + p.metrics + "/debug/syncz")
 	if err != nil {
 		t.Fatal(err)
