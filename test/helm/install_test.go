@@ -2,6 +2,8 @@ package helm
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -37,6 +39,9 @@ var leftovers = []string{
 type releaseCase struct {
 	values       map[string]any
 	injectLabels map[string]string
+	// istio: values is a values file of Istio's istiod chart; the upgrade,
+	// which checks this chart's own keys, is left out.
+	istio bool
 }
 
 var releaseCases = map[string]releaseCase{
@@ -57,14 +62,22 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	// One after the other: every istiod publishes istio-ca-root-cert in
 	// every namespace, so two with different roots would overwrite each
 	// other's.
-	for name, tc := range releaseCases {
+	cases := maps.Clone(releaseCases)
+	cases["Istio's chart defaults"] = releaseCase{
+		values:       istioValueSets(t)["chart defaults"],
+		injectLabels: map[string]string{"istio-injection": "enabled"},
+		istio:        true,
+	}
+	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			r := newReleaseRun(t, tc)
 			r.install(t)
 			r.runIstiod(t)
 			r.checkTrust(t)
 			r.checkInjection(t)
-			r.upgrade(t)
+			if !tc.istio {
+				r.upgrade(t)
+			}
 			r.checkIstiodNeverRefused(t)
 			r.istiod.stop(t)
 			r.uninstall(t)
@@ -112,6 +125,9 @@ func newReleaseRun(t *testing.T, tc releaseCase) *releaseRun {
 	r.webhookAddr = freeAddr(t)
 	_, port, _ := strings.Cut(r.webhookAddr, ":")
 	r.vals = r.values(map[string]any{"webhook": map[string]any{"url": "https://localhost:" + port}})
+	if tc.istio {
+		r.vals = inNamespace(r.vals, r.ns)
+	}
 	return r
 }
 
@@ -207,6 +223,16 @@ func (r *releaseRun) checkInjection(t *testing.T) {
 	}
 	if !slices.Contains(names, "istio-proxy") || pod.Annotations["sidecar.istio.io/status"] == "" {
 		t.Errorf("pod not injected: containers %v, annotations %v", names, pod.Annotations)
+	}
+	// The proxy's image is the values' global.hub and global.tag.
+	global, _ := r.tc.values["global"].(map[string]any)
+	if hub, tag := global["hub"], global["tag"]; hub != nil && tag != nil {
+		want := fmt.Sprintf("%v/proxyv2:%v", hub, tag)
+		for _, ctr := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
+			if ctr.Name == "istio-proxy" && ctr.Image != want {
+				t.Errorf("istio-proxy image %s, want %s", ctr.Image, want)
+			}
+		}
 	}
 }
 
