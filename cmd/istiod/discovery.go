@@ -54,6 +54,7 @@ func discovery(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	cfg.InCluster = cfg.Kubeconfig == "" && getenv("KUBERNETES_SERVICE_HOST") != ""
 	cfg.PodName = getenv("POD_NAME")
+	cfg.Version = version
 	cfg.TokenAudiences = splitList(*audiences)
 	cfg.ExtraDNSNames = splitList(*extraNames)
 	allowed, err := parsePrefixes(*jwtAllowed)

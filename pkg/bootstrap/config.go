@@ -34,6 +34,8 @@ type Config struct {
 	// PodName names this replica in leader election (POD_NAME); empty
 	// means the host name.
 	PodName string
+	// Version is istiod's version, as istioctl shows it.
+	Version string
 
 	// StateDir keeps the self-signed CA in local mode.
 	StateDir string

@@ -75,12 +75,7 @@ func newKubeParts(cfg Config, identity string, log *slog.Logger) (*kubeParts, er
 }
 
 func newKubePartsWithClient(client kubernetes.Interface, namespace, identity string, log *slog.Logger) *kubeParts {
-	if identity == "" {
-		identity, _ = os.Hostname()
-	}
-	if identity == "" {
-		identity = "istiod"
-	}
+	identity = replicaName(identity)
 	return &kubeParts{
 		client:    client,
 		store:     secretstore.New(client.CoreV1(), namespace),
@@ -223,3 +218,14 @@ func (s *Server) runCA(ctx context.Context) error {
 // kubeSynced reports whether the Kubernetes caches are filled; true in
 // local mode.
 func (s *Server) kubeSynced() bool { return s.kube == nil || s.kube.synced() }
+
+// replicaName names this replica: its pod name, else the host name.
+func replicaName(podName string) string {
+	if podName != "" {
+		return podName
+	}
+	if h, _ := os.Hostname(); h != "" {
+		return h
+	}
+	return "istiod"
+}

@@ -55,6 +55,9 @@ func (s *Server) wireXDS(chain authn.Authenticator, td spiffeid.TrustDomain) err
 		TrustDomain:   td,
 		Registerer:    s.registry,
 		Logger:        s.log.With("component", "xds"),
+
+		SystemNamespace: s.cfg.Namespace,
+		ControlPlane:    xds.ControlPlane{ID: replicaName(s.cfg.PodName), Version: s.cfg.Version},
 	})
 	if err != nil {
 		return fmt.Errorf("xds: %w", err)

@@ -63,7 +63,9 @@ func (s *Server) closeStream(id int64) {
 		p.mu.Lock()
 		if p.node != nil {
 			delete(s.byNode, p.node)
-			s.metrics.proxies.Dec()
+			if p.debug == nil {
+				s.metrics.proxies.Dec()
+			}
 		}
 		p.mu.Unlock()
 	}
@@ -131,6 +133,9 @@ func (c callbacks) authenticate(p *proxy, node *core.Node) error {
 		s.log.Warn("proxy rejected", "node", node.GetId(), "err", err)
 		return status.Error(codes.InvalidArgument, "invalid node metadata")
 	}
+	if meta.Generator == debugGenerator {
+		return c.authenticateDebug(p, node)
+	}
 	wl, err := nodeWorkloadOf(node, meta)
 	if err != nil {
 		s.log.Warn("proxy rejected", "node", node.GetId(), "err", err)
@@ -178,8 +183,7 @@ func (c callbacks) OnStreamResponse(_ context.Context, id int64, _ *discovery.Di
 	s.mu.Lock()
 	p := s.streams[id]
 	s.mu.Unlock()
-	if p != nil {
-		p.responded(resp)
+	if p != nil && p.responded(resp) {
 		s.metrics.pushes.WithLabelValues(shortType(resp.GetTypeUrl())).Inc()
 	}
 }
@@ -221,7 +225,7 @@ func (s *Server) watcher(node *core.Node, typeURL string) (p *proxy, serve bool,
 	if p == nil {
 		return nil, false, errUnauthenticated
 	}
-	return p, s.knownType(typeURL), nil
+	return p, s.serves(p, typeURL, false), nil
 }
 
 // Fetch implements cache.ConfigFetcher.

@@ -53,7 +53,7 @@ func (s *Server) Syncz() []SyncStatus {
 func (p *proxy) syncz(s *Server) (SyncStatus, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.node == nil {
+	if p.node == nil || p.debug != nil {
 		return SyncStatus{}, false
 	}
 	st := SyncStatus{Stream: p.streamID, NodeID: p.node.GetId(), Types: map[string]TypeSync{}}

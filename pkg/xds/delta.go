@@ -235,6 +235,6 @@ func (p *proxy) respondedDelta(resp *discovery.DeltaDiscoveryResponse) {
 	defer p.mu.Unlock()
 	s := p.pending[resp.GetTypeUrl()]
 	delete(p.pending, resp.GetTypeUrl())
-	s.version, s.nonce = resp.GetSystemVersionInfo(), resp.GetNonce()
+	s.version, s.nonce, s.at = resp.GetSystemVersionInfo(), resp.GetNonce(), p.srv.cfg.Clock()
 	p.sent[resp.GetTypeUrl()] = s
 }

@@ -114,7 +114,7 @@ func (s *Server) deltaRequest(p *proxy, id int64, req *discovery.DeltaDiscoveryR
 	if req.GetTypeUrl() == "" {
 		return status.Error(codes.InvalidArgument, "type URL is required for ADS")
 	}
-	if !s.knownType(req.GetTypeUrl()) {
+	if !s.serves(p, req.GetTypeUrl(), true) {
 		return nil // ignored, as state-of-the-world streams do
 	}
 	return p.deltaRequest(req.GetTypeUrl(), req)

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/test/bufconn"
@@ -58,6 +60,27 @@ func newHarness(t *testing.T, snap *model.Snapshot, mod func(*Config)) *harness 
 // newHarnessOn is newHarness with the ADS service registered by register.
 func newHarnessOn(t *testing.T, snap *model.Snapshot, mod func(*Config), register func(*Server, grpc.ServiceRegistrar)) *harness {
 	t.Helper()
+	return startHarness(t, snap, mod, register, insecure.NewCredentials(), insecure.NewCredentials())
+}
+
+// newTLSHarness is newHarness with the streams over TLS.
+func newTLSHarness(t *testing.T, snap *model.Snapshot, mod func(*Config)) *harness {
+	t.Helper()
+	root := catest.NewRoot(t)
+	serving := catest.NewIntermediate(t, root, catest.WithoutCA())
+	cert, err := tls.X509KeyPair(serving.CertPEM, serving.KeyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The server's certificate is not under test here.
+	client := credentials.NewTLS(&tls.Config{InsecureSkipVerify: true}) //nolint:gosec
+	return startHarness(t, snap, mod, (*Server).Register, credentials.NewServerTLSFromCert(&cert), client)
+}
+
+func startHarness(t *testing.T, snap *model.Snapshot, mod func(*Config), register func(*Server, grpc.ServiceRegistrar),
+	serverCreds, clientCreds credentials.TransportCredentials,
+) *harness {
+	t.Helper()
 	store := model.NewStore()
 	if snap != nil {
 		store.Publish(snap)
@@ -75,7 +98,7 @@ func newHarnessOn(t *testing.T, snap *model.Snapshot, mod func(*Config), registe
 		t.Fatal(err)
 	}
 	lis := bufconn.Listen(1 << 20)
-	gs := grpc.NewServer(grpc.ForceServerCodecV2(Codec()))
+	gs := grpc.NewServer(grpc.ForceServerCodecV2(Codec()), grpc.Creds(serverCreds))
 	register(srv, gs)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -83,7 +106,7 @@ func newHarnessOn(t *testing.T, snap *model.Snapshot, mod func(*Config), registe
 	go func() { _ = gs.Serve(lis) }()
 	conn, err := grpc.NewClient("passthrough:///bufnet",
 		grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) { return lis.Dial() }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
+		grpc.WithTransportCredentials(clientCreds))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,6 +37,7 @@ type proxy struct {
 	sent      map[string]sent         // last sent, by type URL
 	acked     map[string]string
 	nacked    map[string]string
+	debug     *debugCaller // set with node for a debug client, which is no proxy
 
 	delta    map[string]*deltaState                 // incremental streams, by type URL
 	deltaOut chan *discovery.DeltaDiscoveryResponse // responses queued; incremental streams
@@ -61,6 +62,7 @@ type sent struct {
 	version   string
 	nonce     string
 	changedAt time.Time
+	at        time.Time // when it was handed to the stream
 }
 
 func newProxy(srv *Server, id int64, delta bool) *proxy {
@@ -79,14 +81,20 @@ func newProxy(srv *Server, id int64, delta bool) *proxy {
 // open registers w and answers it at once if the proxy lacks something.
 func (p *proxy) open(typeURL string, w *watch) func() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	nonce := w.req.GetResponseNonce()
 	if last, ok := p.sent[typeURL]; !ok || nonce == "" || nonce == last.nonce {
 		p.subs[typeURL] = subscriptionOf(w.sub)
 	} // else stale: keep what the proxy asked for before
 	p.watches[typeURL] = w
 	delete(p.pending, typeURL) // a response queued for an older watch is dropped with it
-	p.respondLocked(typeURL, w, p.srv.state.Load())
+	dc := p.debug
+	if dc == nil {
+		p.respondLocked(typeURL, w, p.srv.state.Load())
+	}
+	p.mu.Unlock()
+	if dc != nil {
+		p.respondDebug(typeURL, w, dc)
+	}
 	return func() {
 		p.mu.Lock()
 		if p.watches[typeURL] == w {
@@ -161,16 +169,18 @@ func (p *proxy) responseLocked(st *pushState, typeURL string, sub subscription) 
 	return st.response(p.srv, p.scopeGen, key, sub.names)
 }
 
-// responded records a response the stream is sending.
-func (p *proxy) responded(resp *discovery.DiscoveryResponse) {
+// responded records a response the stream is sending. It reports whether
+// the stream is a proxy's, not a debug client's.
+func (p *proxy) responded(resp *discovery.DiscoveryResponse) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.pending[resp.GetTypeUrl()]
 	if s.version == resp.GetVersionInfo() {
 		delete(p.pending, resp.GetTypeUrl())
 	}
-	s.version, s.nonce = resp.GetVersionInfo(), resp.GetNonce()
+	s.version, s.nonce, s.at = resp.GetVersionInfo(), resp.GetNonce(), p.srv.cfg.Clock()
 	p.sent[resp.GetTypeUrl()] = s
+	return p.debug == nil
 }
 
 // nackRepeated is reported for a NACK repeating the last one's detail, so
@@ -207,7 +217,7 @@ func (p *proxy) received(typeURL, nonce string, detail *rpcstatus.Status) (nack 
 func (p *proxy) status() (ProxyStatus, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.node == nil {
+	if p.node == nil || p.debug != nil {
 		return ProxyStatus{}, false
 	}
 	st := ProxyStatus{NodeID: p.node.GetId(), Sent: map[string]string{}, Acked: map[string]string{}, Rejected: map[string]string{}}

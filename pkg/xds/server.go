@@ -96,6 +96,12 @@ type Config struct {
 	// streams, to proxies on TLS streams only; without it Secret requests
 	// are ignored like any unknown type.
 	Secrets SecretSource
+	// SystemNamespace is istiod's namespace: debug clients (istioctl)
+	// authenticated in it, or in the mesh's root namespace, are shown every
+	// proxy; others the proxies of their own namespace.
+	SystemNamespace string
+	// ControlPlane names this istiod in debug responses.
+	ControlPlane ControlPlane
 	// Mesh, when set, is the mesh configuration: outboundTrafficPolicy
 	// and enableAutoMtls shape Envoy sidecars' resources, rootNamespace
 	// names the namespace of mesh-wide policies. A change is pushed like a
