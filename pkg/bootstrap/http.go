@@ -25,11 +25,16 @@ func (s *Server) readyHandler() http.Handler {
 	return mux
 }
 
-// monitoringHandler serves /metrics, and /debug/syncz (per proxy: what was
-// sent, ACKed and NACKed) to loopback callers only.
+// monitoringHandler serves /metrics, /version (istiod's version, as
+// Istio's istiod serves it to `istioctl version`), and /debug/syncz (per
+// proxy: what was sent, ACKed and NACKed) to loopback callers only.
 func (s *Server) monitoringHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /version", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(s.controlPlane().VersionJSON())
+	})
 	mux.Handle("GET /debug/syncz", s.xds.SynczHandler())
 	return mux
 }

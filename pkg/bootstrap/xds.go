@@ -57,7 +57,7 @@ func (s *Server) wireXDS(chain authn.Authenticator, td spiffeid.TrustDomain) err
 		Logger:        s.log.With("component", "xds"),
 
 		SystemNamespace: s.cfg.Namespace,
-		ControlPlane:    xds.ControlPlane{ID: replicaName(s.cfg.PodName), Version: s.cfg.Version},
+		ControlPlane:    s.controlPlane(),
 	})
 	if err != nil {
 		return fmt.Errorf("xds: %w", err)
@@ -65,4 +65,9 @@ func (s *Server) wireXDS(chain authn.Authenticator, td spiffeid.TrustDomain) err
 	srv.Register(s.grpc)
 	s.xds = srv
 	return nil
+}
+
+// controlPlane is how this istiod names itself to istioctl.
+func (s *Server) controlPlane() xds.ControlPlane {
+	return xds.ControlPlane{ID: replicaName(s.cfg.PodName), Version: s.cfg.Version}
 }

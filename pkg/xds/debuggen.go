@@ -44,21 +44,37 @@ type ControlPlane struct {
 	Version string
 }
 
+// buildInfo is Istio's BuildInfo as JSON.
+type buildInfo struct {
+	Version       string `json:"version"`
+	GitRevision   string `json:"revision"`
+	GolangVersion string `json:"golang_version"`
+	BuildStatus   string `json:"status"`
+	GitTag        string `json:"tag"`
+}
+
+func (c ControlPlane) buildInfo() buildInfo {
+	return buildInfo{Version: c.Version, GitRevision: c.Version, GolangVersion: runtime.Version(), BuildStatus: "Clean", GitTag: c.Version}
+}
+
 // identifier is Istio's IstioControlPlaneInstance as JSON.
 func (c ControlPlane) identifier() string {
-	type buildInfo struct {
-		Version       string `json:"version"`
-		GitRevision   string `json:"revision"`
-		GolangVersion string `json:"golang_version"`
-		BuildStatus   string `json:"status"`
-		GitTag        string `json:"tag"`
-	}
 	b, _ := json.Marshal(struct {
 		Component string
 		ID        string
 		Info      buildInfo
-	}{"istiod", c.ID, buildInfo{Version: c.Version, GitRevision: c.Version, GolangVersion: runtime.Version(), BuildStatus: "Clean", GitTag: c.Version}})
+	}{"istiod", c.ID, c.buildInfo()})
 	return string(b)
+}
+
+// VersionJSON is what Istio's istiod serves on GET /version of its
+// monitoring port, which `istioctl version` reads: {"clientVersion":
+// BuildInfo}.
+func (c ControlPlane) VersionJSON() []byte {
+	b, _ := json.Marshal(struct {
+		ClientVersion buildInfo `json:"clientVersion"`
+	}{c.buildInfo()})
+	return b
 }
 
 // debugCaller is an authenticated client of the debug types.
@@ -130,13 +146,10 @@ func (s *Server) serves(p *proxy, typeURL string, delta bool) bool {
 	return s.knownType(typeURL)
 }
 
-// respondDebug answers a debug client's request: each request that is
-// not an ACK gets one response, generated when it arrives. It is called
-// without p.mu, as it reads other proxies.
+// respondDebug answers a debug client's request with one response,
+// generated when it arrives. It is called without p.mu, as it reads other
+// proxies.
 func (p *proxy) respondDebug(typeURL string, w *watch, dc *debugCaller) {
-	if w.req.GetResponseNonce() != "" {
-		return // an ACK: the watch stays open, unanswered
-	}
 	var resources []*anypb.Any
 	switch typeURL {
 	case TypeDebugSyncz:

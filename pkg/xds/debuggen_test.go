@@ -3,6 +3,7 @@ package xds
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	admin "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -31,7 +32,8 @@ func debugNode(ns string) *core.Node {
 func debugAsk(h *harness, id, typeURL string, names ...string) *discovery.DiscoveryResponse {
 	h.t.Helper()
 	st := h.stream(id)
-	if err := st.Send(&discovery.DiscoveryRequest{Node: debugNode("istio-system"), TypeUrl: typeURL, ResourceNames: names}); err != nil {
+	// istioctl (Istio's ADS client) makes up a nonce for every request.
+	if err := st.Send(&discovery.DiscoveryRequest{Node: debugNode("istio-system"), TypeUrl: typeURL, ResourceNames: names, ResponseNonce: time.Now().String()}); err != nil {
 		h.t.Fatal(err)
 	}
 	return recv(h.t, st)

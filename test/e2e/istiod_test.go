@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -50,6 +51,22 @@ func TestMintedClientCertGetsWorkloadCertificate(t *testing.T) {
 	resp2.Body.Close()
 	if resp2.StatusCode != http.StatusOK || !strings.Contains(resp2.Header.Get("Content-Type"), "json") {
 		t.Errorf("/debug/syncz from loopback: %d %s", resp2.StatusCode, resp2.Header.Get("Content-Type"))
+	}
+	// istioctl version reads /version on the monitoring port.
+	resp3, err := http.Get("http://" + p.metrics + "/version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		ClientVersion struct {
+			Version       string `json:"version"`
+			GolangVersion string `json:"golang_version"`
+		} `json:"clientVersion"`
+	}
+	err = json.NewDecoder(resp3.Body).Decode(&v)
+	resp3.Body.Close()
+	if err != nil || v.ClientVersion.Version == "" || v.ClientVersion.GolangVersion == "" {
+		t.Errorf("/version: %+v, %v", v, err)
 	}
 	metrics := scrape(t, p.metrics)
 	for _, name := range []string{

@@ -92,6 +92,9 @@ func TestPilotAgentEnvoy(t *testing.T) {
 	t.Run("an AuthorizationPolicy created through the API puts RBAC on the inbound chains, and deleting it takes it off", func(t *testing.T) {
 		changeEnvoyPolicy(t, env, a, w)
 	})
+	t.Run("istioctl proxy-status and version read istiod over xDS, scoped to the caller's namespace", func(t *testing.T) {
+		checkIstioctl(t, env, bins, p, istiodNS, w, a)
+	})
 	t.Run("a StatefulSet-style restart reconnects with a new pod's token and gets the config again", func(t *testing.T) {
 		restartEnvoyPod(t, env, bins, a, w, svc, rootFile, discovery)
 		waitSynced(t, p.MonitoringAddr, w)

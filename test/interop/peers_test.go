@@ -24,6 +24,7 @@ type peers struct {
 	pilotAgent string
 	app        string
 	envoy      string // envoystandin: the Envoy binary pilot-agent runs in sidecar mode
+	istioctl   string
 }
 
 // peerCacheDir keeps the built peers between runs; it is under the
@@ -37,7 +38,7 @@ func buildPeers() (peers, error) {
 		return peers{}, fmt.Errorf("build peers: %w", err)
 	}
 	p := peers{pilotAgent: filepath.Join(dir, "pilot-agent"), app: filepath.Join(dir, "xds-app"),
-		envoy: filepath.Join(dir, "envoy-standin")}
+		envoy: filepath.Join(dir, "envoy-standin"), istioctl: filepath.Join(dir, "istioctl")}
 	// pilot-agent from the istio.io/istio this module requires (recorded as
 	// a tool in go.mod); the app from the root module, which owns it.
 	if err := goBuild(".", p.pilotAgent, "istio.io/istio/pilot/cmd/pilot-agent"); err != nil {
@@ -47,6 +48,11 @@ func buildPeers() (peers, error) {
 		return peers{}, err
 	}
 	if err := goBuild(".", p.envoy, "github.com/bulwark-mesh/bulwark/test/interop/envoystandin"); err != nil {
+		return peers{}, err
+	}
+	// istioctl from its own module (./istioctl), which pins the same
+	// istio.io/istio with Istio's own dependency versions.
+	if err := goBuild("istioctl", p.istioctl, "istio.io/istio/istioctl/cmd/istioctl"); err != nil {
 		return peers{}, err
 	}
 	return p, nil
