@@ -66,6 +66,7 @@ func TestParseConfigRejects(t *testing.T) {
 		"values that are not JSON":                {values: `global: {}`, want: "values"},
 		"trailing data after the values":          {values: `{} {}`, want: "trailing"},
 		"a privileged proxy":                      {values: `{"global":{"proxy":{"privileged":true}}}`, want: "privileged"},
+		"namespaces injected by default":          {values: `{"sidecarInjectorWebhook":{"enableNamespacesByDefault":true}}`, want: "enableNamespacesByDefault"},
 		"a status port out of range":              {values: `{"global":{"proxy":{"statusPort":70000}}}`, want: "statusPort"},
 		"a bad hub":                               {values: `{"global":{"hub":"Not A Hub"}}`, want: "hub"},
 		"a bad include range":                     {values: `{"global":{"proxy":{"includeIPRanges":"nope"}}}`, want: "includeIPRanges"},

@@ -99,6 +99,11 @@ type StartupProbe struct {
 // SidecarInjectorWebhook is values.sidecarInjectorWebhook.
 type SidecarInjectorWebhook struct {
 	RewriteAppHTTPProbe bool `json:"rewriteAppHTTPProbe"`
+	// EnableNamespacesByDefault is Istio's: inject namespaces that carry
+	// no injection label. Which namespaces are injected is the webhook's
+	// selectors' choice, so only false is accepted; istioctl analyze reads
+	// the key and requires it.
+	EnableNamespacesByDefault bool `json:"enableNamespacesByDefault"`
 }
 
 // Tag is an image tag; Helm values may carry it as a number (1.28 vs "1.28").
@@ -247,6 +252,7 @@ func (v *Values) validate() error {
 		{"global.proxy.excludeOutboundPorts", errOnly(normalizePorts(g.Proxy.ExcludeOutboundPorts, false))},
 		{"global.proxy.resources", validateResources(g.Proxy.Resources)},
 		{"global.proxy.privileged", boolMustBe(g.Proxy.Privileged, false)},
+		{"sidecarInjectorWebhook.enableNamespacesByDefault", boolMustBe(v.SidecarInjectorWebhook.EnableNamespacesByDefault, false)},
 		{"global.meshID", validateLabelValue(g.MeshID)},
 		{"global.network", validateLabelValue(g.Network)},
 		{"global.multiCluster.clusterName", validateLabelValue(g.MultiCluster.ClusterName)},

@@ -75,6 +75,7 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 			r.runIstiod(t)
 			r.checkTrust(t)
 			r.checkInjection(t)
+			r.checkIstioctlAnalyze(t)
 			if !tc.istio {
 				r.upgrade(t)
 			}
