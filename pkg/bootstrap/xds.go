@@ -49,6 +49,7 @@ func (s *Server) wireXDS(chain authn.Authenticator, td spiffeid.TrustDomain) err
 	s.sds = secrets
 	srv, err := xds.New(xds.Config{
 		Secrets:       secrets,
+		TrustBundle:   s.ca,
 		Model:         store,
 		Mesh:          s.mesh,
 		Authenticator: chain,

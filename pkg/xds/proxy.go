@@ -159,8 +159,13 @@ func (p *proxy) respondLocked(typeURL string, w *watch, st *pushState) {
 // which are the proxy's own.
 func (p *proxy) responseLocked(st *pushState, typeURL string, sub subscription) *response {
 	key := sharedKey{typeURL: typeURL, names: sub.key, wildcard: sub.wildcard}
-	if typeURL == typeSecret {
+	switch typeURL {
+	case typeSecret:
 		r := &response{gen: p.secretsLocked(sub.names)}
+		r.finish(key)
+		return r
+	case TypeProxyConfig:
+		r := &response{gen: p.proxyConfigLocked()}
 		r.finish(key)
 		return r
 	}

@@ -65,8 +65,9 @@ func marshalSecret(sec *tlsv3.Secret) (generated, error) {
 	}, nil
 }
 
-// pushSecrets answers every open Secret watch whose content changed.
-func (s *Server) pushSecrets() {
+// pushType answers every open watch of typeURL whose content changed:
+// secrets and the trust bundle change apart from the model.
+func (s *Server) pushType(typeURL string) {
 	st := s.state.Load()
 	s.mu.Lock()
 	proxies := make([]*proxy, 0, len(s.streams))
@@ -76,12 +77,12 @@ func (s *Server) pushSecrets() {
 	s.mu.Unlock()
 	for _, p := range proxies {
 		p.mu.Lock()
-		if p.node != nil {
-			if w := p.watches[typeSecret]; w != nil {
-				p.respondLocked(typeSecret, w, st)
+		if p.node != nil && p.debug == nil {
+			if w := p.watches[typeURL]; w != nil {
+				p.respondLocked(typeURL, w, st)
 			}
-			if d := p.delta[typeSecret]; d != nil {
-				p.respondDeltaLocked(typeSecret, d, st)
+			if d := p.delta[typeURL]; d != nil {
+				p.respondDeltaLocked(typeURL, d, st)
 			}
 		}
 		p.mu.Unlock()
@@ -97,14 +98,15 @@ func (s *Server) watchSecrets(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-changes:
-			s.pushSecrets()
+			s.pushType(typeSecret)
 		}
 	}
 }
 
 // knownType reports whether typeURL is served.
 func (s *Server) knownType(typeURL string) bool {
-	return knownTypes[typeURL] || (typeURL == typeSecret && s.cfg.Secrets != nil)
+	return knownTypes[typeURL] || (typeURL == typeSecret && s.cfg.Secrets != nil) ||
+		(typeURL == TypeProxyConfig && s.cfg.TrustBundle != nil)
 }
 
 // tlsStream reports whether the stream of ctx runs over TLS: secrets are

@@ -96,6 +96,9 @@ type Config struct {
 	// streams, to proxies on TLS streams only; without it Secret requests
 	// are ignored like any unknown type.
 	Secrets SecretSource
+	// TrustBundle, when set, is served as Istio's PCDS (TypeProxyConfig)
+	// and pushed on every change.
+	TrustBundle TrustBundle
 	// SystemNamespace is istiod's namespace: debug clients (istioctl)
 	// authenticated in it, or in the mesh's root namespace, are shown every
 	// proxy; others the proxies of their own namespace.
@@ -178,10 +181,10 @@ func (s *Server) Register(r grpc.ServiceRegistrar) {
 func (s *Server) Run(ctx context.Context) error {
 	defer s.stop()
 	if s.cfg.Secrets != nil {
-		sctx, scancel := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { s.watchSecrets(sctx); close(done) }()
-		defer func() { scancel(); <-done }()
+		defer background(ctx, s.watchSecrets)()
+	}
+	if s.cfg.TrustBundle != nil {
+		defer background(ctx, s.watchTrustBundle)()
 	}
 	updates, cancel := s.cfg.Model.Subscribe()
 	defer cancel()
@@ -324,4 +327,13 @@ func (s *Server) Proxies() []ProxyStatus {
 		}
 	}
 	return out
+}
+
+// background runs fn until ctx is done or the returned stop is called,
+// which waits for fn to return.
+func background(ctx context.Context, fn func(context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { fn(ctx); close(done) }()
+	return func() { cancel(); <-done }
 }

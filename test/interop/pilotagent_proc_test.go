@@ -266,6 +266,9 @@ func agentEnv(t *testing.T, w workload, discoveryAddr, rootFile string, proxyCon
 		"ISTIO_META_CLUSTER_ID="+clusterID,
 		"ISTIO_METAJSON_LABELS="+string(labels),
 		"TRUST_DOMAIN="+trustDomain,
+		// The agent asks istiod for the trust bundle (PCDS) and serves its
+		// roots as ROOTCA.
+		"PROXY_CONFIG_XDS_AGENT=true",
 		// No cloud metadata servers to probe for five seconds.
 		"CLOUD_PLATFORM=none",
 	)

@@ -325,6 +325,9 @@ func getSyncz(addr string) ([]syncStatus, error) {
 
 // syncProblem says what is missing for w in statuses, or "" when w's
 // stream has a listener acknowledged and nothing pending or refused.
+// proxyConfigType is Istio's PCDS type.
+const proxyConfigType = "type.googleapis.com/istio.mesh.v1alpha1.ProxyConfig"
+
 func syncProblem(statuses []syncStatus, w workload) string {
 	// pilot-agent's node ID: sidecar~<ip>~<pod>.<ns>~<ns>.svc.cluster.local.
 	nodeID := "sidecar~" + w.IP + "~" + w.Name + "." + w.Namespace + "~" + w.Namespace + ".svc.cluster.local"
@@ -338,6 +341,10 @@ func syncProblem(statuses []syncStatus, w workload) string {
 		}
 		if st.Types[listenerType].Acked == "" {
 			return fmt.Sprintf("%s: no listener version acknowledged: %+v", nodeID, st.Types)
+		}
+		// The agent ACKs the trust bundle (PCDS) itself.
+		if st.Types[proxyConfigType].Acked == "" {
+			return fmt.Sprintf("%s: no ProxyConfig (trust bundle) acknowledged: %+v", nodeID, st.Types)
 		}
 		for typeURL, ts := range st.Types {
 			if ts.LastNACK != "" || ts.Acked != ts.Sent {
