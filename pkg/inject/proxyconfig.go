@@ -31,6 +31,12 @@ type proxySettings struct {
 
 type envPair struct{ name, value string }
 
+// EnvProxyConfigXDSAgent is pilot-agent's switch for PCDS, the trust
+// bundle over xDS. The injector sets it to "true" in proxyMetadata unless
+// meshConfig.defaultConfig.proxyMetadata or the pod's proxy.istio.io/config
+// sets it.
+const EnvProxyConfigXDSAgent = "PROXY_CONFIG_XDS_AGENT"
+
 // resolveProxyConfig merges the mesh default ProxyConfig, this istiod's
 // discovery address and the pod's proxy.istio.io/config annotation.
 func resolveProxyConfig(annos map[string]string, v *Values) (proxySettings, error) {
@@ -50,6 +56,14 @@ func resolveProxyConfig(annos map[string]string, v *Values) (proxySettings, erro
 			return proxySettings{}, annotationErr(AnnotationProxyConfig, err)
 		}
 		proto.Merge(pc, over)
+	}
+	// The agent asks istiod for the trust bundle (PCDS) unless the mesh
+	// or the pod says otherwise: a root rotation reaches it that way.
+	if _, set := pc.GetProxyMetadata()[EnvProxyConfigXDSAgent]; !set {
+		if pc.ProxyMetadata == nil {
+			pc.ProxyMetadata = map[string]string{}
+		}
+		pc.ProxyMetadata[EnvProxyConfigXDSAgent] = "true"
 	}
 	b, err := protojson.MarshalOptions{}.Marshal(pc)
 	if err != nil {

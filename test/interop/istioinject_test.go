@@ -116,6 +116,15 @@ func newInjectors(tb testing.TB, namespace, valuesJSON string) *injectors {
 		}
 	}
 	mc.DefaultConfig.DiscoveryAddress = vals.DiscoveryAddress()
+	// Bulwark's injector turns on PCDS (the trust bundle over xDS) unless
+	// the mesh sets the variable; Istio's does so through the same
+	// proxyMetadata.
+	if _, set := mc.DefaultConfig.ProxyMetadata[bulwarkinject.EnvProxyConfigXDSAgent]; !set {
+		if mc.DefaultConfig.ProxyMetadata == nil {
+			mc.DefaultConfig.ProxyMetadata = map[string]string{}
+		}
+		mc.DefaultConfig.ProxyMetadata[bulwarkinject.EnvProxyConfigXDSAgent] = "true"
+	}
 
 	return &injectors{
 		ours:   bulwarkinject.Params{Namespace: namespace, Config: cfg, Values: vals},
