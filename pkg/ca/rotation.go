@@ -1,0 +1,221 @@
+package ca
+
+import (
+	"bytes"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Root rotation moves the mesh from one root to another without a moment
+// in which a workload holds a certificate its peers cannot verify:
+//
+//  1. prepare: the new root joins the trust bundle beside the old one and
+//     is distributed everywhere the bundle goes; the old key keeps
+//     signing.
+//  2. activate: once the data plane holds the new bundle (every connected
+//     proxy ACKed a bundle with the new root, every namespace's root
+//     ConfigMap carries it) and a propagation grace has passed, the new key
+//     signs. The old root stays trusted.
+//  3. retire: once the last certificate the old key signed has expired,
+//     the old root leaves the bundle and the rotation is done.
+//
+// Rotation is the state of one rotation, persisted so that replicas share
+// it and a restart resumes it; Step decides each move from what the data
+// plane reports, so the same inputs always give the same phase.
+
+// Phase is where a rotation stands.
+type Phase string
+
+// The phases of a rotation; PhaseIdle is none under way.
+const (
+	PhaseIdle     Phase = ""
+	PhasePrepare  Phase = "prepare"
+	PhaseActivate Phase = "activate"
+)
+
+// Defaults of RotationPolicy fields left zero.
+const (
+	DefaultRotationGrace   = 2 * time.Minute
+	DefaultRotationTimeout = 24 * time.Hour
+)
+
+// ErrRotationInProgress is returned when a rotation is asked for while one
+// is under way.
+var ErrRotationInProgress = errors.New("a root rotation is already under way")
+
+// Rotation is one root rotation as it is persisted.
+type Rotation struct {
+	Phase Phase `json:"phase"`
+	// OldRoot and NewRoot are the roots, DER.
+	OldRoot []byte `json:"oldRoot"`
+	NewRoot []byte `json:"newRoot"`
+	// Prepared is when the new root joined the bundle; Activated when the
+	// new key began to sign.
+	Prepared  time.Time `json:"prepared"`
+	Activated time.Time `json:"activated,omitzero"`
+	// OldSignedUntil is the latest expiry of a certificate the old key
+	// signed: the old root is trusted until then.
+	OldSignedUntil time.Time `json:"oldSignedUntil"`
+	// Forced records that activation went ahead past the timeout with
+	// proxies that had not ACKed the new bundle.
+	Forced []string `json:"forced,omitempty"`
+}
+
+// RotationPolicy is how a rotation waits for the data plane.
+type RotationPolicy struct {
+	// Grace is the least time between prepare and activate, for kubelet
+	// to sync ConfigMap volumes.
+	Grace time.Duration
+	// Timeout is how long prepare waits for proxies that do not ACK the new
+	// bundle; ProceedAfterTimeout decides whether activation then goes
+	// ahead (with those proxies named) or prepare stays.
+	Timeout             time.Duration
+	ProceedAfterTimeout bool
+}
+
+func (p RotationPolicy) withDefaults() RotationPolicy {
+	setDuration(&p.Grace, DefaultRotationGrace)
+	setDuration(&p.Timeout, DefaultRotationTimeout)
+	return p
+}
+
+// DataPlane is what the data plane holds, as Step reads it.
+type DataPlane struct {
+	// Unacked names the connected proxies that have not ACKed a bundle
+	// holding the new root.
+	Unacked []string
+	// Missing names the namespaces whose root ConfigMap lacks the new root.
+	Missing []string
+}
+
+// Begin starts a rotation from oldRoot to newRoot at now: the prepare
+// phase. oldSignedUntil is the latest expiry of a certificate the old key
+// has signed so far.
+func Begin(cur *Rotation, oldRoot, newRoot *x509.Certificate, oldSignedUntil, now time.Time) (*Rotation, error) {
+	if cur != nil && cur.Phase != PhaseIdle {
+		return nil, fmt.Errorf("%w (phase %s since %s)", ErrRotationInProgress, cur.Phase, cur.Prepared.UTC().Format(time.RFC3339))
+	}
+	if oldRoot.Equal(newRoot) {
+		return nil, errors.New("root rotation: the new root is the current root")
+	}
+	if !newRoot.IsCA || newRoot.CheckSignatureFrom(newRoot) != nil {
+		return nil, errors.New("root rotation: the new root is not a self-signed CA certificate")
+	}
+	if !now.Before(newRoot.NotAfter) || now.Before(newRoot.NotBefore) {
+		return nil, fmt.Errorf("root rotation: the new root is not valid now (%s to %s)", newRoot.NotBefore.UTC(), newRoot.NotAfter.UTC())
+	}
+	return &Rotation{Phase: PhasePrepare, OldRoot: oldRoot.Raw, NewRoot: newRoot.Raw, Prepared: now, OldSignedUntil: oldSignedUntil}, nil
+}
+
+// Signed records a certificate the old key signed during prepare: the old
+// root must stay trusted until it expires.
+func (r *Rotation) Signed(notAfter time.Time) {
+	if r.Phase == PhasePrepare && notAfter.After(r.OldSignedUntil) {
+		r.OldSignedUntil = notAfter
+	}
+}
+
+// Step is the rotation's next state at now given what the data plane
+// holds: r itself when nothing changes, nil when the rotation is done
+// (the old root retired). waiting says what holds it back, for the log
+// and the metrics.
+func (r *Rotation) Step(now time.Time, dp DataPlane, policy RotationPolicy) (next *Rotation, waiting string) {
+	policy = policy.withDefaults()
+	switch r.Phase {
+	case PhasePrepare:
+		var held []string
+		if len(dp.Missing) > 0 {
+			held = append(held, fmt.Sprintf("%d namespaces without the new root (%s)", len(dp.Missing), names(dp.Missing)))
+		}
+		if len(dp.Unacked) > 0 {
+			held = append(held, fmt.Sprintf("%d proxies without the new bundle (%s)", len(dp.Unacked), names(dp.Unacked)))
+		}
+		if since := now.Sub(r.Prepared); since < policy.Grace {
+			held = append(held, fmt.Sprintf("propagation grace until %s", r.Prepared.Add(policy.Grace).UTC().Format(time.RFC3339)))
+		}
+		if len(held) == 0 {
+			return r.activated(now, nil), ""
+		}
+		// Past the timeout only proxies that never ACK can hold it: a
+		// namespace's ConfigMap istiod writes itself, and the grace is
+		// shorter than the timeout.
+		if now.Sub(r.Prepared) >= policy.Timeout && policy.ProceedAfterTimeout && len(dp.Missing) == 0 && now.Sub(r.Prepared) >= policy.Grace {
+			return r.activated(now, slices.Clone(dp.Unacked)), ""
+		}
+		return r, strings.Join(held, "; ")
+	case PhaseActivate:
+		if !now.Before(r.OldSignedUntil) {
+			return nil, ""
+		}
+		return r, fmt.Sprintf("certificates signed by the old key valid until %s", r.OldSignedUntil.UTC().Format(time.RFC3339))
+	default:
+		return nil, ""
+	}
+}
+
+func (r *Rotation) activated(now time.Time, forced []string) *Rotation {
+	next := *r
+	next.Phase, next.Activated, next.Forced = PhaseActivate, now, forced
+	return &next
+}
+
+// Roots are the roots the trust bundle holds in r's phase: the root of
+// the key that signs, then the other.
+func (r *Rotation) Roots() (signing, other []byte) {
+	if r.Phase == PhaseActivate {
+		return r.NewRoot, r.OldRoot
+	}
+	return r.OldRoot, r.NewRoot
+}
+
+// NewKeySigns reports whether the new key signs in r's phase.
+func (r *Rotation) NewKeySigns() bool { return r != nil && r.Phase == PhaseActivate }
+
+// maxRotationBytes bounds a persisted rotation: two roots and a list of
+// forced proxies.
+const maxRotationBytes = 256 << 10
+
+// MarshalRotation encodes r for its store.
+func MarshalRotation(r *Rotation) ([]byte, error) { return json.Marshal(r) }
+
+// UnmarshalRotation decodes and checks a persisted rotation.
+func UnmarshalRotation(b []byte) (*Rotation, error) {
+	if len(b) > maxRotationBytes {
+		return nil, fmt.Errorf("rotation state: %d bytes, limit %d", len(b), maxRotationBytes)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var r Rotation
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("rotation state: %w", err)
+	}
+	switch r.Phase {
+	case PhasePrepare, PhaseActivate:
+	default:
+		return nil, fmt.Errorf("rotation state: unknown phase %q", r.Phase)
+	}
+	for name, der := range map[string][]byte{"old root": r.OldRoot, "new root": r.NewRoot} {
+		if _, err := x509.ParseCertificate(der); err != nil {
+			return nil, fmt.Errorf("rotation state: %s: %w", name, err)
+		}
+	}
+	if r.Prepared.IsZero() || (r.Phase == PhaseActivate && r.Activated.Before(r.Prepared)) {
+		return nil, errors.New("rotation state: inconsistent times")
+	}
+	return &r, nil
+}
+
+// names lists at most a few names, for a log line.
+func names(list []string) string {
+	const most = 5
+	s := slices.Sorted(slices.Values(list))
+	if len(s) > most {
+		return fmt.Sprintf("%s and %d more", strings.Join(s[:most], ", "), len(s)-most)
+	}
+	return strings.Join(s, ", ")
+}
