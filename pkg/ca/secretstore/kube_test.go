@@ -21,6 +21,7 @@ import (
 	"github.com/bulwark-mesh/bulwark/internal/testenv"
 	"github.com/bulwark-mesh/bulwark/pkg/ca"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/catest"
+	"github.com/bulwark-mesh/bulwark/pkg/ca/rotationtest"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/secretstore"
 )
 
@@ -199,4 +200,12 @@ func istioSecret(root *catest.Cert) *corev1.Secret {
 			"root-cert.pem":  root.CertPEM,
 		},
 	}
+}
+
+// The rotation Secret on the real API server: resourceVersion makes every
+// save a compare-and-swap between replicas.
+func TestRotationStoreOnTheAPIServer(t *testing.T) {
+	t.Parallel()
+	env := testenv.Get(t)
+	rotationtest.StoreContract(t, secretstore.NewRotationStore(env.Client(t).CoreV1(), env.Namespace(t)))
 }
