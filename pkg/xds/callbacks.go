@@ -15,15 +15,17 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/bulwark-mesh/bulwark/pkg/authn"
 	"github.com/bulwark-mesh/bulwark/pkg/sds"
 )
 
 // Errors returned to proxies: opaque, with details in the log.
 var (
-	errRateLimited     = status.Error(codes.ResourceExhausted, "too many new streams")
-	errUnauthenticated = status.Error(codes.Unauthenticated, "authentication failed")
-	errForbidden       = status.Error(codes.PermissionDenied, "node identity does not match the caller")
-	errPodMismatch     = status.Error(codes.PermissionDenied, "node names a pod of another identity")
+	errRateLimited      = status.Error(codes.ResourceExhausted, "too many new streams")
+	errUnauthenticated  = status.Error(codes.Unauthenticated, "authentication failed")
+	errAuthnBackendDown = status.Error(codes.Unavailable, "authentication backend unavailable, retry later")
+	errForbidden        = status.Error(codes.PermissionDenied, "node identity does not match the caller")
+	errPodMismatch      = status.Error(codes.PermissionDenied, "node names a pod of another identity")
 )
 
 // ErrIdentityMismatch is logged when node metadata names another identity
@@ -151,8 +153,7 @@ func (c callbacks) authenticate(p *proxy, node *core.Node) error {
 	case !plaintext:
 		caller, aerr := s.cfg.Authenticator.Authenticate(p.ctx)
 		if aerr != nil {
-			s.log.Warn("proxy authentication failed", "node", node.GetId(), "err", aerr)
-			return errUnauthenticated
+			return s.refuseUnauthenticated("proxy", node, aerr)
 		}
 		if err != nil || !slices.Contains(caller.Identities, want) {
 			s.log.Warn("proxy rejected", "node", node.GetId(), "claimed", want.String(),
@@ -176,6 +177,20 @@ func (c callbacks) authenticate(p *proxy, node *core.Node) error {
 	s.metrics.proxies.Inc()
 	s.log.Info("proxy connected", "node", node.GetId(), "identity", want.String(), "authenticator", authenticator)
 	return nil
+}
+
+// refuseUnauthenticated answers a stream whose caller could not be
+// authenticated: Unavailable, which clients retry, when the credential's
+// backend (the API server's TokenReview) could not be reached, logged at
+// debug level since an outage would log a line per stream and the API
+// server monitor says it once; Unauthenticated otherwise.
+func (s *Server) refuseUnauthenticated(who string, node *core.Node, err error) error {
+	if errors.Is(err, authn.ErrUnavailable) {
+		s.log.Debug(who+" authentication unavailable", "node", node.GetId(), "err", err)
+		return errAuthnBackendDown
+	}
+	s.log.Warn(who+" authentication failed", "node", node.GetId(), "err", err)
+	return errUnauthenticated
 }
 
 func (c callbacks) OnStreamResponse(_ context.Context, id int64, _ *discovery.DiscoveryRequest, resp *discovery.DiscoveryResponse) {

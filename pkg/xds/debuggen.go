@@ -97,8 +97,7 @@ func (c callbacks) authenticateDebug(p *proxy, node *core.Node) error {
 	}
 	caller, err := s.cfg.Authenticator.Authenticate(p.ctx)
 	if err != nil {
-		s.log.Warn("debug client authentication failed", "node", node.GetId(), "err", err)
-		return errUnauthenticated
+		return s.refuseUnauthenticated("debug client", node, err)
 	}
 	dc := &debugCaller{}
 	for _, id := range caller.Identities {

@@ -1,6 +1,8 @@
 package xds
 
 import (
+	"context"
+	"fmt"
 	"testing"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -11,6 +13,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/bulwark-mesh/bulwark/pkg/authn"
 	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
 )
@@ -21,13 +24,26 @@ const (
 	clientID     = "spiffe://cluster.local/ns/app/sa/client"
 )
 
+// failingAuth fails every authentication with err.
+type failingAuth struct{ err error }
+
+func (failingAuth) Kind() string                                          { return "failing" }
+func (f failingAuth) Authenticate(context.Context) (*authn.Caller, error) { return nil, f.err }
+
 func TestStreamRejections(t *testing.T) {
 	wrongType, _ := structpb.NewStruct(map[string]any{"NAMESPACE": "app", "SERVICE_ACCOUNT": "client", "INSTANCE_IPS": 1})
 	tests := map[string]struct {
-		id   string
-		req  *discovery.DiscoveryRequest
-		code codes.Code
+		id    string
+		authn authn.Authenticator // default: headerAuth
+		req   *discovery.DiscoveryRequest
+		code  codes.Code
 	}{
+		"a caller whose token cannot be reviewed now is told to retry, not refused": {
+			id:    clientID,
+			authn: failingAuth{fmt.Errorf("review token: %w: connection refused", authn.ErrUnavailable)},
+			req:   &discovery.DiscoveryRequest{Node: testNode("app", "client", nil), TypeUrl: grpcgen.ListenerType},
+			code:  codes.Unavailable,
+		},
 		"a node claiming another service account is denied": {
 			id:   clientID,
 			req:  &discovery.DiscoveryRequest{Node: testNode("app", "admin", nil), TypeUrl: grpcgen.ListenerType},
@@ -56,7 +72,11 @@ func TestStreamRejections(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			h := newHarness(t, modeltest.Load(t, baseManifests), nil)
+			h := newHarness(t, modeltest.Load(t, baseManifests), func(c *Config) {
+				if tc.authn != nil {
+					c.Authenticator = tc.authn
+				}
+			})
 			st := h.stream(tc.id)
 			if err := st.Send(tc.req); err != nil {
 				t.Fatal(err)

@@ -9,11 +9,14 @@ import (
 type Metrics struct {
 	csrs          prometheus.Counter
 	authnFailures prometheus.Counter
-	parseErrors   prometheus.Counter
-	signErrors    *prometheus.CounterVec
-	issued        prometheus.Counter
-	rateLimited   prometheus.Counter
-	signLatency   prometheus.Histogram
+	// authnUnavailable counts the authentication failures that were
+	// answered Unavailable: the credential's backend could not be reached.
+	authnUnavailable prometheus.Counter
+	parseErrors      prometheus.Counter
+	signErrors       *prometheus.CounterVec
+	issued           prometheus.Counter
+	rateLimited      prometheus.Counter
+	signLatency      prometheus.Histogram
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -26,6 +29,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		authnFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "citadel_server_authentication_failure_count",
 			Help: "The number of authentication failures.",
+		}),
+		authnUnavailable: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "bulwark_csr_authentication_unavailable_total",
+			Help: "Authentication failures answered Unavailable because the credential's backend (TokenReview, OIDC keys) could not be reached; also counted in citadel_server_authentication_failure_count.",
 		}),
 		parseErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "citadel_server_csr_parsing_err_count",
@@ -49,6 +56,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25},
 		}),
 	}
-	reg.MustRegister(m.csrs, m.authnFailures, m.parseErrors, m.signErrors, m.issued, m.rateLimited, m.signLatency)
+	reg.MustRegister(m.csrs, m.authnFailures, m.authnUnavailable, m.parseErrors, m.signErrors, m.issued, m.rateLimited, m.signLatency)
 	return m
 }

@@ -93,9 +93,7 @@ func (s *Service) CreateCertificate(ctx context.Context, req *pb.IstioCertificat
 
 	caller, err := s.authn.Authenticate(ctx)
 	if err != nil {
-		s.metrics.authnFailures.Inc()
-		s.log.Warn("csr refused: authentication failed", "peer", peerAddr(ctx), "error", err)
-		return nil, status.Error(codes.Unauthenticated, "authentication failed")
+		return nil, s.refuseUnauthenticated(ctx, err)
 	}
 
 	start := s.now()
@@ -187,6 +185,24 @@ func ttlFromSeconds(secs int64) time.Duration {
 		return math.MaxInt64
 	}
 	return time.Duration(secs) * time.Second
+}
+
+// refuseUnauthenticated answers a request whose caller could not be
+// authenticated. When a credential could not be judged because its backend
+// (the API server's TokenReview, an OIDC issuer) is unreachable, the answer
+// is Unavailable, which agents retry: a PermissionDenied or Unauthenticated
+// would tell them the credential itself is bad. That case is logged at debug
+// level only, since an outage would otherwise log one line per request; the
+// API server monitor says once that it is unreachable.
+func (s *Service) refuseUnauthenticated(ctx context.Context, err error) error {
+	s.metrics.authnFailures.Inc()
+	if errors.Is(err, authn.ErrUnavailable) {
+		s.metrics.authnUnavailable.Inc()
+		s.log.Debug("csr refused: authentication backend unavailable", "peer", peerAddr(ctx), "error", err)
+		return status.Error(codes.Unavailable, "authentication backend unavailable, retry later")
+	}
+	s.log.Warn("csr refused: authentication failed", "peer", peerAddr(ctx), "error", err)
+	return status.Error(codes.Unauthenticated, "authentication failed")
 }
 
 // classify maps an error to the opaque gRPC answer the client gets and

@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"math"
 	"net/url"
 	"strings"
@@ -119,6 +120,19 @@ func TestCreateCertificate(t *testing.T) {
 			authn: fixedCaller{err: errors.New("token expired")},
 			req:   &pb.IstioCertificateRequest{Csr: csrPEM(t)},
 			code:  codes.Unauthenticated,
+		},
+		"an unreachable authentication backend is unavailable, which agents retry": {
+			authn: fixedCaller{err: fmt.Errorf("kubernetes: review token: %w: dial tcp: connection refused", authn.ErrUnavailable)},
+			req:   &pb.IstioCertificateRequest{Csr: csrPEM(t)},
+			code:  codes.Unavailable,
+		},
+		"a chain where one authenticator refused and another could not judge is unavailable": {
+			authn: authn.Chain{
+				fixedCaller{err: fmt.Errorf("bad token: %w", authn.ErrInvalidToken)},
+				fixedCaller{err: fmt.Errorf("review token: %w", authn.ErrUnavailable)},
+			},
+			req:  &pb.IstioCertificateRequest{Csr: csrPEM(t)},
+			code: codes.Unavailable,
 		},
 		"another namespace's identity is denied": {
 			req:  &pb.IstioCertificateRequest{Csr: csrPEM(t, "spiffe://cluster.local/ns/kube-system/sa/demo")},
@@ -238,19 +252,22 @@ func TestMetricsCountOutcomes(t *testing.T) {
 	m := NewMetrics(reg)
 	ok := New(Config{Authenticator: fixedCaller{caller: &authn.Caller{Identities: []spiffeid.ID{demo}}}, Signer: newCA(t), Metrics: m})
 	denied := New(Config{Authenticator: fixedCaller{err: errors.New("bad")}, Signer: newCA(t), Metrics: m})
+	unavailable := New(Config{Authenticator: fixedCaller{err: authn.ErrUnavailable}, Signer: newCA(t), Metrics: m})
 
 	ok.CreateCertificate(context.Background(), &pb.IstioCertificateRequest{Csr: csrPEM(t)})
 	ok.CreateCertificate(context.Background(), &pb.IstioCertificateRequest{Csr: "junk"})
 	denied.CreateCertificate(context.Background(), &pb.IstioCertificateRequest{Csr: csrPEM(t)})
+	unavailable.CreateCertificate(context.Background(), &pb.IstioCertificateRequest{Csr: csrPEM(t)})
 
 	for name, tc := range map[string]struct {
 		counter prometheus.Counter
 		want    float64
 	}{
-		"csrs":                    {m.csrs, 3},
+		"csrs":                    {m.csrs, 4},
 		"issued certificates":     {m.issued, 1},
 		"unparseable csrs":        {m.parseErrors, 1},
-		"authentication failures": {m.authnFailures, 1},
+		"authentication failures": {m.authnFailures, 2},
+		"backend unavailable":     {m.authnUnavailable, 1},
 	} {
 		if got := testutil.ToFloat64(tc.counter); got != tc.want {
 			t.Errorf("%s = %v, want %v", name, got, tc.want)
