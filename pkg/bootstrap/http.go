@@ -5,12 +5,16 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // readyHandler serves /ready: 200 once the CA is loaded and the secure gRPC
-// server serves, 503 before.
+// server serves, 503 before. It stays 200 while the API server is
+// unreachable after the caches synced, since istiod then still serves what
+// matters (certificates for client-certificate callers, the last synced
+// configuration, injection); the body says so.
 func (s *Server) readyHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, _ *http.Request) {
@@ -19,6 +23,12 @@ func (s *Server) readyHandler() http.Handler {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "not ready: ca loaded=%t, secure grpc serving=%t, kubernetes synced=%t\n", s.ca.Ready(), s.grpcServing.Load(), s.kubeSynced())
 			return
+		}
+		if s.kube != nil && s.kube.monitor != nil {
+			if down, since := s.kube.monitor.Unreachable(); down {
+				fmt.Fprintf(w, "ok: kubernetes API server unreachable since %s; serving the last synced state\n", since.UTC().Format(time.RFC3339))
+				return
+			}
 		}
 		fmt.Fprintln(w, "ok")
 	})

@@ -50,6 +50,8 @@ type kubeParts struct {
 	rootCerts *rootcert.Controller
 	webhooks  *webhookconfig.Controller
 	model     modelSource // nil when the model comes from files
+	// monitor says when the API server becomes unreachable and is back.
+	monitor   *apiserverMonitor
 	identity  string
 	namespace string
 	log       *slog.Logger
@@ -153,6 +155,9 @@ func (k *kubeParts) run(ctx context.Context) error {
 	}
 	if k.webhooks != nil {
 		g.Go(func() error { return k.webhooks.Run(ctx) })
+	}
+	if k.monitor != nil {
+		g.Go(func() error { return k.monitor.Run(ctx) })
 	}
 	g.Go(func() error { <-ctx.Done(); return nil })
 	return g.Wait()

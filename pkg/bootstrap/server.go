@@ -94,6 +94,9 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	}
 
 	s := &Server{cfg: cfg, log: log, registry: newRegistry(authority), ca: authority, serving: rotator, kube: kube}
+	if kube != nil {
+		kube.monitor = newAPIServerMonitor(kube.client, s.registry, log)
+	}
 	if s.mesh, err = newMeshWatcher(cfg, log); err != nil {
 		return nil, err
 	}
