@@ -24,7 +24,7 @@ type process struct {
 
 // startProcess starts bin with args; its output goes to logPath.
 func startProcess(name, bin string, args []string, logPath string) (*process, error) {
-	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open %s log: %w", name, err)
 	}

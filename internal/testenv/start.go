@@ -26,6 +26,11 @@ type cluster struct {
 	keep      bool
 	etcd      *process
 	apiserver *process
+	// bins, keys and ports are kept so that a private cluster can be
+	// started again where it was (restart).
+	bins  binaries
+	keys  *pki
+	ports []int
 }
 
 // start launches etcd and kube-apiserver and waits until the apiserver is
@@ -40,15 +45,22 @@ func start() (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create run directory: %w", err)
 	}
-	c := &cluster{runDir: runDir}
+	c := &cluster{runDir: runDir, bins: bins}
 	keys, err := newPKI(runDir)
 	if err != nil {
 		c.stop()
 		return nil, err
 	}
+	c.keys = keys
 	var env *Env
 	for attempt := 1; ; attempt++ {
-		env, err = c.launch(bins, keys)
+		if c.ports, err = freePorts(3); err != nil {
+			c.stop()
+			return nil, err
+		}
+		if err = c.resetData(); err == nil {
+			env, err = c.launch()
+		}
 		if err == nil {
 			break
 		}
@@ -70,26 +82,32 @@ func start() (*Env, error) {
 	return env, nil
 }
 
-// launch starts both processes on fresh ports and waits for them.
-func (c *cluster) launch(bins binaries, keys *pki) (*Env, error) {
-	ports, err := freePorts(3)
-	if err != nil {
-		return nil, err
-	}
-	etcdURL := "http://" + hostPort(ports[0])
-	apiURL := "https://" + hostPort(ports[2])
-	dataDir := filepath.Join(c.runDir, "etcd")
-	if err := os.RemoveAll(dataDir); err != nil {
-		return nil, fmt.Errorf("reset etcd data: %w", err)
-	}
+func (c *cluster) dataDir() string { return filepath.Join(c.runDir, "etcd") }
 
-	c.etcd, err = startProcess("etcd", bins.etcd, etcdArgs(dataDir, etcdURL, "http://"+hostPort(ports[1])),
+// resetData removes etcd's data and the logs, for a first start.
+func (c *cluster) resetData() error {
+	for _, p := range []string{c.dataDir(), filepath.Join(c.runDir, "etcd.log"), filepath.Join(c.runDir, "apiserver.log")} {
+		if err := os.RemoveAll(p); err != nil {
+			return fmt.Errorf("reset etcd data: %w", err)
+		}
+	}
+	return nil
+}
+
+// launch starts both processes on c.ports with the data in the run
+// directory, and waits for them. The logs of a relaunch are appended to
+// those of the launch before.
+func (c *cluster) launch() (*Env, error) {
+	etcdURL := "http://" + hostPort(c.ports[0])
+	apiURL := "https://" + hostPort(c.ports[2])
+	var err error
+	c.etcd, err = startProcess("etcd", c.bins.etcd, etcdArgs(c.dataDir(), etcdURL, "http://"+hostPort(c.ports[1])),
 		filepath.Join(c.runDir, "etcd.log"))
 	if err != nil {
 		return nil, err
 	}
 	// The apiserver retries its storage connection, so both start at once.
-	c.apiserver, err = startProcess("kube-apiserver", bins.apiserver, apiserverArgs(keys, etcdURL, ports[2]),
+	c.apiserver, err = startProcess("kube-apiserver", c.bins.apiserver, apiserverArgs(c.keys, etcdURL, c.ports[2]),
 		filepath.Join(c.runDir, "apiserver.log"))
 	if err != nil {
 		return nil, err
@@ -98,8 +116,8 @@ func (c *cluster) launch(bins binaries, keys *pki) (*Env, error) {
 	if err := waitReady(c.etcd, etcdTimeout, etcdURL+"/health", http.DefaultClient, ""); err != nil {
 		return nil, err
 	}
-	env := newEnv(apiURL, keys, c)
-	if err := waitReady(c.apiserver, apiserverTimeout, apiURL+"/readyz", env.HTTPClient(), keys.adminToken); err != nil {
+	env := newEnv(apiURL, c.keys, c)
+	if err := waitReady(c.apiserver, apiserverTimeout, apiURL+"/readyz", env.HTTPClient(), c.keys.adminToken); err != nil {
 		return nil, err
 	}
 	return env, nil

@@ -34,6 +34,9 @@ type Env struct {
 
 	roots   *x509.CertPool
 	cluster *cluster
+	// private is set for an environment of StartPrivate, which tests may
+	// stop and restart.
+	private *privateState
 }
 
 // shared is the one environment of a test binary. It is package state on
