@@ -33,15 +33,15 @@ const (
 	typeSecret   = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
 )
 
-// installIstioCRDs installs the chart's CRDs, which istiod's mesh model
-// watches.
-func installIstioCRDs(t *testing.T) {
+// installIstioCRDsIn installs the chart's CRDs, which istiod's mesh model
+// watches, on env's API server.
+func installIstioCRDsIn(t *testing.T, env *testenv.Env) {
 	t.Helper()
 	paths, err := filepath.Glob("../../charts/istiod/crds/*.yaml")
 	if err != nil || len(paths) == 0 {
 		t.Fatalf("chart CRDs: %v (%d files)", err, len(paths))
 	}
-	testenv.Get(t).InstallCRDs(t, paths...)
+	env.InstallCRDs(t, paths...)
 }
 
 // testWriter writes each log record to the test's log.

@@ -58,7 +58,13 @@ func freeAddr(t *testing.T) string {
 // start istiod.
 func newIstiod(t *testing.T, name, ns, kubeconfig string) *istiod {
 	t.Helper()
-	installIstioCRDs(t)
+	return newIstiodIn(t, testenv.Get(t), name, ns, kubeconfig)
+}
+
+// newIstiodIn is newIstiod on env's API server.
+func newIstiodIn(t *testing.T, env *testenv.Env, name, ns, kubeconfig string) *istiod {
+	t.Helper()
+	installIstioCRDsIn(t, env)
 	cfg := bootstrap.DefaultConfig()
 	cfg.Kubeconfig = kubeconfig
 	cfg.Namespace = ns
