@@ -306,3 +306,33 @@ func editConfigMap(t *testing.T, client *fake.Clientset, ns string, edit func(*c
 		t.Fatal(err)
 	}
 }
+
+func TestALeaderThatCannotRenewStopsBeforeTheLeaseExpires(t *testing.T) {
+	client := fake.NewClientset(namespace("app"))
+	// Once cut, every Lease write hangs, as when the API server does not
+	// answer; so does client-go's attempt to release the Lease.
+	var cut atomic.Bool
+	client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if cut.Load() {
+			time.Sleep(4 * time.Second)
+			return true, nil, apierrors.NewServiceUnavailable("no answer")
+		}
+		return false, nil, nil
+	})
+	var cfg Config
+	fastLease(&cfg)
+	c, _ := start(t, client, newBundles("root-1"))
+	t.Cleanup(func() { cut.Store(false) }) // before the controller stops
+	eventually(t, "leadership", c.IsLeader)
+	cut.Store(true)
+	cutAt := time.Now()
+	eventually(t, "stopped leading", func() bool { return !c.IsLeader() })
+	took := time.Since(cutAt)
+	t.Logf("stopped writing %v after the Lease writes began to hang (renew deadline %v, lease duration %v)",
+		took.Round(time.Millisecond), cfg.RenewDeadline, cfg.LeaseDuration)
+	// The Lease was last renewed at most a retry period before the cut;
+	// another replica may take it LeaseDuration after it saw that renewal.
+	if took >= cfg.LeaseDuration {
+		t.Errorf("still leading %v after the last renewal could have happened; the Lease expires after %v", took, cfg.LeaseDuration)
+	}
+}

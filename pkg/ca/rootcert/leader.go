@@ -3,6 +3,7 @@ package rootcert
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,12 +46,13 @@ func (c *Controller) campaignOnce(ctx context.Context) error {
 		default:
 		}
 	}
+	lock := &writeTrackingLock{Interface: &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: c.cfg.Namespace, Name: LeaseName},
+		Client:     c.cfg.Client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: c.identity},
+	}}
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: &resourcelock.LeaseLock{
-			LeaseMeta:  metav1.ObjectMeta{Namespace: c.cfg.Namespace, Name: LeaseName},
-			Client:     c.cfg.Client.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: c.identity},
-		},
+		Lock:            lock,
 		LeaseDuration:   c.cfg.LeaseDuration,
 		RenewDeadline:   c.cfg.RenewDeadline,
 		RetryPeriod:     c.cfg.RetryPeriod,
@@ -64,6 +66,7 @@ func (c *Controller) campaignOnce(ctx context.Context) error {
 				defer cancel()
 				stop := context.AfterFunc(ctx, cancel)
 				defer stop()
+				go c.stopUnrenewed(workCtx, cancel, lock)
 				c.lead(workCtx)
 			},
 			OnStoppedLeading: func() {},
@@ -85,4 +88,69 @@ func (c *Controller) campaignOnce(ctx context.Context) error {
 	le.Run(electCtx)
 	waitWork()
 	return nil
+}
+
+// stopUnrenewed ends the term (cancel) once the Lease has not been written
+// for RenewDeadline. client-go ends the term itself only after it has also
+// tried to release the Lease, which can take another RenewDeadline while
+// the API server does not answer: meanwhile the Lease expires for the
+// other replicas (LeaseDuration), and one of them would write ConfigMaps
+// alongside this one. Stopping here keeps one writer at a time, since
+// RenewDeadline is shorter than LeaseDuration.
+func (c *Controller) stopUnrenewed(ctx context.Context, cancel context.CancelFunc, lock *writeTrackingLock) {
+	tick := time.NewTicker(c.cfg.RetryPeriod / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if since := time.Since(lock.lastWrite()); since > c.cfg.RenewDeadline {
+			c.log.Warn("lease not renewed within the renew deadline; stopping writes before it expires for the other replicas",
+				"since_renewal", since.Round(time.Millisecond), "renew_deadline", c.cfg.RenewDeadline)
+			cancel()
+			return
+		}
+	}
+}
+
+// writeTrackingLock is the Lease lock, remembering when this replica last
+// wrote the Lease successfully: acquired or renewed it.
+type writeTrackingLock struct {
+	resourcelock.Interface
+	mu      sync.Mutex
+	written time.Time
+}
+
+func (l *writeTrackingLock) Create(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	began := time.Now()
+	err := l.Interface.Create(ctx, r)
+	l.record(began, err)
+	return err
+}
+
+func (l *writeTrackingLock) Update(ctx context.Context, r resourcelock.LeaderElectionRecord) error {
+	began := time.Now()
+	err := l.Interface.Update(ctx, r)
+	l.record(began, err)
+	return err
+}
+
+// record notes a successful write by when it was sent: the API server
+// stored it later, and the other replicas count the Lease's duration from
+// when they saw it, later still, so the term never outlasts the Lease.
+func (l *writeTrackingLock) record(began time.Time, err error) {
+	if err != nil {
+		return
+	}
+	l.mu.Lock()
+	l.written = began
+	l.mu.Unlock()
+}
+
+func (l *writeTrackingLock) lastWrite() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.written
 }
