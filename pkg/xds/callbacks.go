@@ -24,6 +24,7 @@ var (
 	errRateLimited      = status.Error(codes.ResourceExhausted, "too many new streams")
 	errUnauthenticated  = status.Error(codes.Unauthenticated, "authentication failed")
 	errAuthnBackendDown = status.Error(codes.Unavailable, "authentication backend unavailable, retry later")
+	errShuttingDown     = status.Error(codes.Unavailable, "istiod is shutting down, reconnect")
 	errForbidden        = status.Error(codes.PermissionDenied, "node identity does not match the caller")
 	errPodMismatch      = status.Error(codes.PermissionDenied, "node names a pod of another identity")
 )

@@ -21,6 +21,18 @@ type ads struct {
 	s *Server
 }
 
+// StreamAggregatedResources serves a state-of-the-world stream. One that
+// ends because istiod is shutting down ends with Unavailable, which tells
+// the client to reconnect (elsewhere: the listener is closed and the
+// connection got a GOAWAY), rather than with OK.
+func (a ads) StreamAggregatedResources(stream discovery.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	err := a.Server.StreamAggregatedResources(stream)
+	if err == nil && a.s.shuttingDown() {
+		return errShuttingDown
+	}
+	return err
+}
+
 func (a ads) DeltaAggregatedResources(stream discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
 	return a.s.deltaStream(stream)
 }
@@ -73,7 +85,7 @@ func (s *Server) deltaStream(stream discovery.AggregatedDiscoveryService_DeltaAg
 	for {
 		select {
 		case <-s.done:
-			return nil
+			return errShuttingDown
 		case resp := <-p.deltaOut:
 			if err := send(resp); err != nil {
 				return err

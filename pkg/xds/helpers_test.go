@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -50,6 +51,9 @@ type harness struct {
 	store *model.Store
 	reg   *prometheus.Registry
 	conn  *grpc.ClientConn
+	// stopRun cancels the server's Run and waits for it to return, as
+	// istiod's shutdown does.
+	stopRun func()
 }
 
 func newHarness(t *testing.T, snap *model.Snapshot, mod func(*Config)) *harness {
@@ -110,13 +114,13 @@ func startHarness(t *testing.T, snap *model.Snapshot, mod func(*Config), registe
 	if err != nil {
 		t.Fatal(err)
 	}
+	stopRun := sync.OnceFunc(func() { cancel(); <-done })
 	t.Cleanup(func() {
 		conn.Close()
-		cancel()
-		<-done
+		stopRun()
 		gs.Stop()
 	})
-	return &harness{t: t, srv: srv, store: store, reg: reg, conn: conn}
+	return &harness{t: t, srv: srv, store: store, reg: reg, conn: conn, stopRun: stopRun}
 }
 
 // stream opens an ADS stream as identity id.

@@ -171,6 +171,16 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// shuttingDown reports whether Run has ended the streams.
+func (s *Server) shuttingDown() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // Register adds the ADS service to r.
 func (s *Server) Register(r grpc.ServiceRegistrar) {
 	discovery.RegisterAggregatedDiscoveryServiceServer(r, s.ads)

@@ -230,3 +230,25 @@ func TestEmptyFirstRequestIsWildcard(t *testing.T) {
 		t.Fatalf("got an unexpected %s response", r.GetTypeUrl())
 	}
 }
+
+func TestStreamsEndUnavailableWhenTheServerStops(t *testing.T) {
+	h := newHarness(t, modeltest.Load(t, baseManifests), nil)
+	sotw := h.stream(clientID)
+	if err := sotw.Send(&discovery.DiscoveryRequest{Node: testNode("app", "client", nil), TypeUrl: grpcgen.ListenerType, ResourceNames: []string{echoListener}}); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, sotw)
+	delta := h.deltaStream(clientID)
+	if err := delta.Send(&discovery.DeltaDiscoveryRequest{Node: testNode("app", "client", nil), TypeUrl: grpcgen.ListenerType, ResourceNamesSubscribe: []string{echoListener}}); err != nil {
+		t.Fatal(err)
+	}
+	recvDelta(t, delta)
+
+	h.stopRun()
+	if _, err := sotw.Recv(); grpcstatus.Code(err) != codes.Unavailable {
+		t.Errorf("state-of-the-world stream after the server stopped: %v, want Unavailable", err)
+	}
+	if _, err := delta.Recv(); grpcstatus.Code(err) != codes.Unavailable {
+		t.Errorf("incremental stream after the server stopped: %v, want Unavailable", err)
+	}
+}
