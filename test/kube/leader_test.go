@@ -1,14 +1,20 @@
 package kube
 
 import (
+	"context"
+	"encoding/pem"
 	"net/url"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/bulwark-mesh/bulwark/internal/testenv"
+	"github.com/bulwark-mesh/bulwark/pkg/ca"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/rootcert"
+	"github.com/bulwark-mesh/bulwark/pkg/ca/secretstore"
 )
 
 // term is one leadership term of a replica, from its log.
@@ -81,9 +87,13 @@ func checkOneWriterAtATime(t *testing.T, ps ...*istiod) {
 // Lease) and one cut off from the API server (a crash or a partition,
 // which releases nothing). Each time another replica leads within the
 // lease duration of the last renewal, and no two replicas lead at once.
+//
+// Its own API server: istiods of other tests would write their roots into
+// its namespaces.
 func TestLeaderLostHandsOverTheNamespaceController(t *testing.T) {
 	t.Parallel()
-	env := testenv.Get(t)
+	env := testenv.StartPrivate(t)
+	installIstioCRDsIn(t, env)
 	client := env.Client(t)
 	ns := env.Namespace(t)
 	grantIstiodRBAC(t, env, ns)
@@ -144,11 +154,30 @@ func TestLeaderLostHandsOverTheNamespaceController(t *testing.T) {
 	first := leader(all...)
 	waitFor(t, first.name+" leading", 30*time.Second, first.leading)
 
-	// Stopped (SIGTERM): the Lease is released, the next replica acquires it
-	// at its next retry.
+	// Stopped (SIGTERM) in the middle of a burst of root-certificate
+	// writes: the Lease is released, the next replica acquires it at its
+	// next retry and finishes the work.
+	var burst []string
+	for range 20 {
+		burst = append(burst, env.Namespace(t))
+	}
 	first.stop()
 	rest := others(first, all)
 	second := handover("leader stopped", rest, rootcert.DefaultLeaseDuration)
+	root := certDERs(rest[0].rootPEM(t, env))
+	if root == "" {
+		t.Fatal("no root certificate in istio-ca-secret")
+	}
+	ctx := context.Background()
+	waitFor(t, "istio-ca-root-cert, whole, in every namespace of the burst", 60*time.Second, func() bool {
+		for _, bns := range burst {
+			cm, err := client.CoreV1().ConfigMaps(bns).Get(ctx, rootcert.ConfigMapName, metav1.GetOptions{})
+			if err != nil || certDERs([]byte(cm.Data[rootcert.DataKey])) != root {
+				return false
+			}
+		}
+		return true
+	})
 
 	// Cut off: the Lease expires. The cut-off leader stops writing after
 	// the renew deadline, before the Lease expires for the others.
@@ -162,4 +191,31 @@ func TestLeaderLostHandsOverTheNamespaceController(t *testing.T) {
 		rootcert.DefaultLeaseDuration+4*rootcert.DefaultRetryPeriod)
 	waitFor(t, second.name+" stopping", 30*time.Second, func() bool { return !second.leading() })
 	checkOneWriterAtATime(t, all...)
+}
+
+// rootPEM is the root of p's CA, from istio-ca-secret in its namespace.
+func (p *istiod) rootPEM(t *testing.T, env *testenv.Env) []byte {
+	t.Helper()
+	secret, err := env.Client(t).CoreV1().Secrets(p.cfg.Namespace).Get(context.Background(), secretstore.SecretName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("%s: %v", secretstore.SecretName, err)
+	}
+	return secret.Data[ca.FileRootCert]
+}
+
+// certDERs joins the DER of the certificates in pemBytes, in order, so
+// that two bundles compare whatever their PEM formatting; "" when there are
+// none.
+func certDERs(pemBytes []byte) string {
+	var out strings.Builder
+	for {
+		var b *pem.Block
+		b, pemBytes = pem.Decode(pemBytes)
+		if b == nil {
+			return out.String()
+		}
+		if b.Type == "CERTIFICATE" {
+			out.Write(b.Bytes)
+		}
+	}
 }
