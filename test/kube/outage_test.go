@@ -237,10 +237,14 @@ func TestAPIServerGoesAwayAndComesBack(t *testing.T) {
 			}
 			readyChecks++
 		}
+		// Nothing changed, so nothing is pushed: above all not a model
+		// emptied for want of the API server.
 		for _, c := range []*adsClient{ads, gw, late} {
 			select {
 			case err := <-c.errc:
 				t.Fatalf("a proxy's stream ended during the outage: %v", err)
+			case r := <-c.resps:
+				t.Fatalf("a push during the outage: %s version %s, %d resources", r.TypeUrl, r.VersionInfo, len(r.Resources))
 			default:
 			}
 		}
