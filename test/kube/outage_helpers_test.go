@@ -23,9 +23,12 @@ import (
 	"testing"
 	"time"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/structpb"
 	pb "istio.io/api/security/v1alpha1"
 )
 
@@ -261,4 +264,36 @@ func countLines(s string, parts ...string) int {
 		}
 	}
 	return n
+}
+
+// adsWithToken opens an ADS stream to p authenticated by a bearer token
+// alone, as a proxy without a certificate yet does, sends its first
+// request and returns the stream's first answer: an error, or nil for a
+// response.
+func (p *istiod) adsWithToken(roots *x509.CertPool, ns, sa, token string) error {
+	tlsCfg := &tls.Config{RootCAs: roots, ServerName: "istiod." + p.cfg.Namespace + ".svc", MinVersion: tls.VersionTLS12}
+	conn, err := grpc.NewClient(p.cfg.SecureGRPCAddr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		return err
+	}
+	md, err := structpb.NewStruct(map[string]any{"NAMESPACE": ns, "SERVICE_ACCOUNT": sa, "GENERATOR": "grpc"})
+	if err != nil {
+		return err
+	}
+	if err := st.Send(&discovery.DiscoveryRequest{
+		Node:    &core.Node{Id: "sidecar~10.0.0.9~" + sa + "-1." + ns + "~" + ns + ".svc.cluster.local", Metadata: md},
+		TypeUrl: typeCluster,
+	}); err != nil {
+		return err
+	}
+	_, err = st.Recv()
+	return err
 }

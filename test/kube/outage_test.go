@@ -208,6 +208,11 @@ func TestAPIServerGoesAwayAndComesBack(t *testing.T) {
 		t.Errorf("token without a cached review, during the outage: %v, want Unavailable", err)
 	}
 
+	// So is a proxy authenticating its xDS stream with such a token.
+	if err := a.adsWithToken(roots, mesh.app, "fresh", freshToken); status.Code(err) != codes.Unavailable {
+		t.Errorf("xDS with a token without a cached review, during the outage: %v, want Unavailable", err)
+	}
+
 	// A new proxy gets the last synced model from either istiod.
 	late := b.dialADS(t, roots, clientCert, mesh.app, "client")
 	late.subscribe(typeCluster, mesh.clusterName)
@@ -312,6 +317,9 @@ func TestAPIServerGoesAwayAndComesBack(t *testing.T) {
 	t.Logf("istio-ca-root-cert created in the new namespace after %v", since())
 	if err := a.csr(roots, mesh.app, "fresh", nil, freshToken); err != nil {
 		t.Errorf("token CSR after the outage: %v", err)
+	}
+	if err := a.adsWithToken(roots, mesh.app, "fresh", freshToken); err != nil {
+		t.Errorf("xDS with a token after the outage: %v", err)
 	}
 
 	// Exactly one replica leads, and the Lease names it.
