@@ -109,3 +109,35 @@ spec:
 	served.Store(&k2)
 	waitFor(`"kid":"k2"`)
 }
+
+// TestRequestAuthenticationChangeIsPushed: a RequestAuthentication added
+// to the model reaches the connected sidecar it selects, and its removal
+// takes jwt_authn away again.
+func TestRequestAuthenticationChangeIsPushed(t *testing.T) {
+	h := newHarness(t, modeltest.Load(t, envoyManifests), nil)
+	st := h.stream("spiffe://cluster.local/ns/app/sa/web")
+	if err := st.Send(&discovery.DiscoveryRequest{Node: envoyNode("app", "web", "10.0.0.20"), TypeUrl: resource.ListenerType}); err != nil {
+		t.Fatal(err)
+	}
+	r := recv(t, st)
+	if got := inboundJWKS(t, r); got != "" {
+		t.Fatalf("jwt_authn before any RequestAuthentication: %q", got)
+	}
+	ack(t, st, r)
+	h.store.Publish(modeltest.Load(t, envoyManifests+`---
+apiVersion: security.istio.io/v1
+kind: RequestAuthentication
+metadata: {name: jwt, namespace: app}
+spec:
+  jwtRules: [{issuer: "https://idp.example", jwks: '`+jwksK1+`'}]
+`))
+	r = recv(t, st)
+	if got := inboundJWKS(t, r); got != jwksK1 {
+		t.Fatalf("after adding the RequestAuthentication: key set %q, want the rule's inline one", got)
+	}
+	ack(t, st, r)
+	h.store.Publish(modeltest.Load(t, envoyManifests))
+	if got := inboundJWKS(t, recv(t, st)); got != "" {
+		t.Fatalf("after removing the RequestAuthentication: jwt_authn with %q", got)
+	}
+}
