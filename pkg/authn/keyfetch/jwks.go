@@ -9,11 +9,12 @@ import (
 )
 
 // RejectAllJWKS is the key set given in place of one that cannot be
-// fetched or holds no usable key: a set without keys, which Envoy's
-// jwt_authn reads as no valid key for the issuer, so that every token of
-// the issuer is refused (401). It is never a key: Istio's fallback, a
-// public key whose private half was said to be discarded, is trust in a
-// key nobody can audit.
+// fetched or holds no usable key: a set without keys. Envoy's jwt_authn
+// accepts the configuration (an inline key set it cannot parse is logged
+// and leaves the provider without keys, jwks_cache.cc) and refuses every
+// token of the issuer with 401 (JwksNoValidKeys, authenticator.cc). It is
+// never a key: Istio's fallback, a public key whose private half was said
+// to be discarded, is trust in a key nobody can audit.
 const RejectAllJWKS = `{"keys":[]}`
 
 // JWKSSource is where a key set is published: at JWKSURI, or, when that
