@@ -55,15 +55,18 @@ type Config struct {
 
 	// JWTRule is Istio's JWT_RULE: an OIDC issuer whose tokens authenticate callers.
 	JWTRule string
-	// JWTCAFile is a PEM bundle trusted when fetching the issuer's keys;
-	// empty means the system roots, or the roots carried in the binary where
-	// the system has none.
+	// JWTCAFile is a PEM bundle trusted when fetching the issuer's keys,
+	// and the keys of RequestAuthentication issuers; empty means the
+	// system roots, or the roots carried in the binary where the system
+	// has none.
 	JWTCAFile string
 	// JWTFetchAllowedPrefixes are link-local, metadata or unspecified
-	// addresses the issuer's keys may nevertheless be fetched from.
+	// addresses the issuer's keys (and RequestAuthentication key sets) may
+	// nevertheless be fetched from.
 	JWTFetchAllowedPrefixes []netip.Prefix
 	// JWTKeysRefreshInterval is the least time between two fetches of the
-	// issuer's keys, however many tokens name an unknown key.
+	// issuer's keys, however many tokens name an unknown key; and how often
+	// RequestAuthentication key sets are fetched again.
 	JWTKeysRefreshInterval time.Duration
 	// TokenAudiences are the audiences a Kubernetes token must carry.
 	TokenAudiences []string
@@ -237,9 +240,6 @@ func (c *Config) Validate() error {
 		if _, err := authn.ParseJWTRule(c.JWTRule); err != nil {
 			return fmt.Errorf("jwt rule: %w", err)
 		}
-	}
-	if c.JWTCAFile != "" && c.JWTRule == "" {
-		return errors.New("jwt ca file given without a jwt rule")
 	}
 	if c.JWTKeysRefreshInterval < 0 {
 		return errors.New("jwt keys refresh interval must not be negative")

@@ -19,7 +19,6 @@ func TestValidate(t *testing.T) {
 		"a default ttl above the max is wrong":            {mutate: func(c *Config) { c.DefaultCertTTL = 100 * 24 * time.Hour }, want: "ttl"},
 		"a root shorter than a leaf is refused":           {mutate: func(c *Config) { c.RootTTL = time.Hour }, want: "root ttl"},
 		"a malformed jwt rule is refused":                 {mutate: func(c *Config) { c.JWTRule = `{"issuer":` }, want: "jwt rule"},
-		"a jwt ca file needs a rule":                      {mutate: func(c *Config) { c.JWTCAFile = "/x" }, want: "without a jwt rule"},
 		"a negative jwt keys refresh interval is refused": {mutate: func(c *Config) { c.JWTKeysRefreshInterval = -time.Second }, want: "refresh interval"},
 		"token audiences are required":                    {mutate: func(c *Config) { c.TokenAudiences = nil }, want: "audience"},
 		"an address needs a port":                         {mutate: func(c *Config) { c.SecureGRPCAddr = "127.0.0.1" }, want: "secureGRPCAddr"},

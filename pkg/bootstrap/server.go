@@ -49,6 +49,7 @@ type Server struct {
 	mesh            *meshconfig.Watcher
 	model           *model.FileSource // nil without a config dir
 	xds             *xds.Server
+	keySets         *keyfetch.JWKSCache // RequestAuthentication's
 	sds             *sds.Server
 	webhooks        http.Handler
 	kube            *kubeParts // nil in local mode
@@ -291,6 +292,7 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error { return s.mesh.Run(ctx) })
 	g.Go(func() error { return s.injector.Run(ctx) })
 	g.Go(func() error { return s.xds.Run(ctx) })
+	g.Go(func() error { return s.keySets.Run(ctx) })
 	g.Go(func() error { return s.sds.Run(ctx) })
 	if s.model != nil {
 		g.Go(func() error { return s.model.Run(ctx) })

@@ -6,6 +6,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/bulwark-mesh/bulwark/pkg/authn"
+	"github.com/bulwark-mesh/bulwark/pkg/authn/keyfetch"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/sds"
 	"github.com/bulwark-mesh/bulwark/pkg/xds"
@@ -47,7 +48,20 @@ func (s *Server) wireXDS(chain authn.Authenticator, td spiffeid.TrustDomain) err
 		return fmt.Errorf("sds: %w", err)
 	}
 	s.sds = secrets
+	// RequestAuthentication key sets are fetched with the hardening and
+	// the flags of the CSR path's OIDC keys.
+	roots, err := jwtRoots(s.cfg.JWTCAFile)
+	if err != nil {
+		return err
+	}
+	s.keySets = keyfetch.New(keyfetch.Config{
+		RootCAs:         roots,
+		AllowedPrefixes: s.cfg.JWTFetchAllowedPrefixes,
+		RefreshInterval: s.cfg.JWTKeysRefreshInterval,
+		Logger:          s.log.With("component", "reqauthn"),
+	}).JWKSCache()
 	srv, err := xds.New(xds.Config{
+		KeySets:       s.keySets,
 		Secrets:       secrets,
 		TrustBundle:   s.ca,
 		Model:         store,

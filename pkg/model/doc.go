@@ -36,8 +36,8 @@
 //     selector its labels match. Its label security.istio.io/tlsMode=istio
 //     says it accepts Istio mTLS.
 //   - security.istio.io/v1 PeerAuthentication, AuthorizationPolicy and
-//     RequestAuthentication (kept in the model; no generator reads it yet,
-//     as proxyless gRPC has no JWT filter).
+//     RequestAuthentication (read by the Envoy generator only, as
+//     proxyless gRPC has no JWT filter).
 //   - networking.istio.io/v1 DestinationRule (host and trafficPolicy.tls).
 //
 // Specs are decoded strictly: an unknown field, a duplicate key, a wrong type

@@ -79,8 +79,8 @@ type PeerAuthentication struct {
 	Spec *securityv1.PeerAuthentication
 }
 
-// RequestAuthentication is a named RequestAuthentication. No generator
-// reads it yet: proxyless gRPC has no JWT filter.
+// RequestAuthentication is a named RequestAuthentication. The Envoy
+// generator reads it; proxyless gRPC has no JWT filter.
 type RequestAuthentication struct {
 	Meta
 	Spec *securityv1.RequestAuthentication

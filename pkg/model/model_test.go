@@ -226,6 +226,25 @@ func TestAuthorizationPoliciesForAWorkload(t *testing.T) {
 	}
 }
 
+func TestRequestAuthenticationsForAWorkload(t *testing.T) {
+	snap := Build("v", Options{}, Resources{RequestAuthentications: []*RequestAuthentication{
+		{Meta: Meta{Name: "ns-wide", Namespace: "app"}, Spec: &securityv1.RequestAuthentication{}},
+		{Meta: Meta{Name: "selected", Namespace: "app"}, Spec: &securityv1.RequestAuthentication{Selector: &typev1beta1.WorkloadSelector{MatchLabels: map[string]string{"app": "echo"}}}},
+		{Meta: Meta{Name: "other-workload", Namespace: "app"}, Spec: &securityv1.RequestAuthentication{Selector: &typev1beta1.WorkloadSelector{MatchLabels: map[string]string{"app": "web"}}}},
+		{Meta: Meta{Name: "gateway", Namespace: "app"}, Spec: &securityv1.RequestAuthentication{TargetRef: &typev1beta1.PolicyTargetReference{Kind: "Gateway", Name: "gw"}}},
+		{Meta: Meta{Name: "mesh", Namespace: DefaultRootNamespace}, Spec: &securityv1.RequestAuthentication{}},
+		{Meta: Meta{Name: "mesh-selected", Namespace: DefaultRootNamespace}, Spec: &securityv1.RequestAuthentication{Selector: &typev1beta1.WorkloadSelector{MatchLabels: map[string]string{"app": "echo"}}}},
+		{Meta: Meta{Name: "elsewhere", Namespace: "web"}, Spec: &securityv1.RequestAuthentication{}},
+	}})
+	var got []string
+	for _, p := range snap.RequestAuthentications("app", map[string]string{"app": "echo"}) {
+		got = append(got, p.Namespace+"/"+p.Name)
+	}
+	if want := []string{"app/ns-wide", "app/selected", "istio-system/mesh", "istio-system/mesh-selected"}; !slices.Equal(got, want) {
+		t.Errorf("policies %v, want %v (a targetRef policy is a gateway's)", got, want)
+	}
+}
+
 func TestWithRootNamespaceMovesMeshWidePolicies(t *testing.T) {
 	snap := Build("v1", Options{}, Resources{
 		PeerAuthentications: []*PeerAuthentication{

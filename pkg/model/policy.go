@@ -111,6 +111,31 @@ func (s *Snapshot) AuthorizationPolicies(namespace string, labels map[string]str
 	return out
 }
 
+// RequestAuthentications returns the RequestAuthentications that apply to
+// the workload of namespace and labels, chosen as AuthorizationPolicies
+// are (Istio selects both alike): those of its namespace and of the root
+// namespace whose selector (if any) matches, none attached by
+// targetRef(s), sorted by namespace and name.
+func (s *Snapshot) RequestAuthentications(namespace string, labels map[string]string) []*RequestAuthentication {
+	var out []*RequestAuthentication
+	for _, p := range s.res.RequestAuthentications {
+		if p.Namespace != namespace && p.Namespace != s.Options.RootNamespace {
+			continue
+		}
+		if p.Spec.GetTargetRef() != nil || len(p.Spec.GetTargetRefs()) > 0 {
+			continue
+		}
+		if !Matches(p.Spec.GetSelector().GetMatchLabels(), labels) {
+			continue
+		}
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b *RequestAuthentication) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	return out
+}
+
 // DestinationRule returns the rule for hostname seen from clientNamespace:
 // a rule of the client's namespace first, then of the service's, then of
 // the root namespace. A rule's host is the FQDN or a short name resolved in

@@ -5,6 +5,7 @@ import (
 
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
+	"github.com/bulwark-mesh/bulwark/pkg/authn/keyfetch"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/envoygen"
 )
@@ -21,16 +22,53 @@ type MeshSource interface {
 // with the meshState of the push state they answer from.
 type meshState struct {
 	cfg   *meshv1alpha1.MeshConfig // nil: Istio's defaults
+	keys  *keyfetch.JWKSSnapshot   // RequestAuthentication key sets; nil: none fetched
 	envoy *envoygen.Generator
 }
 
-func (s *Server) newMeshState(mc *meshv1alpha1.MeshConfig) *meshState {
-	return &meshState{cfg: mc, envoy: &envoygen.Generator{TrustDomain: s.cfg.TrustDomain, Mesh: envoyMesh(mc)}}
+func (s *Server) newMeshState(mc *meshv1alpha1.MeshConfig, keys *keyfetch.JWKSSnapshot) *meshState {
+	g := &envoygen.Generator{TrustDomain: s.cfg.TrustDomain, Mesh: envoyMesh(mc)}
+	if keys != nil {
+		g.Keys = keys
+	}
+	return &meshState{cfg: mc, keys: keys, envoy: g}
 }
 
 // applyMesh makes mc the mesh configuration the next push is built with.
 func (s *Server) applyMesh(mc *meshv1alpha1.MeshConfig) {
-	s.mesh.Store(s.newMeshState(mc))
+	s.mesh.Store(s.newMeshState(mc, s.mesh.Load().keys))
+}
+
+// applyKeys makes keys the key sets the next push is built with.
+func (s *Server) applyKeys(keys *keyfetch.JWKSSnapshot) {
+	s.mesh.Store(s.newMeshState(s.mesh.Load().cfg, keys))
+}
+
+// KeySets are the key sets istiod fetches for RequestAuthentication
+// (keyfetch.JWKSCache): the server says which it wants as the model
+// changes and pushes each snapshot of them like a mesh change.
+type KeySets interface {
+	Want(srcs []keyfetch.JWKSSource)
+	Current() *keyfetch.JWKSSnapshot
+	Subscribe() (<-chan *keyfetch.JWKSSnapshot, func())
+}
+
+var _ KeySets = (*keyfetch.JWKSCache)(nil)
+
+// subscribeKeys subscribes to the key sets; without them, the channel is
+// nil and never ready.
+func (s *Server) subscribeKeys() (<-chan *keyfetch.JWKSSnapshot, func()) {
+	if s.cfg.KeySets == nil {
+		return nil, func() {}
+	}
+	return s.cfg.KeySets.Subscribe()
+}
+
+func currentKeys(k KeySets) *keyfetch.JWKSSnapshot {
+	if k == nil {
+		return nil
+	}
+	return k.Current()
 }
 
 // envoyMesh is what the Envoy generator reads of mc, with Istio's

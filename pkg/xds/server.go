@@ -45,9 +45,11 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/bulwark-mesh/bulwark/pkg/authn"
+	"github.com/bulwark-mesh/bulwark/pkg/authn/keyfetch"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/authz"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/reqauthn"
 )
 
 const (
@@ -111,6 +113,12 @@ type Config struct {
 	// model change. Without it, Istio's defaults and the model's root
 	// namespace apply.
 	Mesh MeshSource
+	// KeySets, when set, fetches the key sets of the model's
+	// RequestAuthentications, which Envoy sidecars get inline in
+	// jwt_authn; a change is pushed like a model change. Without it,
+	// every issuer whose rule has no inline jwks gets a key set that
+	// rejects its tokens.
+	KeySets KeySets
 }
 
 // Server is the ADS server.
@@ -163,7 +171,7 @@ func New(cfg Config) (*Server, error) {
 		streams: make(map[int64]*proxy),
 		byNode:  make(map[*core.Node]*proxy),
 	}
-	s.mesh.Store(s.newMeshState(currentMesh(cfg.Mesh)))
+	s.mesh.Store(s.newMeshState(currentMesh(cfg.Mesh), currentKeys(cfg.KeySets)))
 	s.state.Store(s.newState(cfg.Model.Current(), time.Time{}))
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stop, s.done = cancel, ctx.Done()
@@ -200,6 +208,8 @@ func (s *Server) Run(ctx context.Context) error {
 	defer cancel()
 	meshUpdates, cancelMesh := s.subscribeMesh()
 	defer cancelMesh()
+	keyUpdates, cancelKeys := s.subscribeKeys()
+	defer cancelKeys()
 	var (
 		pending     *model.Snapshot // a model change not pushed yet
 		meshPending bool            // a mesh change not pushed yet
@@ -228,10 +238,15 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if snap := s.state.Load().snap; snap.Version != "" {
 		s.reportPolicies(snap)
+		s.wantKeys(snap)
 	}
 	// A change made between New and Subscribe is caught here.
 	if mc := currentMesh(s.cfg.Mesh); mc != s.mesh.Load().cfg {
 		s.applyMesh(mc)
+		meshPending = true
+	}
+	if ks := currentKeys(s.cfg.KeySets); ks != s.mesh.Load().keys {
+		s.applyKeys(ks)
 		meshPending = true
 	}
 	if cur := s.cfg.Model.Current(); meshPending || s.mesh.Load().derive(cur).Version != s.state.Load().snap.Version {
@@ -262,6 +277,17 @@ func (s *Server) Run(ctx context.Context) error {
 			s.applyMesh(mc)
 			meshPending = true
 			changed()
+		case ks, ok := <-keyUpdates:
+			if !ok {
+				keyUpdates = nil
+				continue
+			}
+			if pending == nil && !meshPending {
+				first = s.cfg.Clock()
+			}
+			s.applyKeys(ks)
+			meshPending = true
+			changed()
 		case <-quiet.C:
 			if pending != nil || meshPending {
 				push()
@@ -277,6 +303,7 @@ func (s *Server) HasSynced() bool { return s.state.Load().snap.Version != "" }
 // push makes the model snapshot snap, under the mesh configuration in
 // force, current and answers every open watch it changes.
 func (s *Server) push(snap *model.Snapshot, changedAt time.Time) {
+	s.wantKeys(snap)
 	st := s.newState(snap, changedAt)
 	if prev := s.state.Load(); st.snap.Version != "" && st.snap.Version == prev.snap.Version && st.mesh == prev.mesh {
 		return // nothing new: a model change already pushed with a mesh change
@@ -295,6 +322,13 @@ func (s *Server) push(snap *model.Snapshot, changedAt time.Time) {
 	}
 }
 
+// wantKeys has the key sets of snap's RequestAuthentications fetched.
+func (s *Server) wantKeys(snap *model.Snapshot) {
+	if s.cfg.KeySets != nil {
+		s.cfg.KeySets.Want(reqauthn.Sources(snap.Resources().RequestAuthentications))
+	}
+}
+
 // reportPolicies logs what of the snapshot's AuthorizationPolicies cannot
 // be enforced as written, and how each part fails closed instead: each
 // problem once, not again with every model change while it lasts.
@@ -310,8 +344,32 @@ func (s *Server) reportPolicies(snap *model.Snapshot) {
 			s.log.Warn("authorization policy not enforced as written", "policy", p.Policy.Namespace+"/"+p.Policy.Name, "problem", msg)
 		}
 	}
+	for _, p := range requestAuthnProblems(snap) {
+		msg := p.String()
+		current[msg] = true
+		if !s.reported[msg] {
+			s.log.Warn("request authentication not enforced as written", "policy", p.Policy.Namespace+"/"+p.Policy.Name, "problem", msg)
+		}
+	}
 	s.reported = current
 }
+
+// requestAuthnProblems are the RequestAuthentication rules that fail
+// closed whatever is fetched (a bad jwks or jwksUri); fetch failures are
+// the key sets' to log.
+func requestAuthnProblems(snap *model.Snapshot) []reqauthn.Problem {
+	var out []reqauthn.Problem
+	for _, ra := range snap.Resources().RequestAuthentications {
+		_, problems := reqauthn.Config([]*model.RequestAuthentication{ra}, allFetched{})
+		out = append(out, problems...)
+	}
+	return out
+}
+
+// allFetched holds a key set for every source, as far as problems go.
+type allFetched struct{}
+
+func (allFetched) JWKS(keyfetch.JWKSSource) (string, bool) { return keyfetch.RejectAllJWKS, true }
 
 // ProxyStatus is what the server knows of one connected proxy.
 type ProxyStatus struct {

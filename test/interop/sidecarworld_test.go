@@ -500,6 +500,29 @@ spec:
 `,
 	pods: []string{"app/echo-1", "app/sleep-1"},
 }, {
+	name: "RequestAuthentication with an ALLOW requiring a token",
+	istio: `
+apiVersion: security.istio.io/v1
+kind: RequestAuthentication
+metadata: {name: jwt, namespace: app}
+spec:
+  selector: {matchLabels: {app: echo}}
+  jwtRules:
+  - issuer: testing@secure.istio.io
+    jwks: '{"keys":[{"kty":"EC","crv":"P-256","kid":"k1","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}'
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: require-jwt, namespace: app}
+spec:
+  selector: {matchLabels: {app: echo}}
+  rules:
+  - from: [{source: {requestPrincipals: ["*"]}}]
+    to: [{operation: {ports: ["8080"]}}]
+  - to: [{operation: {notPorts: ["8080"]}}]
+`,
+	pods: []string{"app/echo-1", "app/sleep-1"},
+}, {
 	name:         "outbound REGISTRY_ONLY",
 	registryOnly: true,
 	pods:         allPods,

@@ -4,6 +4,10 @@
 // redirects only within the origin, and is bounded in size, time and content
 // type; a fetched body never appears in an error or a log line. Key sets
 // refresh at most once per interval however many unknown keys are asked for.
+//
+// Two users: KeySet verifies tokens in istiod (the CSR path's OIDC), and
+// JWKSCache keeps the key sets of RequestAuthentications, which proxies
+// get inline (RejectAllJWKS where none could be fetched).
 package keyfetch
 
 import (

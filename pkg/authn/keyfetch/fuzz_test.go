@@ -93,3 +93,38 @@ const ownMessages = "discovery document names another issuer has no jwks_uri's j
 	"malformed JSON at byte not the expected JSON object data after the JSON object " +
 	"must be scheme://host[:port][/path] only http is allowed only for loopback hosts " +
 	"scheme is not https refused url not a URL bytes, limit 2048"
+
+// FuzzJWKSForProxies feeds arbitrary key sets to what RequestAuthentication
+// passes on to proxies: what is kept encodes to a key set of the same
+// public keys, with no private or symmetric member, that CheckJWKS accepts.
+func FuzzJWKSForProxies(f *testing.F) {
+	f.Add(keySetJSON(f, newSigner(f, "a"), newSigner(f, "b")))
+	for _, s := range []string{
+		`{"keys":[{"kty":"oct","k":"c2VjcmV0"},{"kty":"OKP","crv":"Ed25519","x":"11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo","x5t":"AAAA"}]}`,
+		`{"keys":[{"kty":"EC","crv":"P-256","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0","d":"jpsQnnGQmL-YBIffH1136cspYG6-0iY7X1fCE9-E9LI"}]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		keys, err := parseKeySet(body)
+		if err != nil {
+			return
+		}
+		doc, err := encodeKeySet(keys)
+		if err != nil {
+			t.Fatalf("kept keys do not encode: %v", err)
+		}
+		if err := CheckJWKS(doc); err != nil {
+			t.Fatalf("encoded key set refused: %v", err)
+		}
+		again, _ := parseKeySet([]byte(doc))
+		if len(again) != len(keys) {
+			t.Fatalf("%d keys encoded to %d", len(keys), len(again))
+		}
+		for _, bad := range []string{`"d":`, `"k":`, `"p":`, `"x5c":`, `"oct"`} {
+			if strings.Contains(doc, bad) {
+				t.Fatalf("encoded key set holds %s: %s", bad, doc)
+			}
+		}
+	})
+}

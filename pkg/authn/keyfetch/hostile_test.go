@@ -10,23 +10,25 @@ import (
 	"time"
 )
 
-// TestHostileIssuer serves, on loopback, an issuer that tries to make istiod
-// fetch from a refused address or copy what it fetched into its errors and
-// log. Every case must fail closed, reach no refused address and leak nothing.
-func TestHostileIssuer(t *testing.T) {
+// hostileCase is an issuer's hostile answer and how a fetch must fail.
+type hostileCase struct {
+	// discovery answers the discovery document; nil: the rule names
+	// the key set at /keys.
+	discovery func(w http.ResponseWriter, r *http.Request, iss, standIn string)
+	// keys answers /keys and any other path.
+	keys    func(w http.ResponseWriter, r *http.Request, standIn string)
+	timeout time.Duration
+	want    error
+	// wantText is in the error.
+	wantText string
+}
+
+// hostileCases are the hostile issuers every path fetching key material
+// is tested against: the CSR path's key sets and RequestAuthentication's.
+func hostileCases() map[string]hostileCase {
 	const tenMiB = 10 << 20
 	bigBody := []byte(`{"keys":[` + strings.Repeat(`"`+secret+`",`, tenMiB/(len(secret)+3)) + `""]}`)
-	tests := map[string]struct {
-		// discovery answers the discovery document; nil: the rule names
-		// the key set at /keys.
-		discovery func(w http.ResponseWriter, r *http.Request, iss, standIn string)
-		// keys answers /keys and any other path.
-		keys    func(w http.ResponseWriter, r *http.Request, standIn string)
-		timeout time.Duration
-		want    error
-		// wantText is in the error.
-		wantText string
-	}{
+	return map[string]hostileCase{
 		"a discovery document naming the metadata service over http is refused by the URL rule": {
 			discovery: discovery("http://169.254.169.254/latest/meta-data/iam/security-credentials/"),
 			want:      ErrRefusedURL,
@@ -185,28 +187,18 @@ func TestHostileIssuer(t *testing.T) {
 			want: ErrBadDocument,
 		},
 	}
+}
+
+// TestHostileIssuer serves, on loopback, an issuer that tries to make istiod
+// fetch from a refused address or copy what it fetched into its errors and
+// log. Every case must fail closed, reach no refused address and leak nothing.
+func TestHostileIssuer(t *testing.T) {
+	tests := hostileCases()
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			standIn := newMetadataStandIn(t, nil)
-			var issURL string
-			mux := http.NewServeMux()
-			mux.HandleFunc("/.well-known/openid-configuration", func(w http.ResponseWriter, r *http.Request) {
-				tc.discovery(w, r, issURL, standIn.URL)
-			})
-			mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-				if tc.keys == nil {
-					http.NotFound(w, r)
-					return
-				}
-				tc.keys(w, r, standIn.URL)
-			})
-			srv, _ := serveOn(t, "127.0.0.2", mux)
-			issURL = srv.URL
-			jwksURI := srv.URL + "/keys"
-			if tc.discovery != nil {
-				jwksURI = ""
-			}
+			issURL, jwksURI := serveHostile(t, tc, standIn)
 			c, rec, _ := testClient(t, Config{Timeout: tc.timeout}, standIn)
 			token := newSigner(t, "k1").token(t, `{"sub":"x"}`)
 
@@ -231,6 +223,29 @@ func TestHostileIssuer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// serveHostile serves tc's issuer on 127.0.0.2 and returns its URL and
+// the jwks_uri to configure ("" when the case answers discovery).
+func serveHostile(t *testing.T, tc hostileCase, standIn *metadataStandIn) (issURL, jwksURI string) {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.HandleFunc("/.well-known/openid-configuration", func(w http.ResponseWriter, r *http.Request) {
+		tc.discovery(w, r, issURL, standIn.URL)
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if tc.keys == nil {
+			http.NotFound(w, r)
+			return
+		}
+		tc.keys(w, r, standIn.URL)
+	})
+	srv, _ := serveOn(t, "127.0.0.2", mux)
+	issURL = srv.URL
+	if tc.discovery == nil {
+		jwksURI = srv.URL + "/keys"
+	}
+	return issURL, jwksURI
 }
 
 // discovery answers a discovery document for the issuer naming jwksURI.

@@ -25,8 +25,9 @@ type attr struct {
 	// no `when` condition); grpcgen never translated the others, and gRPC
 	// cannot evaluate some of them.
 	grpc bool
-	// unsupported, when set, is why no flavor translates it yet.
-	unsupported string
+	// jwt attributes read the verified token's payload, which only Envoy's
+	// jwt_authn filter provides.
+	jwt bool
 	// check, when set, checks the whole list of values of one field, and
 	// checkKey the `when` key.
 	check      func(values []string) error
@@ -54,21 +55,27 @@ var (
 	attrTD        = &attr{key: "source.trustDomain", identity: true, principal: trustDomainOf}
 	attrSourceIP  = &attr{key: "source.ip", principal: sourceIPOf}
 	attrRemoteIP  = &attr{key: "remote.ip", principal: remoteIPOf}
-	attrReqAuth   = &attr{key: "request.auth", httpOnly: true, unsupported: "request authentication (JWT) is not supported yet"}
-	attrHeader    = &attr{key: "request.headers", httpOnly: true, principal: headerOf, checkKey: checkHeaderKey}
-	attrHost      = &attr{key: "hosts", httpOnly: true, permission: hostOf}
-	attrMethod    = &attr{key: "methods", httpOnly: true, grpc: true, permission: methodOf}
-	attrPath      = &attr{key: "paths", httpOnly: true, grpc: true, permission: pathOf}
-	attrPort      = &attr{key: "destination.port", grpc: true, permission: portOf}
-	attrDestIP    = &attr{key: "destination.ip", permission: destIPOf}
-	attrSNI       = &attr{key: "connection.sni", permission: sniOf}
-	attrMetadata  = &attr{key: "experimental.envoy.filters.", permission: metadataOf, checkKey: checkMetadataKey}
+	// The request.auth attributes read the payload of the token the
+	// RequestAuthentication's jwt_authn filter verified (reqauth.go).
+	attrReqPrincipal = &attr{jwt: true, key: "request.auth.principal", httpOnly: true, principal: requestPrincipalOf}
+	attrReqAudiences = &attr{jwt: true, key: "request.auth.audiences", httpOnly: true, principal: claimOf("aud")}
+	attrReqPresenter = &attr{jwt: true, key: "request.auth.presenter", httpOnly: true, principal: claimOf("azp")}
+	attrReqClaims    = &attr{jwt: true, key: "request.auth.claims", httpOnly: true, principal: claimsOf, checkKey: checkClaimsKey}
+	attrHeader       = &attr{key: "request.headers", httpOnly: true, principal: headerOf, checkKey: checkHeaderKey}
+	attrHost         = &attr{key: "hosts", httpOnly: true, permission: hostOf}
+	attrMethod       = &attr{key: "methods", httpOnly: true, grpc: true, permission: methodOf}
+	attrPath         = &attr{key: "paths", httpOnly: true, grpc: true, permission: pathOf}
+	attrPort         = &attr{key: "destination.port", grpc: true, permission: portOf}
+	attrDestIP       = &attr{key: "destination.ip", permission: destIPOf}
+	attrSNI          = &attr{key: "connection.sni", permission: sniOf}
+	attrMetadata     = &attr{key: "experimental.envoy.filters.", permission: metadataOf, checkKey: checkMetadataKey}
 )
 
 // whenAttr returns the attribute of a `when` key, nil for a key Istio does
 // not know.
 func whenAttr(key string) *attr {
-	for _, a := range []*attr{attrPrincipal, attrNamespace, attrSA, attrTD, attrSourceIP, attrRemoteIP, attrPort, attrDestIP, attrSNI} {
+	for _, a := range []*attr{attrPrincipal, attrNamespace, attrSA, attrTD, attrSourceIP, attrRemoteIP, attrPort, attrDestIP, attrSNI,
+		attrReqPrincipal, attrReqAudiences, attrReqPresenter} {
 		if key == a.key {
 			return a
 		}
@@ -78,8 +85,8 @@ func whenAttr(key string) *attr {
 		return attrHeader
 	case strings.HasPrefix(key, attrMetadata.key):
 		return attrMetadata
-	case strings.HasPrefix(key, "request.auth."):
-		return attrReqAuth
+	case strings.HasPrefix(key, attrReqClaims.key):
+		return attrReqClaims
 	}
 	return nil
 }

@@ -82,22 +82,35 @@ var ErrNoNetworkFilters = errors.New("authz: proxyless gRPC has no network filte
 // AUDIT filter. Policies that cannot be translated as written fail closed
 // (see Check); the error is for a bad Options or a marshalling failure.
 func HTTPFilters(policies []*model.AuthorizationPolicy, opts Options) ([]*hcm.HttpFilter, error) {
+	custom, rest, err := HTTPFilterGroups(policies, opts)
+	return append(custom, rest...), err
+}
+
+// HTTPFilterGroups returns HTTPFilters in two groups, where Istio puts
+// the jwt_authn filter of RequestAuthentication between them: the refusal
+// of CUSTOM policies (Envoy only), then AUDIT, DENY and ALLOW.
+func HTTPFilterGroups(policies []*model.AuthorizationPolicy, opts Options) (custom, rest []*hcm.HttpFilter, err error) {
 	if err := opts.check(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var out []*hcm.HttpFilter
-	for _, f := range translate(policies, opts, false).filters() {
+	t := translate(policies, opts, false)
+	for _, f := range t.filters() {
 		name := HTTPFilterName
 		if opts.Flavor == GRPC && f.GetAction() == rbacpb.RBAC_DENY {
 			name = HTTPDenyFilterName
 		}
 		cfg, err := marshalAny(&rbachttp.RBAC{Rules: f})
 		if err != nil {
-			return nil, fmt.Errorf("rbac http filter: %w", err)
+			return nil, nil, fmt.Errorf("rbac http filter: %w", err)
 		}
-		out = append(out, &hcm.HttpFilter{Name: name, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: cfg}})
+		hf := &hcm.HttpFilter{Name: name, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: cfg}}
+		if f == t.custom {
+			custom = append(custom, hf)
+		} else {
+			rest = append(rest, hf)
+		}
 	}
-	return out, nil
+	return custom, rest, nil
 }
 
 // NetworkFilters returns the envoy.filters.network.rbac filters for a TCP

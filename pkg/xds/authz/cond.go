@@ -60,8 +60,8 @@ var permissions = side[*rbacpb.Permission]{
 func compile[T any](b *ruleBuilder, s side[T], c cond) []T {
 	a := c.attr
 	switch {
-	case a.unsupported != "":
-		b.fail(c.where, a.unsupported, true)
+	case a.jwt && b.t.opts.Flavor == GRPC:
+		b.fail(c.where, "request authentication (JWT) is not supported on proxyless gRPC, which has no jwt_authn", true)
 		return nil
 	case !a.grpc && b.t.opts.Flavor == GRPC:
 		b.fail(c.where, fmt.Sprintf("%s is not supported on proxyless gRPC", c.key), true)

@@ -26,7 +26,15 @@
 //   - attributes only HTTP has (hosts, methods, paths, request.headers)
 //     on a TCP chain: an ALLOW rule using one is dropped, a DENY or AUDIT
 //     rule is kept without it (it matches more); never the reverse;
-//   - AUDIT policies become a LOG filter, which never allows or denies.
+//   - AUDIT policies become a LOG filter, which never allows or denies;
+//   - requestPrincipals, notRequestPrincipals and the request.auth.* `when`
+//     keys match the payload jwt_authn leaves in dynamic metadata
+//     (filter envoy.filters.http.jwt_authn, key "payload"): a principal
+//     "<iss>/<sub>" split at its last "/" with Istio's wildcards on either
+//     part; audiences (aud), presenter (azp) and claims[a][b]... (nested
+//     objects, names taken as written, dots included) as a string or a
+//     list member. A request without a token has no payload and matches
+//     none of them, in ALLOW and DENY alike, as in Istio; HTTP only.
 //
 // The caller chooses the policies, as Istio does: those of the workload's
 // namespace and of the root namespace whose selector matches its labels; a
@@ -42,9 +50,9 @@
 //
 // A part of a policy that cannot be translated as written fails closed,
 // and Check reports it: a value or key that Istio's validation refuses,
-// what the data plane cannot evaluate, and request authentication
-// (requestPrincipals, notRequestPrincipals, request.auth.* keys), which
-// arrives with JWT support.
+// and what the data plane cannot evaluate (on proxyless gRPC, request
+// authentication: requestPrincipals, notRequestPrincipals, request.auth.*
+// keys, since gRPC has no jwt_authn filter).
 //   - An ALLOW rule is dropped: it allows nothing.
 //   - A DENY (or AUDIT) rule is kept without the offending condition, or
 //     without the offending value of a not-list, so it matches more.

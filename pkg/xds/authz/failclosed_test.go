@@ -9,29 +9,28 @@ import (
 func TestFailClosed(t *testing.T) {
 	denyAll := &check{deny: []req{{}, {ID: sp("app", "a")}}}
 	run(t, map[string]testCase{
-		"requestPrincipals drop an ALLOW rule": testCase{
+		"requestPrincipals drop an ALLOW rule on gRPC": {
 			specs:        []string{`{rules: [{from: [{source: {requestPrincipals: ["*"]}}]}]}`},
-			problems:     []string{"from[0].source.requestPrincipals: request authentication (JWT) is not supported yet: rule dropped"},
-			grpcProblems: []string{"from[0].source.requestPrincipals: request authentication (JWT) is not supported yet: rule dropped"},
-		}.both(denyAll),
-		"notRequestPrincipals drop an ALLOW rule": testCase{
+			grpc:         denyAll,
+			grpcProblems: []string{"from[0].source.requestPrincipals: request authentication (JWT) is not supported on proxyless gRPC, which has no jwt_authn: rule dropped"},
+		},
+		"notRequestPrincipals drop an ALLOW rule on gRPC": {
 			specs:        []string{`{rules: [{from: [{source: {notRequestPrincipals: ["x/y"]}}]}]}`},
-			problems:     []string{"notRequestPrincipals"},
-			grpcProblems: []string{"notRequestPrincipals"},
-		}.both(denyAll),
-		"requestPrincipals are left out of a DENY rule, which denies more": testCase{
+			grpc:         denyAll,
+			grpcProblems: []string{"notRequestPrincipals: request authentication (JWT) is not supported on proxyless gRPC"},
+		},
+		"requestPrincipals are left out of a DENY rule on gRPC, which denies more": {
 			specs:        []string{`{action: DENY, rules: [{from: [{source: {requestPrincipals: [iss/sub]}}], to: [{operation: {paths: [/admin]}}]}]}`},
-			problems:     []string{"requestPrincipals: request authentication (JWT) is not supported yet: left out"},
-			grpcProblems: []string{"requestPrincipals"},
-		}.both(&check{allow: []req{{Path: "/a"}}, deny: []req{{Path: "/admin"}, {Path: "/admin", ID: sp("a", "b")}}}),
-		"request.auth keys drop an ALLOW rule and are left out of a DENY rule": {
+			grpc:         &check{allow: []req{{Path: "/a"}}, deny: []req{{Path: "/admin"}, {Path: "/admin", ID: sp("a", "b")}}},
+			grpcProblems: []string{"requestPrincipals: request authentication (JWT) is not supported on proxyless gRPC, which has no jwt_authn: left out"},
+		},
+		"a bad claim key drops an ALLOW rule and is left out of a DENY rule": {
 			specs: []string{
-				`{rules: [{when: [{key: "request.auth.claims[groups]", values: [admin]}]}]}`,
-				`{rules: [{to: [{operation: {paths: [/public]}}]}]}`,
-				`{action: DENY, rules: [{to: [{operation: {paths: ["/public/secret"]}}], when: [{key: request.auth.principal, values: [a/b]}]}]}`,
+				`{rules: [{when: [{key: "request.auth.claims[]", values: [admin]}]}, {to: [{operation: {paths: [/public]}}]}]}`,
+				`{action: DENY, rules: [{to: [{operation: {paths: ["/public/secret"]}}], when: [{key: "request.auth.claims[a[b]]", values: [x]}]}]}`,
 			},
 			envoy:    &check{allow: []req{{Path: "/public"}}, deny: []req{{Path: "/public/secret"}, {Path: "/x"}}},
-			problems: []string{"app/p0 rules[0].when[0]: request authentication", "app/p2 rules[0].when[0]: request authentication (JWT) is not supported yet: left out"},
+			problems: []string{"app/p0 rules[0].when[0]: claim name is empty or holds a bracket: rule dropped", "app/p1 rules[0].when[0]: claim name is empty or holds a bracket: left out"},
 		},
 		"a bad port drops an ALLOW rule": testCase{
 			specs:        []string{`{rules: [{to: [{operation: {ports: ["8080", http]}}]}, {to: [{operation: {paths: [/ok]}}]}]}`},

@@ -108,6 +108,8 @@ var fuzzValues = []string{
 	"destination.ip", "destination.port", "connection.sni", "experimental.envoy.filters.a[b]",
 	"experimental.envoy.filters.a", "experimental.envoy.filters.a[]", "request.auth.claims[iss]",
 	"request.auth.principal", "destination.namespace", "unknown",
+	"request.auth.claims[a][b]", "request.auth.claims[kubernetes.io]", "request.auth.claims[]", "request.auth.claims[a[b]]",
+	"request.auth.audiences", "request.auth.presenter", "https://idp.example/x/sub", "iss/*", "*/sub", "iss/",
 	strings.Repeat("ab", 200), "/" + strings.Repeat("a/{*}/", 50),
 }
 
@@ -194,4 +196,33 @@ func (r *fuzzReader) operation() *securityv1.Operation {
 		*fields[r.n(len(fields))] = r.strs()
 	}
 	return o
+}
+
+// FuzzClaimKey feeds arbitrary request.auth.claims keys to their parser:
+// it refuses a key or returns at most 16 non-empty names without brackets
+// that rebuild the key, and a policy using the key translates to filters
+// Envoy accepts.
+func FuzzClaimKey(f *testing.F) {
+	for _, k := range []string{"request.auth.claims[iss]", "request.auth.claims[a][b]", "request.auth.claims[a.b]",
+		"request.auth.claims[]", "request.auth.claims[a]x", "request.auth.claims[a[b]]", "request.auth.claims"} {
+		f.Add(k, "v*")
+	}
+	f.Fuzz(func(t *testing.T, key, value string) {
+		path, err := claimPath(key)
+		if err == nil {
+			if len(path) == 0 || len(path) > maxClaimPathDepth {
+				t.Fatalf("%q: %d names", key, len(path))
+			}
+			for _, p := range path {
+				if p == "" || strings.ContainsAny(p, "[]") {
+					t.Fatalf("%q: name %q", key, p)
+				}
+			}
+			if rebuilt := "request.auth.claims[" + strings.Join(path, "][") + "]"; rebuilt != key {
+				t.Fatalf("%q parsed as %q", key, path)
+			}
+		}
+		spec := &securityv1.AuthorizationPolicy{Rules: []*securityv1.Rule{{When: []*securityv1.Condition{{Key: key, Values: []string{value}}}}}}
+		rbacOf(t, []*model.AuthorizationPolicy{{Meta: model.Meta{Namespace: "app", Name: "p"}, Spec: spec}}, Options{TrustDomain: td, Flavor: Envoy}, false)
+	})
 }

@@ -119,7 +119,7 @@ func (b *ruleBuilder) source(where string, s *securityv1.Source) []*rbacpb.Princ
 	}
 	fields := []field{
 		{attrPrincipal, "principals", s.GetPrincipals(), s.GetNotPrincipals()},
-		{attrReqAuth, "requestPrincipals", s.GetRequestPrincipals(), s.GetNotRequestPrincipals()},
+		{attrReqPrincipal, "requestPrincipals", s.GetRequestPrincipals(), s.GetNotRequestPrincipals()},
 		{attrSA, "serviceAccounts", sa[0], sa[1]},
 		{attrTD, "trustDomains", s.GetTrustDomains(), s.GetNotTrustDomains()},
 		{attrNamespace, "namespaces", s.GetNamespaces(), s.GetNotNamespaces()},

@@ -11,7 +11,10 @@
 //     "<endpoint IP>_<port>" for a headless service);
 //     virtualInbound (15006) with a filter chain per target port of the
 //     workload and mTLS mode (HTTP and TCP ones for an undeclared
-//     protocol), and passthrough chains for undeclared ports.
+//     protocol), and passthrough chains for undeclared ports; on HTTP
+//     chains, the jwt_authn filter of the workload's
+//     RequestAuthentications between the CUSTOM refusal and the other
+//     RBAC filters, as Istio orders them.
 //   - CDS: "outbound|<port>|<subset>|<fqdn>" EDS clusters whose TLS follows
 //     the DestinationRule or auto-mTLS; "inbound|<port>||",
 //     InboundPassthroughCluster, PassthroughCluster, BlackHoleCluster.
@@ -35,6 +38,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/reqauthn"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
 
@@ -69,6 +73,10 @@ type Mesh struct {
 type Generator struct {
 	TrustDomain spiffeid.TrustDomain
 	Mesh        Mesh
+	// Keys are the RequestAuthentication key sets istiod fetched, inlined
+	// in jwt_authn; nil (or a key set not held) gives the issuer's
+	// provider a key set that rejects every token.
+	Keys reqauthn.Keys
 }
 
 // Generate returns the resources of typeURL that p asked for in names

@@ -17,6 +17,7 @@ import (
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/authz"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/reqauthn"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
 
@@ -159,14 +160,39 @@ func (b *builder) inboundListener() resource.Resource {
 	for _, p := range policies {
 		k.WriteString(p.Namespace + "/" + p.Name + ",")
 	}
+	// Key sets are the same for every proxy of a push: the names tell.
+	requestAuthn := b.snap.RequestAuthentications(b.p.Namespace, b.p.Labels)
+	k.WriteString(";jwt:")
+	for _, p := range requestAuthn {
+		k.WriteString(p.Namespace + "/" + p.Name + ",")
+	}
 	return resource.Resource{Name: virtualInbound, Key: key("lds", virtualInbound, k.String()), Build: func() (proto.Message, error) {
-		return b.buildInbound(specs, policies)
+		return b.buildInbound(specs, policies, requestAuthn)
 	}}
 }
 
-func (b *builder) buildInbound(specs []chainSpec, policies []*model.AuthorizationPolicy) (*listener.Listener, error) {
+// inboundHTTPFilters are the filters of every inbound HTTP chain before
+// the router, in Istio's order: the CUSTOM refusal, jwt_authn, then the
+// other RBAC filters.
+func (b *builder) inboundHTTPFilters(policies []*model.AuthorizationPolicy, requestAuthn []*model.RequestAuthentication) ([]*hcm.HttpFilter, error) {
 	opts := authz.Options{TrustDomain: b.g.TrustDomain, TrustDomainAliases: b.g.Mesh.TrustDomainAliases, Flavor: authz.Envoy}
-	httpRBAC, err := authz.HTTPFilters(policies, opts)
+	custom, rest, err := authz.HTTPFilterGroups(policies, opts)
+	if err != nil {
+		return nil, err
+	}
+	jwt, _, err := reqauthn.Filter(requestAuthn, b.g.Keys)
+	if err != nil {
+		return nil, err
+	}
+	if jwt != nil {
+		custom = append(custom, jwt)
+	}
+	return append(custom, rest...), nil
+}
+
+func (b *builder) buildInbound(specs []chainSpec, policies []*model.AuthorizationPolicy, requestAuthn []*model.RequestAuthentication) (*listener.Listener, error) {
+	opts := authz.Options{TrustDomain: b.g.TrustDomain, TrustDomainAliases: b.g.Mesh.TrustDomainAliases, Flavor: authz.Envoy}
+	httpRBAC, err := b.inboundHTTPFilters(policies, requestAuthn)
 	if err != nil {
 		return nil, fmt.Errorf("listener %s: %w", virtualInbound, err)
 	}

@@ -24,17 +24,19 @@ import (
 // after the connection manager has normalized the path, so Path is what
 // RBAC matches, whatever the client sent.
 type Request struct {
-	ID       string // the peer's verified URI SAN; empty for a plaintext peer
-	Src      string // the connection's peer address (source.ip, ipBlocks)
-	Remote   string // the original client address (remote.ip, remoteIpBlocks)
-	Dst      string
-	Port     uint32
-	SNI      string
-	Method   string
-	Path     string
-	Host     string // :authority
-	Headers  map[string]string
-	Metadata map[string]map[string]any // dynamic metadata: filter → key → string or []string
+	ID      string // the peer's verified URI SAN; empty for a plaintext peer
+	Src     string // the connection's peer address (source.ip, ipBlocks)
+	Remote  string // the original client address (remote.ip, remoteIpBlocks)
+	Dst     string
+	Port    uint32
+	SNI     string
+	Method  string
+	Path    string
+	Host    string // :authority
+	Headers map[string]string
+	// Metadata is the dynamic metadata: filter → key → value, values
+	// nesting as in a JWT payload (JWT sets the jwt_authn filter's).
+	Metadata map[string]map[string]any
 }
 
 func (r Request) String() string {
@@ -157,6 +159,12 @@ func (e *Evaluator) principal(p *rbacpb.Principal, r Request) bool {
 		return e.inCIDR(id.SourceIp, r.Src) //nolint:staticcheck
 	case *rbacpb.Principal_Header:
 		return e.header(id.Header, r)
+	case *rbacpb.Principal_Metadata:
+		e.httpOnly(p)
+		if e.grpc {
+			e.t.Fatalf("gRPC cannot evaluate %v", p)
+		}
+		return e.metadata(id.Metadata, r)
 	}
 	e.t.Fatalf("principal the evaluator does not know: %v", p)
 	return false
@@ -260,34 +268,59 @@ func (e *Evaluator) header(h *route.HeaderMatcher, r Request) bool {
 	return false
 }
 
-// metadata matches the request's dynamic metadata at a one-key path.
+// metadata matches the request's dynamic metadata: the filter's entry,
+// then a key per path segment into nested objects (map[string]any).
+// Values are strings, numbers, booleans, []string, []any or objects, as
+// jwt_authn leaves a token's payload.
 func (e *Evaluator) metadata(m *matcher.MetadataMatcher, r Request) bool {
-	if len(m.GetPath()) != 1 || m.GetInvert() {
+	if len(m.GetPath()) == 0 || m.GetInvert() {
 		e.t.Fatalf("metadata matcher the evaluator does not know: %v", m)
 	}
-	v, ok := r.Metadata[m.GetFilter()][m.GetPath()[0].GetKey()]
-	if !ok {
-		return false
-	}
-	var match func(vm *matcher.ValueMatcher, v any) bool
-	match = func(vm *matcher.ValueMatcher, v any) bool {
-		switch p := vm.GetMatchPattern().(type) {
-		case *matcher.ValueMatcher_StringMatch:
-			s, ok := v.(string)
-			return ok && e.str(p.StringMatch, s)
-		case *matcher.ValueMatcher_ListMatch:
-			list, _ := v.([]string)
-			for _, s := range list {
-				if match(p.ListMatch.GetOneOf(), s) {
-					return true
-				}
-			}
+	var v any = map[string]any(r.Metadata[m.GetFilter()])
+	for _, seg := range m.GetPath() {
+		obj, ok := v.(map[string]any)
+		if !ok {
 			return false
 		}
-		e.t.Fatalf("value matcher the evaluator does not know: %v", vm)
+		if v, ok = obj[seg.GetKey()]; !ok {
+			return false
+		}
+	}
+	return e.value(m.GetValue(), v)
+}
+
+// value is Envoy's ValueMatcher for the kinds policies produce.
+func (e *Evaluator) value(vm *matcher.ValueMatcher, v any) bool {
+	switch p := vm.GetMatchPattern().(type) {
+	case *matcher.ValueMatcher_StringMatch:
+		s, ok := v.(string)
+		return ok && e.str(p.StringMatch, s)
+	case *matcher.ValueMatcher_ListMatch:
+		var list []any
+		switch l := v.(type) {
+		case []string:
+			for _, s := range l {
+				list = append(list, s)
+			}
+		case []any:
+			list = l
+		}
+		for _, x := range list {
+			if e.value(p.ListMatch.GetOneOf(), x) {
+				return true
+			}
+		}
+		return false
+	case *matcher.ValueMatcher_OrMatch:
+		for _, x := range p.OrMatch.GetValueMatchers() {
+			if e.value(x, v) {
+				return true
+			}
+		}
 		return false
 	}
-	return match(m.GetValue(), v)
+	e.t.Fatalf("value matcher the evaluator does not know: %v", vm)
+	return false
 }
 
 // str is Envoy's StringMatcher; ignore_case has no effect on safe_regex.
