@@ -64,6 +64,7 @@ func (c *CA) Sign(req SignRequest) (*Issued, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sign: %w", err)
 	}
+	a.issued.raise(iss.Leaf.NotAfter)
 	return iss, nil
 }
 
