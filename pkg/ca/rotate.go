@@ -24,10 +24,11 @@ import (
 // namespaces whose root ConfigMap does not carry it.
 type DataPlaneFunc func(ctx context.Context, root *x509.Certificate) DataPlane
 
-// How long a record of issued expiries runs ahead of the expiries
-// themselves, so that a replica signing steadily writes the store about
-// once in that time rather than every tick.
-const watermarkHeadroom = 10 * time.Minute
+// A record of issued expiries runs watermarkTicks ticks (10 minutes by
+// default) ahead of the expiries themselves, so that a replica signing
+// steadily writes the store about once in that time rather than every
+// tick.
+const watermarkTicks = 60
 
 // A replica's report counts for staleReports ticks; after that the replica
 // is taken to be gone, and its proxies to have reconnected elsewhere.
@@ -140,7 +141,7 @@ func (c *CA) noteIssued(r *Rotation) bool {
 	}
 	*target = hw
 	if target == &r.Watermark {
-		*target = hw.Add(watermarkHeadroom)
+		*target = hw.Add(watermarkTicks * c.cfg.RotationTick)
 	}
 	return true
 }

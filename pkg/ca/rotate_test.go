@@ -270,3 +270,29 @@ func TestRotationLeavesAPluggedInCAAlone(t *testing.T) {
 		t.Fatalf("a plugged-in CA wrote rotation state: %+v", r)
 	}
 }
+
+// istiod's serving certificate, re-issued by the new key on activation,
+// does not keep the old root trusted; a workload certificate does.
+func TestRotationCountsWorkloadCertificatesOnly(t *testing.T) {
+	rig := newRotationRig(t)
+	c := rig.replica("a", nil)
+	if _, err := c.RequestRotation(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rig.tick(c, "a")
+	if _, err := c.Sign(SignRequest{PublicKey: catest.NewKey(t).Public(), DNSNames: []string{"istiod.istio-system.svc"}, TTL: 48 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	rig.tick(c, "a")
+	if r, _ := c.Rotation(context.Background()); r.OldSignedUntil.After(rig.clock.Now().Add(time.Hour)) {
+		t.Fatalf("a serving certificate holds the old root until %s", r.OldSignedUntil)
+	}
+	iss, err := c.Sign(SignRequest{PublicKey: catest.NewKey(t).Public(), Identities: []spiffeid.ID{testID("ns", "sa")}, TTL: 48 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rig.tick(c, "a")
+	if r, _ := c.Rotation(context.Background()); !r.OldSignedUntil.Equal(iss.Leaf.NotAfter) {
+		t.Fatalf("old root trusted until %s, want the workload certificate's expiry %s", r.OldSignedUntil, iss.Leaf.NotAfter)
+	}
+}
