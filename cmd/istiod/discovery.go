@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/bulwark-mesh/bulwark/pkg/bootstrap"
@@ -46,6 +47,7 @@ func discovery(ctx context.Context, args []string, getenv func(string) string, s
 	fs.IntVar(&cfg.CSRBurst, "csr-burst", cfg.CSRBurst, "CSR rate limiter burst")
 	fs.IntVar(&cfg.MaxConnections, "max-connections", cfg.MaxConnections, "open connections accepted on the secure gRPC port")
 	fs.DurationVar(&cfg.GracePeriod, "grace-period", cfg.GracePeriod, "time in-flight RPCs get to finish at shutdown")
+	addRotationFlags(fs, &cfg, getenv)
 	if err := fs.Parse(args); err != nil {
 		return parseErr(err)
 	}
@@ -78,6 +80,25 @@ func discovery(ctx context.Context, args []string, getenv func(string) string, s
 		log.Info("local mode: get a client certificate with `istiod mint-cert --state-dir " + cfg.StateDir + " --namespace default --service-account demo --out-dir <dir>`")
 	}
 	return srv.Run(ctx)
+}
+
+// addRotationFlags are the root rotation's settings.
+func addRotationFlags(fs *flag.FlagSet, cfg *bootstrap.Config, getenv func(string) string) {
+	fs.IntVar(&cfg.RootGracePercentile, "root-grace-percentile", envInt(getenv, "CITADEL_SELF_SIGNED_ROOT_CERT_GRACE_PERIOD_PERCENTILE", cfg.RootGracePercentile),
+		"rotate the self-signed root when less than this percentage of its life is left; negative: never (env CITADEL_SELF_SIGNED_ROOT_CERT_GRACE_PERIOD_PERCENTILE)")
+	fs.DurationVar(&cfg.RootRotationGrace, "root-rotation-grace", cfg.RootRotationGrace, "least time a new root is in the trust bundle before its key signs")
+	fs.DurationVar(&cfg.RootRotationTimeout, "root-rotation-timeout", cfg.RootRotationTimeout, "how long a root rotation waits for proxies that do not take the new root")
+	fs.BoolVar(&cfg.RootRotationProceedAfterTimeout, "root-rotation-proceed-after-timeout", false, "after --root-rotation-timeout, let the new key sign although named proxies lack its root (default: keep waiting)")
+	fs.DurationVar(&cfg.RootRotationTick, "root-rotation-tick", cfg.RootRotationTick, "how often a replica moves a root rotation")
+}
+
+// envInt is the integer in env key, else def; a malformed value is def,
+// and the flag's own parsing reports a malformed flag.
+func envInt(getenv func(string) string, key string, def int) int {
+	if n, err := strconv.Atoi(getenv(key)); err == nil {
+		return n
+	}
+	return def
 }
 
 // addCommonFlags are shared by discovery and mint-cert, so both find the same CA.

@@ -52,10 +52,12 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		err = discovery(ctx, args, getenv, stderr)
 	case "mint-cert":
 		err = mintCert(ctx, args, getenv, stdout, stderr)
+	case "ca":
+		err = caCommand(ctx, args, getenv, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, version)
 	default:
-		fmt.Fprintf(stderr, "istiod: unknown command %q (want discovery, mint-cert or version)\n", cmd)
+		fmt.Fprintf(stderr, "istiod: unknown command %q (want discovery, mint-cert, ca or version)\n", cmd)
 		return exitUsage
 	}
 	switch {

@@ -112,3 +112,46 @@ func TestDiscoveryNamesTheMeshConfigFlag(t *testing.T) {
 		t.Errorf("discovery's help does not document --meshConfig and its Kubernetes default:\n%s", stderr.String())
 	}
 }
+
+// `istiod ca rotate` starts a rotation in the state directory once, says
+// where it stands, and refuses a second one while it is under way;
+// `istiod ca status` reports it; mint-cert keeps signing with the old key
+// while the rotation prepares, with both roots in the bundle it writes.
+func TestCARotateCommand(t *testing.T) {
+	state := t.TempDir()
+	ca := func(args ...string) (int, string) {
+		var stdout, stderr bytes.Buffer
+		code := run(append([]string{"ca"}, append(args, "--state-dir", state)...), noEnv, &stdout, &stderr)
+		return code, stdout.String() + stderr.String()
+	}
+	if code, out := ca("status"); code != exitOK || !strings.Contains(out, "phase: idle") {
+		t.Fatalf("status before any rotation: exit %d\n%s", code, out)
+	}
+	// The first root comes from the first CA use, as in discovery.
+	creds := t.TempDir() + "/creds"
+	if code := run([]string{"mint-cert", "--state-dir", state, "--service-account", "a", "--out-dir", creds}, noEnv, new(bytes.Buffer), new(bytes.Buffer)); code != exitOK {
+		t.Fatal("mint-cert failed")
+	}
+	if code, out := ca("rotate"); code != exitOK || !strings.Contains(out, "phase: prepare") || !strings.Contains(out, "new root:") {
+		t.Fatalf("rotate: exit %d\n%s", code, out)
+	}
+	if code, out := ca("rotate"); code != exitError || !strings.Contains(out, "already under way") || !strings.Contains(out, "phase: prepare") {
+		t.Fatalf("a second rotate: exit %d\n%s", code, out)
+	}
+	if code, out := ca("status"); code != exitOK || !strings.Contains(out, "phase: prepare") {
+		t.Fatalf("status during the rotation: exit %d\n%s", code, out)
+	}
+	if code := run([]string{"mint-cert", "--state-dir", state, "--service-account", "a", "--out-dir", creds + "2"}, noEnv, new(bytes.Buffer), new(bytes.Buffer)); code != exitOK {
+		t.Fatal("mint-cert during the rotation failed")
+	}
+	roots, err := os.ReadFile(filepath.Join(creds+"2", "root-cert.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(roots), "BEGIN CERTIFICATE"); n != 2 {
+		t.Errorf("mint-cert during prepare wrote %d roots, want the old and the new", n)
+	}
+	if code, out := ca("rotate", "--cacerts-dir", t.TempDir()); code != exitError || !strings.Contains(out, "already under way") {
+		t.Fatalf("rotate with an empty cacerts dir: exit %d\n%s", code, out)
+	}
+}

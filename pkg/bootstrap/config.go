@@ -112,6 +112,19 @@ type Config struct {
 	MaxRecvMsgSize int
 	// GracePeriod is how long in-flight RPCs may finish at shutdown.
 	GracePeriod time.Duration
+
+	// RootGracePercentile starts a rotation of the self-signed root when
+	// less than this percentage of its life is left (negative: never).
+	RootGracePercentile int
+	// RootRotationGrace is the least time between a new root joining the
+	// bundle and its key signing; RootRotationTimeout how long a rotation
+	// waits for proxies that do not ACK it, after which it goes ahead only
+	// with RootRotationProceedAfterTimeout.
+	RootRotationGrace               time.Duration
+	RootRotationTimeout             time.Duration
+	RootRotationProceedAfterTimeout bool
+	// RootRotationTick is how often a replica moves a rotation.
+	RootRotationTick time.Duration
 }
 
 // Local-mode listeners bind to loopback; Kubernetes mode to all addresses,
@@ -140,6 +153,10 @@ func DefaultConfig() Config {
 		MaxConcurrentStreams:   128,
 		MaxRecvMsgSize:         4 << 20,
 		GracePeriod:            10 * time.Second,
+		RootGracePercentile:    ca.DefaultRootGracePercentile,
+		RootRotationGrace:      ca.DefaultRotationGrace,
+		RootRotationTimeout:    ca.DefaultRotationTimeout,
+		RootRotationTick:       ca.DefaultRotationTick,
 	}
 }
 

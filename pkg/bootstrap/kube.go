@@ -47,6 +47,7 @@ type kubeParts struct {
 	// groups; nil when built from a client alone.
 	rest      *rest.Config
 	store     *secretstore.Store
+	rotations *secretstore.RotationStore
 	rootCerts *rootcert.Controller
 	webhooks  *webhookconfig.Controller
 	model     modelSource // nil when the model comes from files
@@ -81,6 +82,7 @@ func newKubePartsWithClient(client kubernetes.Interface, namespace, identity str
 	return &kubeParts{
 		client:    client,
 		store:     secretstore.New(client.CoreV1(), namespace),
+		rotations: secretstore.NewRotationStore(client.CoreV1(), namespace),
 		identity:  identity,
 		namespace: namespace,
 		log:       log,
@@ -202,13 +204,14 @@ func (k *kubeParts) runCA(ctx context.Context, authority caRunner) error {
 	return nil
 }
 
-// caStore is where the self-signed root lives: istio-ca-secret in
-// Kubernetes mode, the state directory otherwise.
-func caStore(cfg Config, kube *kubeParts) ca.Store {
+// caStores are where the self-signed root and the root rotation state
+// live: istio-ca-secret and istio-ca-rotation in Kubernetes mode, the
+// state directory otherwise.
+func caStores(cfg Config, kube *kubeParts) (ca.Store, ca.RotationStore) {
 	if kube != nil {
-		return kube.store
+		return kube.store, kube.rotations
 	}
-	return ca.NewDirStore(cfg.StateDir)
+	return ca.NewDirStore(cfg.StateDir), ca.NewDirRotationStore(cfg.StateDir)
 }
 
 // runCA runs the CA; in Kubernetes mode it first waits out an unreachable

@@ -1,8 +1,11 @@
 package bootstrap
 
 import (
+	"cmp"
 	"context"
+	"crypto/sha256"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -70,7 +73,8 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 			return nil, err
 		}
 	}
-	authority, err := newCA(cfg, caStore(cfg, kube), log)
+	store, rotations := caStores(cfg, kube)
+	authority, err := newCA(cfg, store, rotations, log)
 	if err != nil {
 		return nil, err
 	}
@@ -147,13 +151,24 @@ func newMeshWatcher(cfg Config, log *slog.Logger) (*meshconfig.Watcher, error) {
 }
 
 // NewCA builds the CA istiod signs with from cfg, so that every command
-// that signs (istiod itself, mint-cert) finds the same key material.
+// that signs or rotates (istiod itself, mint-cert, ca) finds the same key
+// material and rotation state: the Secrets of cfg.Namespace in Kubernetes
+// mode, the state directory otherwise.
 func NewCA(cfg Config, log *slog.Logger) (*ca.CA, error) {
-	return newCA(cfg, ca.NewDirStore(cfg.StateDir), log)
+	var kube *kubeParts
+	if cfg.KubernetesMode() {
+		var err error
+		if kube, err = newKubeParts(cfg, cfg.PodName, log); err != nil {
+			return nil, err
+		}
+	}
+	store, rotations := caStores(cfg, kube)
+	return newCA(cfg, store, rotations, log)
 }
 
-// newCA builds the CA with its self-signed root kept in store.
-func newCA(cfg Config, store ca.Store, log *slog.Logger) (*ca.CA, error) {
+// newCA builds the CA with its self-signed root kept in store and the root
+// rotation state in rotations.
+func newCA(cfg Config, store ca.Store, rotations ca.RotationStore, log *slog.Logger) (*ca.CA, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
@@ -170,7 +185,16 @@ func newCA(cfg Config, store ca.Store, log *slog.Logger) (*ca.CA, error) {
 		Store:       store,
 		DefaultTTL:  cfg.DefaultCertTTL,
 		MaxTTL:      cfg.MaxCertTTL,
-		Logger:      log,
+		Rotations:   rotations,
+		RotationPolicy: ca.RotationPolicy{
+			Grace:               cfg.RootRotationGrace,
+			Timeout:             cfg.RootRotationTimeout,
+			ProceedAfterTimeout: cfg.RootRotationProceedAfterTimeout,
+		},
+		RotationTick:        cfg.RootRotationTick,
+		RootGracePercentile: cfg.RootGracePercentile,
+		Replica:             replicaName(cfg.PodName),
+		Logger:              log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ca: %w", err)
@@ -242,6 +266,7 @@ func newRegistry(authority *ca.CA) *prometheus.Registry {
 			}
 			return float64(earliest.Unix())
 		}),
+		rotationCollector{authority},
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "citadel_server_cert_chain_expiry_timestamp",
 			Help: "Unix time at which the CA's signing certificate expires.",
@@ -253,6 +278,41 @@ func newRegistry(authority *ca.CA) *prometheus.Registry {
 		}),
 	)
 	return reg
+}
+
+// rotationCollector reports root rotation: the phase, the proxies it
+// waits for and the expiry of each root of the trust bundle.
+type rotationCollector struct{ ca *ca.CA }
+
+var (
+	rotationPhaseDesc = prometheus.NewDesc("bulwark_ca_root_rotation_phase",
+		"1 for the phase the root rotation is in (idle, prepare or activate), 0 for the others.", []string{"phase"}, nil)
+	rotationUnackedDesc = prometheus.NewDesc("bulwark_ca_root_rotation_unacked_proxies",
+		"Connected proxies, of every replica, whose trust bundle lacks the new root while a rotation prepares.", nil, nil)
+	bundleRootExpiryDesc = prometheus.NewDesc("bulwark_ca_trust_bundle_root_expiry_timestamp",
+		"Unix time at which each root of the trust bundle expires, by the first 16 hex digits of its SHA-256.", []string{"root"}, nil)
+)
+
+func (rotationCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- rotationPhaseDesc
+	ch <- rotationUnackedDesc
+	ch <- bundleRootExpiryDesc
+}
+
+func (c rotationCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.ca.RotationStatus()
+	for _, p := range []ca.Phase{ca.PhaseIdle, ca.PhasePrepare, ca.PhaseActivate} {
+		v := 0.0
+		if st.Phase == p {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(rotationPhaseDesc, prometheus.GaugeValue, v, cmp.Or(string(p), "idle"))
+	}
+	ch <- prometheus.MustNewConstMetric(rotationUnackedDesc, prometheus.GaugeValue, float64(len(st.Unacked)))
+	for _, r := range st.Roots {
+		sum := sha256.Sum256(r.Raw)
+		ch <- prometheus.MustNewConstMetric(bundleRootExpiryDesc, prometheus.GaugeValue, float64(r.NotAfter.Unix()), hex.EncodeToString(sum[:8]))
+	}
 }
 
 // Run starts every component and blocks until ctx is cancelled or one fails.
@@ -280,6 +340,7 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error { return serveHTTP(ctx, httpLn, s.readyHandler(), s.cfg.GracePeriod) })
 	g.Go(func() error { return serveHTTP(ctx, monLn, s.monitoringHandler(), s.cfg.GracePeriod) })
 	g.Go(func() error { return s.runCA(ctx) })
+	g.Go(func() error { s.ca.RunRotation(ctx, s.rotationDataPlane); return nil })
 	if s.kube != nil {
 		g.Go(func() error { return s.kube.run(ctx) })
 	}
@@ -304,6 +365,17 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.log.Info("istiod stopped")
 	return nil
+}
+
+// rotationDataPlane is what a root rotation waits for on this replica:
+// its proxies' ACKs of a bundle with root and, in Kubernetes mode, every
+// namespace's istio-ca-root-cert holding it.
+func (s *Server) rotationDataPlane(_ context.Context, root *x509.Certificate) ca.DataPlane {
+	dp := ca.DataPlane{Unacked: s.xds.ProxiesWithoutRoot(root)}
+	if s.kube != nil && s.kube.rootCerts != nil {
+		dp.Missing = s.kube.rootCerts.NamespacesWithoutRoot(root)
+	}
+	return dp
 }
 
 // serveSecureGRPC serves the secure port once the serving certificate

@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"sync/atomic"
 	"time"
 )
 
@@ -35,7 +37,9 @@ type authority struct {
 	// replace it with one that misbehaves.
 	create func(rand io.Reader, tmpl, parent *x509.Certificate, pub, priv any) ([]byte, error)
 
-	roots       []*x509.Certificate
+	roots       []*x509.Certificate // the set's roots, which its chain leads to
+	trust       []*x509.Certificate // the roots published: roots, then any a rotation keeps trusted
+	issued      *highWater          // the latest expiry the key signed, shared by copies
 	rootPool    *x509.CertPool
 	interPool   *x509.CertPool // the signing cert and the intermediates above it
 	chainPEM    []string       // signing cert, then intermediates; empty if the signer is a root
@@ -77,7 +81,7 @@ func newAuthority(set rawSet, now time.Time, source string) (*authority, error) 
 	if err != nil {
 		return nil, fileErr(f.roots, err)
 	}
-	a := &authority{source: source, signer: signer, cert: cert, roots: roots}
+	a := &authority{source: source, signer: signer, cert: cert, roots: roots, trust: roots, issued: new(highWater)}
 	if err := a.buildChain(extra, now, f); err != nil {
 		return nil, err
 	}
@@ -164,6 +168,47 @@ func (a *authority) probeLeaf(now time.Time) error {
 		return fmt.Errorf("a leaf it signs does not verify to the roots: %w", err)
 	}
 	return nil
+}
+
+// withTrust is a with extra roots trusted beside its own, after them: the
+// bundle it publishes and the root element of the chains it returns hold
+// them all.
+func (a *authority) withTrust(extra []*x509.Certificate) *authority {
+	b := *a
+	b.trust = slices.Clone(a.roots)
+	for _, c := range extra {
+		if !containsCert(b.trust, c) {
+			b.trust = append(b.trust, c)
+		}
+	}
+	b.rootsPEM = string(encodeCerts(b.trust))
+	h := sha256.New()
+	h.Write(a.fingerprint[:])
+	h.Write([]byte(b.rootsPEM))
+	h.Sum(b.fingerprint[:0])
+	b.bundle = nil
+	return &b
+}
+
+// highWater is the latest expiry of the certificates a key signed.
+type highWater struct{ unixNano atomic.Int64 }
+
+func (h *highWater) raise(t time.Time) {
+	n := t.UnixNano()
+	for {
+		cur := h.unixNano.Load()
+		if n <= cur || h.unixNano.CompareAndSwap(cur, n) {
+			return
+		}
+	}
+}
+
+// get is the latest expiry, zero if the key signed nothing.
+func (h *highWater) get() time.Time {
+	if n := h.unixNano.Load(); n != 0 {
+		return time.Unix(0, n).UTC()
+	}
+	return time.Time{}
 }
 
 // verifyToRoots verifies leaf up to the authority's roots at now.

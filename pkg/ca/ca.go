@@ -2,6 +2,7 @@ package ca
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -19,8 +20,11 @@ type CA struct {
 
 	auth atomic.Pointer[authority]
 
-	// loadMu serializes loading and reloading.
-	loadMu       sync.Mutex
+	// loadMu serializes loading, reloading and moving a rotation.
+	loadMu sync.Mutex
+	base   *authority                       // the set loaded, before any rotation
+	sets   map[[sha256.Size]byte]*authority // a rotation's sets, parsed
+
 	lastProblem  string // the last reload problem logged, to log each once
 	onReloadDone func(error)
 
@@ -29,6 +33,11 @@ type CA struct {
 	pubMu   sync.Mutex
 	version uint64
 	subs    map[*subscriber]struct{}
+
+	rotMu      sync.Mutex
+	rotStatus  RotationStatus
+	rotProblem string
+	waitLogged time.Time
 }
 
 // New checks cfg and fills in defaults. It does no I/O.
@@ -55,12 +64,29 @@ func (c *CA) Load(ctx context.Context) error {
 	if c.auth.Load() != nil {
 		return nil
 	}
-	a, err := c.loadInitial(ctx)
+	base, err := c.loadInitial(ctx)
 	if err != nil {
 		return fmt.Errorf("load ca: %w", err)
 	}
+	a, err := c.withRotation(ctx, base)
+	if err != nil {
+		return fmt.Errorf("load ca: %w", err)
+	}
+	c.base = base
 	c.install(a)
 	return nil
+}
+
+// withRotation is base as the stored rotation state makes it.
+func (c *CA) withRotation(ctx context.Context, base *authority) (*authority, error) {
+	if c.cfg.Rotations == nil || base.source != sourceSelfSigned {
+		return base, nil
+	}
+	r, _, err := c.cfg.Rotations.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return c.compose(base, r, c.cfg.Clock())
 }
 
 func (c *CA) loadInitial(ctx context.Context) (*authority, error) {
@@ -103,13 +129,13 @@ func (c *CA) install(a *authority) {
 	c.pubMu.Lock()
 	defer c.pubMu.Unlock()
 	c.version++
-	a.bundle = newBundle(c.version, a.roots)
+	a.bundle = newBundle(c.version, a.trust)
 	c.auth.Store(a)
 	for s := range c.subs {
 		s.offer(a.bundle)
 	}
 	c.log.Info("signer loaded", "source", a.source, "subject", a.cert.Subject.String(),
-		"not_after", a.cert.NotAfter, "roots", len(a.roots), "bundle_version", c.version)
+		"not_after", a.cert.NotAfter, "roots", len(a.trust), "bundle_version", c.version)
 }
 
 // Ready reports whether a signer is loaded.

@@ -17,6 +17,9 @@ const (
 	DefaultBackdate       = 2 * time.Minute
 	DefaultReloadDebounce = 100 * time.Millisecond
 	DefaultResyncInterval = 30 * time.Second
+	DefaultRotationTick   = 10 * time.Second
+
+	DefaultRootGracePercentile = 20
 )
 
 // Config configures a CA. Zero fields take the defaults above.
@@ -47,6 +50,20 @@ type Config struct {
 	// ResyncInterval is how often CACertsDir is re-read even without file
 	// events.
 	ResyncInterval time.Duration
+	// Rotations keeps the root rotation state every replica shares; nil
+	// means the self-signed root is never rotated.
+	Rotations RotationStore
+	// RotationPolicy is how a rotation waits for the data plane.
+	RotationPolicy RotationPolicy
+	// RotationTick is how often a replica reads and moves the rotation.
+	RotationTick time.Duration
+	// RootGracePercentile starts a rotation when less than this percentage
+	// of the self-signed root's lifetime is left (Istio's
+	// CITADEL_SELF_SIGNED_ROOT_CERT_GRACE_PERIOD_PERCENTILE); zero means
+	// DefaultRootGracePercentile, negative never.
+	RootGracePercentile int
+	// Replica names this replica in a rotation's reports.
+	Replica string
 	// Clock returns the current time.
 	Clock func() time.Time
 	// Logger receives the CA's logs.
@@ -63,6 +80,13 @@ func (c *Config) setDefaults() {
 	setDuration(&c.Backdate, DefaultBackdate)
 	setDuration(&c.ReloadDebounce, DefaultReloadDebounce)
 	setDuration(&c.ResyncInterval, DefaultResyncInterval)
+	setDuration(&c.RotationTick, DefaultRotationTick)
+	if c.RootGracePercentile == 0 {
+		c.RootGracePercentile = DefaultRootGracePercentile
+	}
+	if c.Replica == "" {
+		c.Replica = "istiod"
+	}
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}
@@ -90,10 +114,14 @@ func (c *Config) validate() error {
 	for name, d := range map[string]time.Duration{
 		"root ttl": c.RootTTL, "default ttl": c.DefaultTTL, "max ttl": c.MaxTTL,
 		"backdate": c.Backdate, "reload debounce": c.ReloadDebounce, "resync interval": c.ResyncInterval,
+		"rotation tick": c.RotationTick, "rotation grace": c.RotationPolicy.Grace, "rotation timeout": c.RotationPolicy.Timeout,
 	} {
 		if d < 0 {
 			return fmt.Errorf("%s %s is negative", name, d)
 		}
+	}
+	if c.RootGracePercentile >= 100 {
+		return fmt.Errorf("root grace percentile %d is not below 100", c.RootGracePercentile)
 	}
 	if c.DefaultTTL > c.MaxTTL {
 		return fmt.Errorf("default ttl %s is above max ttl %s", c.DefaultTTL, c.MaxTTL)

@@ -2,6 +2,7 @@ package ca
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -22,10 +23,19 @@ type Store interface {
 // KeyMaterial is a CA set in PEM, under the same names as the keys of
 // Istio's istio-ca-secret.
 type KeyMaterial struct {
-	CACert    []byte // ca-cert.pem: the signing certificate
-	CAKey     []byte // ca-key.pem: its private key
-	CertChain []byte // cert-chain.pem: intermediates; empty for a self-signed root
-	RootCert  []byte // root-cert.pem: the roots
+	CACert    []byte `json:"ca-cert.pem"`              // the signing certificate
+	CAKey     []byte `json:"ca-key.pem"`               // its private key
+	CertChain []byte `json:"cert-chain.pem,omitempty"` // intermediates; empty for a self-signed root
+	RootCert  []byte `json:"root-cert.pem"`            // the roots
+}
+
+// root is the first certificate of root-cert.pem.
+func (m *KeyMaterial) root() (*x509.Certificate, error) {
+	roots, err := parseCerts(m.RootCert)
+	if err != nil {
+		return nil, fileErr(FileRootCert, err)
+	}
+	return roots[0], nil
 }
 
 // File names of a CA set.

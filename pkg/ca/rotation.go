@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -48,22 +49,45 @@ const (
 // is under way.
 var ErrRotationInProgress = errors.New("a root rotation is already under way")
 
-// Rotation is one root rotation as it is persisted.
+// Rotation is the persisted state of root rotation: one under way
+// (prepare, activate) or, between rotations (PhaseIdle), the self-signed
+// set the last one left signing and how long the signing key's
+// certificates live.
 type Rotation struct {
 	Phase Phase `json:"phase"`
-	// OldRoot and NewRoot are the roots, DER.
-	OldRoot []byte `json:"oldRoot"`
-	NewRoot []byte `json:"newRoot"`
+	// OldRoot and NewRoot are the roots, DER; in PhaseIdle only NewRoot,
+	// the root of New.
+	OldRoot []byte `json:"oldRoot,omitempty"`
+	NewRoot []byte `json:"newRoot,omitempty"`
+	// Old is the outgoing self-signed set when an earlier rotation made it
+	// (nil: the set in istio-ca-secret); New the incoming one, which stays
+	// here after the rotation, as istio-ca-secret is never rewritten.
+	Old *KeyMaterial `json:"old,omitempty"`
+	New *KeyMaterial `json:"new,omitempty"`
 	// Prepared is when the new root joined the bundle; Activated when the
 	// new key began to sign.
-	Prepared  time.Time `json:"prepared"`
+	Prepared  time.Time `json:"prepared,omitzero"`
 	Activated time.Time `json:"activated,omitzero"`
 	// OldSignedUntil is the latest expiry of a certificate the old key
 	// signed: the old root is trusted until then.
-	OldSignedUntil time.Time `json:"oldSignedUntil"`
+	OldSignedUntil time.Time `json:"oldSignedUntil,omitzero"`
+	// Watermark bounds the expiry of every certificate the signing key
+	// has signed, as replicas report it; the next rotation starts its
+	// OldSignedUntil from it.
+	Watermark time.Time `json:"watermark,omitzero"`
+	// Replicas are each replica's last report, during prepare, of what
+	// its part of the data plane lacks.
+	Replicas map[string]ReplicaReport `json:"replicas,omitempty"`
 	// Forced records that activation went ahead past the timeout with
 	// proxies that had not ACKed the new bundle.
 	Forced []string `json:"forced,omitempty"`
+}
+
+// ReplicaReport is what one replica saw of the data plane at At.
+type ReplicaReport struct {
+	At      time.Time `json:"at"`
+	Unacked []string  `json:"unacked,omitempty"`
+	Missing []string  `json:"missing,omitempty"`
 }
 
 // RotationPolicy is how a rotation waits for the data plane.
@@ -97,7 +121,7 @@ type DataPlane struct {
 // phase. oldSignedUntil is the latest expiry of a certificate the old key
 // has signed so far.
 func Begin(cur *Rotation, oldRoot, newRoot *x509.Certificate, oldSignedUntil, now time.Time) (*Rotation, error) {
-	if cur != nil && cur.Phase != PhaseIdle {
+	if cur.InProgress() {
 		return nil, fmt.Errorf("%w (phase %s since %s)", ErrRotationInProgress, cur.Phase, cur.Prepared.UTC().Format(time.RFC3339))
 	}
 	if oldRoot.Equal(newRoot) {
@@ -150,17 +174,40 @@ func (r *Rotation) Step(now time.Time, dp DataPlane, policy RotationPolicy) (nex
 		return r, strings.Join(held, "; ")
 	case PhaseActivate:
 		if !now.Before(r.OldSignedUntil) {
-			return nil, ""
+			return &Rotation{NewRoot: r.NewRoot, New: r.New, Watermark: r.Watermark}, ""
 		}
 		return r, fmt.Sprintf("certificates signed by the old key valid until %s", r.OldSignedUntil.UTC().Format(time.RFC3339))
 	default:
-		return nil, ""
+		return r, ""
 	}
+}
+
+// InProgress reports whether r is a rotation under way.
+func (r *Rotation) InProgress() bool { return r != nil && r.Phase != PhaseIdle }
+
+// DataPlane is the union of the replicas' reports made since stale: a
+// replica that has not reported since is gone, and its proxies have
+// reconnected to the others.
+func (r *Rotation) DataPlane(since time.Time) DataPlane {
+	var dp DataPlane
+	for _, id := range slices.Sorted(maps.Keys(r.Replicas)) {
+		rep := r.Replicas[id]
+		if rep.At.Before(since) {
+			continue
+		}
+		dp.Unacked = append(dp.Unacked, rep.Unacked...)
+		dp.Missing = append(dp.Missing, rep.Missing...)
+	}
+	slices.Sort(dp.Unacked)
+	slices.Sort(dp.Missing)
+	return DataPlane{Unacked: slices.Compact(dp.Unacked), Missing: slices.Compact(dp.Missing)}
 }
 
 func (r *Rotation) activated(now time.Time, forced []string) *Rotation {
 	next := *r
-	next.Phase, next.Activated, next.Forced = PhaseActivate, now, forced
+	next.Phase, next.Activated, next.Forced, next.Replicas = PhaseActivate, now, forced, nil
+	next.Old = nil // the old key signs no more; its root stays trusted
+	next.Watermark = time.Time{}
 	return &next
 }
 
@@ -176,9 +223,12 @@ func (r *Rotation) Roots() (signing, other []byte) {
 // NewKeySigns reports whether the new key signs in r's phase.
 func (r *Rotation) NewKeySigns() bool { return r != nil && r.Phase == PhaseActivate }
 
-// maxRotationBytes bounds a persisted rotation: two roots and a list of
-// forced proxies.
+// maxRotationBytes bounds a persisted rotation: two roots, two CA sets,
+// the replicas' reports and the forced proxies.
 const maxRotationBytes = 256 << 10
+
+// maxReplicaReports bounds the replicas a rotation waits for.
+const maxReplicaReports = 64
 
 // MarshalRotation encodes r for its store.
 func MarshalRotation(r *Rotation) ([]byte, error) { return json.Marshal(r) }
@@ -194,18 +244,42 @@ func UnmarshalRotation(b []byte) (*Rotation, error) {
 	if err := dec.Decode(&r); err != nil {
 		return nil, fmt.Errorf("rotation state: %w", err)
 	}
+	roots := map[string][]byte{"old root": r.OldRoot, "new root": r.NewRoot}
 	switch r.Phase {
 	case PhasePrepare, PhaseActivate:
+		if r.Prepared.IsZero() || (r.Phase == PhaseActivate && r.Activated.Before(r.Prepared)) {
+			return nil, errors.New("rotation state: inconsistent times")
+		}
+	case PhaseIdle:
+		if len(r.OldRoot) > 0 || len(r.Replicas) > 0 || r.Old != nil {
+			return nil, errors.New("rotation state: idle with a rotation's fields")
+		}
+		delete(roots, "old root")
+		if r.New == nil {
+			delete(roots, "new root")
+		}
 	default:
 		return nil, fmt.Errorf("rotation state: unknown phase %q", r.Phase)
 	}
-	for name, der := range map[string][]byte{"old root": r.OldRoot, "new root": r.NewRoot} {
+	for name, der := range roots {
 		if _, err := x509.ParseCertificate(der); err != nil {
 			return nil, fmt.Errorf("rotation state: %s: %w", name, err)
 		}
 	}
-	if r.Prepared.IsZero() || (r.Phase == PhaseActivate && r.Activated.Before(r.Prepared)) {
-		return nil, errors.New("rotation state: inconsistent times")
+	if len(r.Replicas) > maxReplicaReports {
+		return nil, fmt.Errorf("rotation state: %d replica reports, limit %d", len(r.Replicas), maxReplicaReports)
+	}
+	for name, m := range map[string]*KeyMaterial{"old set": r.Old, "new set": r.New} {
+		if m == nil {
+			continue
+		}
+		root, err := m.root()
+		if err != nil {
+			return nil, fmt.Errorf("rotation state: %s: %w", name, err)
+		}
+		if want := map[string][]byte{"old set": r.OldRoot, "new set": r.NewRoot}[name]; !bytes.Equal(root.Raw, want) {
+			return nil, fmt.Errorf("rotation state: the %s's root is not the %s root", name, strings.Fields(name)[0])
+		}
 	}
 	return &r, nil
 }

@@ -71,7 +71,8 @@ func TestRotationPhases(t *testing.T) {
 		if next, why := step(r, t0.Add(29*time.Hour), DataPlane{}); next == nil || !strings.Contains(why, "old key") {
 			t.Fatalf("the old root retired while certificates it signed are valid: %v %q", next, why)
 		}
-		if next, _ := step(r, t0.Add(30*time.Hour), DataPlane{}); next != nil {
+		if next, _ := step(r, t0.Add(30*time.Hour), DataPlane{}); next.InProgress() || next.OldRoot != nil ||
+			!bytes.Equal(next.NewRoot, newRoot.Cert.Raw) {
 			t.Fatalf("the old root outlived the last certificate it signed: %+v", next)
 		}
 	}

@@ -64,6 +64,12 @@ func (c *CA) Sign(req SignRequest) (*Issued, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sign: %w", err)
 	}
+	// What workloads hold keeps the old root trusted through a rotation;
+	// istiod's own serving certificate (DNS names only) does not, as the
+	// new key re-issues it on activation.
+	if len(req.Identities) > 0 {
+		a.issued.raise(iss.Leaf.NotAfter)
+	}
 	return iss, nil
 }
 

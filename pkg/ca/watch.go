@@ -56,9 +56,10 @@ func (c *CA) reloadLocked() error {
 		return nil
 	}
 	c.lastProblem = ""
-	if cur != nil && cur.fingerprint == a.fingerprint {
+	if cur != nil && c.base != nil && c.base.fingerprint == a.fingerprint {
 		return nil
 	}
+	c.base = a
 	c.install(a)
 	return nil
 }

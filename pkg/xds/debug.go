@@ -18,6 +18,9 @@ type SyncStatus struct {
 	Identity string `json:"identity"`
 	// Types is keyed by type URL.
 	Types map[string]TypeSync `json:"types"`
+	// LacksNewRoot marks a proxy a root rotation waits for: its last ACKed
+	// trust bundle does not hold the new root.
+	LacksNewRoot bool `json:"lacksNewRoot,omitempty"`
 }
 
 // TypeSync is the state of one type URL on one stream.
@@ -32,12 +35,7 @@ type TypeSync struct {
 
 // Syncz returns the sync state of every authenticated proxy, by stream.
 func (s *Server) Syncz() []SyncStatus {
-	s.mu.Lock()
-	ps := make([]*proxy, 0, len(s.streams))
-	for _, p := range s.streams {
-		ps = append(ps, p)
-	}
-	s.mu.Unlock()
+	ps := s.proxies()
 	out := make([]SyncStatus, 0, len(ps))
 	for _, p := range ps {
 		if st, ok := p.syncz(s); ok {
@@ -78,6 +76,9 @@ func (p *proxy) syncz(s *Server) (SyncStatus, bool) {
 		ts := st.Types[t]
 		ts.LastNACK = v
 		st.Types[t] = ts
+	}
+	if root := s.rotationRoot.Load(); root != nil {
+		st.LacksNewRoot = !s.bundles.holds(p.bundleAcked, root)
 	}
 	return st, true
 }

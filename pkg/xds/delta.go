@@ -129,7 +129,7 @@ func (p *proxy) respondDeltaLocked(typeURL string, d *deltaState, st *pushState)
 	d.recorded = nil
 	d.answered = true
 	d.open = false
-	p.pending[typeURL] = sent{changedAt: st.changedAt}
+	p.pending[typeURL] = sent{bundle: r.bundle(typeURL), changedAt: st.changedAt}
 	p.srv.metrics.observe(typeURL, p.srv.cfg.Clock().Sub(start), size)
 }
 

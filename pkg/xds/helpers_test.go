@@ -206,3 +206,15 @@ spec:
 func workloadEntry(addr string) *networkingv1.WorkloadEntry {
 	return &networkingv1.WorkloadEntry{Address: addr, Labels: map[string]string{"app": "echo"}, ServiceAccount: "echo"}
 }
+
+// waitFor polls cond until it holds or 5s pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

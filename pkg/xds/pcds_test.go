@@ -113,10 +113,20 @@ func TestProxyConfigCarriesTheTrustBundle(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A proxy that never asks for the bundle cannot hold a new root.
+	silent := h.deltaStream(clientID)
+	silentNode := testNode("app", "client", nil)
+	silentNode.Id = "sidecar~10.0.0.2~silent-0.app~app.svc.cluster.local"
+	if err := silent.Send(&discovery.DeltaDiscoveryRequest{Node: silentNode, TypeUrl: typeCluster}); err != nil {
+		t.Fatal(err)
+	}
+	recvDelta(t, silent)
+
 	// During a rotation both roots are in the bundle: both streams get them.
 	tb.set(oldRoot.Cert, newRoot.Cert)
 	both := []string{"old root", "new root"}
-	if got := proxyConfigRoots(t, recv(t, st).GetResources()); !slices.Equal(got, both) {
+	pushed := recv(t, st)
+	if got := proxyConfigRoots(t, pushed.GetResources()); !slices.Equal(got, both) {
 		t.Errorf("pushed ProxyConfig roots %v, want %v", got, both)
 	}
 	d = recvDelta(t, delta)
@@ -127,13 +137,42 @@ func TestProxyConfigCarriesTheTrustBundle(t *testing.T) {
 		t.Errorf("pushed incremental ProxyConfig roots %v, want %v", got, both)
 	}
 
+	// Root rotation waits for every proxy until its ACK of a bundle with
+	// the new root arrives.
+	lacking := func() []string {
+		t.Helper()
+		return h.srv.ProxiesWithoutRoot(newRoot.Cert)
+	}
+	if got := lacking(); len(got) != 3 || !slices.Contains(got, "app-2.app") || !slices.Contains(got, "silent-0.app") {
+		t.Fatalf("before any ACK of the new bundle: %v", got)
+	}
+	if got := h.srv.ProxiesWithoutRoot(oldRoot.Cert); !slices.Equal(got, []string{"silent-0.app"}) {
+		t.Fatalf("the old root is held by every proxy that asked for the bundle: %v", got)
+	}
+	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: TypeProxyConfig, ResponseNonce: pushed.GetNonce(), VersionInfo: pushed.GetVersionInfo()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := delta.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: TypeProxyConfig, ResponseNonce: d.GetNonce()}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the ACKs of the new bundle", func() bool { return slices.Equal(lacking(), []string{"silent-0.app"}) })
+	var marked []string
+	for _, s := range h.srv.Syncz() {
+		if s.LacksNewRoot {
+			marked = append(marked, s.NodeID)
+		}
+	}
+	if !slices.Equal(marked, []string{silentNode.Id}) {
+		t.Errorf("/debug/syncz marks %v as lacking the new root, want only %s", marked, silentNode.Id)
+	}
+
 	var acked bool
 	for _, p := range h.srv.Proxies() {
-		if p.Acked[TypeProxyConfig] == first.GetVersionInfo() {
+		if p.Acked[TypeProxyConfig] == pushed.GetVersionInfo() {
 			acked = true
 		}
 	}
 	if !acked {
-		t.Errorf("the ACK of the first ProxyConfig was not recorded: %+v", h.srv.Proxies())
+		t.Errorf("the ACK of the pushed ProxyConfig was not recorded: %+v", h.srv.Proxies())
 	}
 }

@@ -37,7 +37,10 @@ type proxy struct {
 	sent      map[string]sent         // last sent, by type URL
 	acked     map[string]string
 	nacked    map[string]string
-	debug     *debugCaller // set with node for a debug client, which is no proxy
+	// bundleAcked is the content hash of the last trust bundle (PCDS) the
+	// proxy ACKed.
+	bundleAcked string
+	debug       *debugCaller // set with node for a debug client, which is no proxy
 
 	delta    map[string]*deltaState                 // incremental streams, by type URL
 	deltaOut chan *discovery.DeltaDiscoveryResponse // responses queued; incremental streams
@@ -60,6 +63,7 @@ type subscription struct {
 // sent is a response handed to the stream.
 type sent struct {
 	version   string
+	bundle    string // the trust bundle's content hash, for PCDS
 	nonce     string
 	changedAt time.Time
 	at        time.Time // when it was handed to the stream
@@ -150,7 +154,7 @@ func (p *proxy) respondLocked(typeURL string, w *watch, st *pushState) {
 		return
 	}
 	delete(p.watches, typeURL) // one response per watch
-	p.pending[typeURL] = sent{version: r.version, changedAt: st.changedAt}
+	p.pending[typeURL] = sent{version: r.version, bundle: r.bundle(typeURL), changedAt: st.changedAt}
 	p.srv.metrics.observe(typeURL, p.srv.cfg.Clock().Sub(start), r.size)
 }
 
@@ -165,9 +169,7 @@ func (p *proxy) responseLocked(st *pushState, typeURL string, sub subscription) 
 		r.finish(key)
 		return r
 	case TypeProxyConfig:
-		r := &response{gen: p.proxyConfigLocked()}
-		r.finish(key)
-		return r
+		return p.proxyConfigLocked(key)
 	}
 	if ms := p.srv.meshOf(st); p.scopeSnap != st.snap || p.scopeMesh != ms {
 		p.scopeKey, p.scopeGen = p.wl.scopeIn(p.srv, st.snap, ms)
@@ -213,6 +215,9 @@ func (p *proxy) received(typeURL, nonce string, detail *rpcstatus.Status) (nack 
 	}
 	delete(p.nacked, typeURL)
 	p.acked[typeURL] = s.version
+	if typeURL == TypeProxyConfig {
+		p.bundleAcked = s.bundle
+	}
 	if s.changedAt.IsZero() {
 		return "", true, 0
 	}

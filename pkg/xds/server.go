@@ -29,6 +29,7 @@ package xds
 import (
 	"cmp"
 	"context"
+	"crypto/x509"
 	"errors"
 	"log/slog"
 	"sync"
@@ -140,6 +141,9 @@ type Server struct {
 
 	reportMu sync.Mutex
 	reported map[string]bool // policy problems logged, by description
+
+	bundles      bundleVersions                   // the roots of recent PCDS versions
+	rotationRoot atomic.Pointer[x509.Certificate] // the root a rotation waits for, if any
 
 	mu      sync.Mutex
 	streams map[int64]*proxy
@@ -380,16 +384,21 @@ type ProxyStatus struct {
 	Rejected map[string]string
 }
 
-// Proxies returns the status of every authenticated proxy.
-func (s *Server) Proxies() []ProxyStatus {
+// proxies returns every stream's proxy.
+func (s *Server) proxies() []*proxy {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	ps := make([]*proxy, 0, len(s.streams))
 	for _, p := range s.streams {
 		ps = append(ps, p)
 	}
-	s.mu.Unlock()
+	return ps
+}
+
+// Proxies returns the status of every authenticated proxy.
+func (s *Server) Proxies() []ProxyStatus {
 	var out []ProxyStatus
-	for _, p := range ps {
+	for _, p := range s.proxies() {
 		if st, ok := p.status(); ok {
 			out = append(out, st)
 		}

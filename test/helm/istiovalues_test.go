@@ -265,7 +265,7 @@ func TestIstioValuesKeepTheirMeaning(t *testing.T) {
 		"seccompProfile": map[string]any{"type": "RuntimeDefault"},
 		"env": map[string]any{
 			"CLUSTER_ID": "east", "TOKEN_AUDIENCES": "istio-ca,mesh", "DEFAULT_WORKLOAD_CERT_TTL": "12h",
-			"MAX_WORKLOAD_CERT_TTL": "48h", "ISTIOD_CUSTOM_HOST": "istiod.example.com", "PILOT_TRACE_SAMPLING": "5",
+			"MAX_WORKLOAD_CERT_TTL": "48h", "CITADEL_SELF_SIGNED_ROOT_CERT_GRACE_PERIOD_PERCENTILE": "25", "ISTIOD_CUSTOM_HOST": "istiod.example.com", "PILOT_TRACE_SAMPLING": "5",
 		},
 		"pdb":                    map[string]any{"minAvailable": 2, "unhealthyPodEvictionPolicy": "IfHealthyBudget"},
 		"sidecarInjectorWebhook": map[string]any{"reinvocationPolicy": "IfNeeded", "defaultTemplates": []any{}},
@@ -314,7 +314,7 @@ func TestIstioValuesKeepTheirMeaning(t *testing.T) {
 				t.Errorf("seccomp profile %v", sp)
 			}
 			args := strings.Join(ctr.Args, " ")
-			for _, want := range []string{"--token-audiences=istio-ca,mesh", "--workload-cert-ttl=12h", "--max-workload-cert-ttl=48h", "--serving-dns-names=istiod.example.com"} {
+			for _, want := range []string{"--token-audiences=istio-ca,mesh", "--workload-cert-ttl=12h", "--max-workload-cert-ttl=48h", "--serving-dns-names=istiod.example.com", "--root-grace-percentile=25"} {
 				if !strings.Contains(args, want) {
 					t.Errorf("istiod args lack %s: %s", want, args)
 				}

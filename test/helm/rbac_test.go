@@ -77,6 +77,7 @@ func TestRBACGrantsWhatIstiodNeeds(t *testing.T) {
 	namespaced := []grant{
 		{"", "secrets", "get", secretstore.SecretName}, {"", "secrets", "create", ""},
 		{"", "secrets", "watch", ""},
+		{"", "secrets", "get", secretstore.RotationSecretName}, {"", "secrets", "update", secretstore.RotationSecretName},
 		{"coordination.k8s.io", "leases", "create", ""},
 		{"coordination.k8s.io", "leases", "get", rootcert.LeaseName},
 		{"coordination.k8s.io", "leases", "update", rootcert.LeaseName},
@@ -88,6 +89,7 @@ func TestRBACGrantsWhatIstiodNeeds(t *testing.T) {
 	}
 	namespacedDenied := []grant{
 		{"", "secrets", "update", secretstore.SecretName}, {"", "secrets", "delete", secretstore.SecretName},
+		{"", "secrets", "update", "cacerts"}, {"", "secrets", "delete", secretstore.RotationSecretName},
 		{"coordination.k8s.io", "leases", "update", "someone-elses-lease"},
 		{"", "events", "create", ""},
 	}

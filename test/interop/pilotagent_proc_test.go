@@ -47,8 +47,8 @@ type pilotAgent struct {
 
 // startPilotAgent writes the token pilot-agent reads, and runs it against
 // istiod at discoveryAddr (host:port) trusting rootFile. discoveryAddr is
-// both the xDS upstream and CA_ADDR.
-func startPilotAgent(t *testing.T, bin string, w workload, token, rootFile, discoveryAddr string) *pilotAgent {
+// both the xDS upstream and CA_ADDR. env is added to its environment.
+func startPilotAgent(t *testing.T, bin string, w workload, token, rootFile, discoveryAddr string, env ...string) *pilotAgent {
 	t.Helper()
 	dir := t.TempDir()
 	a := &pilotAgent{
@@ -85,6 +85,7 @@ func startPilotAgent(t *testing.T, bin string, w workload, token, rootFile, disc
 		"OUTPUT_CERTS="+a.CertDir,
 		"GRPC_XDS_BOOTSTRAP="+a.Bootstrap,
 	)
+	cmd.Env = append(cmd.Env, env...)
 	a.proc = startProcess(t, "pilot-agent "+w.Name, cmd)
 	return a
 }

@@ -269,9 +269,10 @@ func checkAgentCerts(t *testing.T, a *pilotAgent, rootFile string) {
 
 // syncStatus is the part of istiod's /debug/syncz this test reads.
 type syncStatus struct {
-	NodeID   string `json:"nodeId"`
-	Identity string `json:"identity"`
-	Types    map[string]struct {
+	NodeID       string `json:"nodeId"`
+	Identity     string `json:"identity"`
+	LacksNewRoot bool   `json:"lacksNewRoot"`
+	Types        map[string]struct {
 		Sent     string `json:"sent"`
 		Acked    string `json:"acked"`
 		LastNACK string `json:"lastNack"`

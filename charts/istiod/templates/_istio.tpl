@@ -112,6 +112,7 @@ tokenAudiences instead.
 DEFAULT_WORKLOAD_CERT_TTL: workload-cert-ttl
 MAX_WORKLOAD_CERT_TTL: max-workload-cert-ttl
 CITADEL_SELF_SIGNED_CA_CERT_TTL: root-ttl
+CITADEL_SELF_SIGNED_ROOT_CERT_GRACE_PERIOD_PERCENTILE: root-grace-percentile
 ISTIOD_CUSTOM_HOST: serving-dns-names
 {{- end -}}
 

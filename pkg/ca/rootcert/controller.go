@@ -12,6 +12,8 @@ package rootcert
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -237,4 +239,41 @@ func dropManagedFields(obj any) (any, error) {
 		m.SetManagedFields(nil)
 	}
 	return obj, nil
+}
+
+// NamespacesWithoutRoot names the namespaces, of those the controller
+// serves, whose istio-ca-root-cert does not hold root (or is missing), as
+// the caches see them: root rotation waits for them.
+func (c *Controller) NamespacesWithoutRoot(root *x509.Certificate) []string {
+	all, err := c.namespaces.List(labels.Everything())
+	if err != nil { // listing a cache cannot fail
+		return nil
+	}
+	var out []string
+	for _, n := range all {
+		if c.excluded(n.Name) || terminating(n) {
+			continue
+		}
+		cm, err := c.configMaps.ConfigMaps(n.Name).Get(ConfigMapName)
+		if err != nil || !pemHolds(cm.Data[DataKey], root) {
+			out = append(out, n.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// pemHolds reports whether the PEM bundle holds cert.
+func pemHolds(bundle string, cert *x509.Certificate) bool {
+	rest := []byte(bundle)
+	for {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			return false
+		}
+		if block.Type == "CERTIFICATE" && bytes.Equal(block.Bytes, cert.Raw) {
+			return true
+		}
+	}
 }

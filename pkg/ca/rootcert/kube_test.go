@@ -278,13 +278,16 @@ func TestABundleChangeUpdatesEveryNamespace(t *testing.T) {
 		ns, _ := m.namespace()
 		names = append(names, ns)
 	}
-	m.controller("istiod-a")
+	ctrl, _, _ := m.controller("istiod-a")
 	for _, ns := range names {
 		m.waitConfigMap(ns, time.Now())
 	}
 	before := m.ca.Current()
 
 	set := catest.CACerts{Roots: []*catest.Cert{catest.NewRoot(t)}}
+	if lacking := ctrl.NamespacesWithoutRoot(set.Roots[0].Cert); !containsAll(lacking, names) {
+		t.Fatalf("namespaces without the new root %v, want %v among them", lacking, names)
+	}
 	set.Signing = catest.NewIntermediate(t, set.Roots[0])
 	changed := time.Now()
 	catest.WriteCACerts(t, m.cacerts, set)
@@ -297,6 +300,18 @@ func TestABundleChangeUpdatesEveryNamespace(t *testing.T) {
 		slowest = max(slowest, m.waitConfigMap(ns, changed))
 	}
 	t.Logf("cacerts written → every configmap holds the new root: %v", slowest.Round(time.Millisecond))
+	waitFor(t, "the caches to see every namespace holding the new root", func() bool {
+		return !slices.ContainsFunc(ctrl.NamespacesWithoutRoot(set.Roots[0].Cert), func(ns string) bool { return slices.Contains(names, ns) })
+	})
+}
+
+func containsAll(list, want []string) bool {
+	for _, w := range want {
+		if !slices.Contains(list, w) {
+			return false
+		}
+	}
+	return true
 }
 
 func TestATerminatingNamespaceIsLeftAlone(t *testing.T) {

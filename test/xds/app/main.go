@@ -2,7 +2,8 @@
 // reads its xDS bootstrap from GRPC_XDS_BOOTSTRAP.
 //
 //	app -serve 127.0.0.1:9000 -name echo-1   serve echo over xDS credentials
-//	app -target xds:///host:port              call Who for every "call" line of stdin
+//	app -target xds:///host:port              call Who for every "call" line of stdin,
+//	                                          on a new connection for every "dial" line
 package main
 
 import (
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	xdscreds "google.golang.org/grpc/credentials/xds"
 	"google.golang.org/grpc/status"
@@ -71,9 +73,7 @@ func runClient(target string) error {
 	defer conn.Close()
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		server, caller, err := echo.Call(ctx, conn)
-		cancel()
+		server, caller, err := call(conn, target, creds, in.Text() == "dial")
 		if err != nil {
 			st := status.Convert(err)
 			fmt.Printf("err %s %q\n", st.Code(), st.Message())
@@ -82,4 +82,18 @@ func runClient(target string) error {
 		fmt.Printf("ok %s %s\n", server, caller)
 	}
 	return in.Err()
+}
+
+// call makes one call on conn or, fresh, on a new connection to target,
+// which makes a TLS handshake with the certificates in force.
+func call(conn *grpc.ClientConn, target string, creds credentials.TransportCredentials, fresh bool) (server, caller string, err error) {
+	if fresh {
+		if conn, err = grpc.NewClient(target, grpc.WithTransportCredentials(creds)); err != nil {
+			return "", "", err
+		}
+		defer conn.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	return echo.Call(ctx, conn)
 }

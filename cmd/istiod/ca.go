@@ -1,0 +1,110 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/bulwark-mesh/bulwark/pkg/bootstrap"
+	"github.com/bulwark-mesh/bulwark/pkg/ca"
+)
+
+// caCommand is `istiod ca rotate|status`: it starts a rotation of the
+// self-signed root for the running replicas to carry out, or shows where
+// one stands, in the state directory or, with --kubeconfig, in the
+// istio-ca-rotation Secret.
+func caCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || (args[0] != "rotate" && args[0] != "status") {
+		return usageError{errors.New("want `ca rotate` or `ca status`")}
+	}
+	verb, args := args[0], args[1:]
+	cfg := bootstrap.DefaultConfig()
+	fs := flag.NewFlagSet("ca "+verb, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addCommonFlags(fs, &cfg, getenv)
+	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", getenv("KUBECONFIG"), "kubeconfig file of the cluster istiod runs in; empty means the local state directory (env KUBECONFIG)")
+	fs.StringVar(&cfg.Namespace, "namespace", envOr(getenv, "POD_NAMESPACE", cfg.Namespace), "istiod's namespace (env POD_NAMESPACE)")
+	if verb == "rotate" {
+		fs.DurationVar(&cfg.RootTTL, "root-ttl", cfg.RootTTL, "lifetime of the new self-signed root")
+		fs.StringVar(&cfg.CAKeyType, "ca-key-type", cfg.CAKeyType, "the new root's key: ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072 or rsa-4096")
+	}
+	if err := fs.Parse(args); err != nil {
+		return parseErr(err)
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected arguments %q", fs.Args())}
+	}
+	if err := loadMeshConfig(&cfg, trustDomainSet(fs, getenv), stderr); err != nil {
+		return err
+	}
+	log, err := newLogger("text", "warn", stderr)
+	if err != nil {
+		return err
+	}
+	authority, err := bootstrap.NewCA(cfg, log)
+	if err != nil {
+		return usageError{err}
+	}
+	var r *ca.Rotation
+	if verb == "rotate" {
+		r, err = authority.RequestRotation(ctx)
+		if errors.Is(err, ca.ErrRotationInProgress) {
+			printRotation(stdout, r, time.Now())
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, "root rotation requested: the running istiod replicas carry it out")
+	} else if r, err = authority.Rotation(ctx); err != nil {
+		return err
+	}
+	printRotation(stdout, r, time.Now())
+	return nil
+}
+
+// printRotation writes where rotation r stands, for an operator.
+func printRotation(w io.Writer, r *ca.Rotation, now time.Time) {
+	if !r.InProgress() {
+		fmt.Fprintln(w, "phase: idle (no root rotation under way)")
+		if r != nil && r.New != nil {
+			fmt.Fprintf(w, "signing root: %s (from the last rotation)\n", describeRoot(r.NewRoot))
+		}
+		return
+	}
+	fmt.Fprintf(w, "phase: %s\n", r.Phase)
+	fmt.Fprintf(w, "old root: %s\n", describeRoot(r.OldRoot))
+	fmt.Fprintf(w, "new root: %s\n", describeRoot(r.NewRoot))
+	fmt.Fprintf(w, "prepared: %s\n", r.Prepared.UTC().Format(time.RFC3339))
+	switch r.Phase {
+	case ca.PhasePrepare:
+		fmt.Fprintln(w, "the old key signs until every proxy and namespace holds the new root")
+		for _, id := range slices.Sorted(maps.Keys(r.Replicas)) {
+			rep := r.Replicas[id]
+			fmt.Fprintf(w, "replica %s (reported %s ago): %d proxies without the new root %v, %d namespaces %v\n",
+				id, now.Sub(rep.At).Round(time.Second), len(rep.Unacked), rep.Unacked, len(rep.Missing), rep.Missing)
+		}
+	case ca.PhaseActivate:
+		fmt.Fprintf(w, "activated: %s; the new key signs\n", r.Activated.UTC().Format(time.RFC3339))
+		fmt.Fprintf(w, "the old root leaves the bundle at %s, when the last certificate the old key signed expires\n", r.OldSignedUntil.UTC().Format(time.RFC3339))
+		if len(r.Forced) > 0 {
+			fmt.Fprintf(w, "activated past the timeout without: %v\n", r.Forced)
+		}
+	}
+}
+
+func describeRoot(der []byte) string {
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		return "unreadable"
+	}
+	sum := sha256.Sum256(der)
+	return fmt.Sprintf("%s, sha256 %s, expires %s", c.Subject, hex.EncodeToString(sum[:8]), c.NotAfter.UTC().Format(time.RFC3339))
+}

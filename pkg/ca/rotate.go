@@ -1,0 +1,386 @@
+package ca
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+)
+
+// A running CA moves the rotation in its RotationStore every RotationTick
+// (rotation.go has the phases): it reports what its part of the data plane
+// lacks, steps the shared state with a compare-and-swap, and publishes the
+// signer and trust bundle the state asks for. Rotation applies to the
+// self-signed root; a plugged-in CA's roots are the operator's, and its
+// signer changes with the cacerts directory.
+
+// DataPlaneFunc reports what this replica's part of the data plane lacks
+// of root: connected proxies that have not ACKed a bundle holding it, and
+// namespaces whose root ConfigMap does not carry it.
+type DataPlaneFunc func(ctx context.Context, root *x509.Certificate) DataPlane
+
+// A record of issued expiries runs watermarkTicks ticks (10 minutes by
+// default) ahead of the expiries themselves, so that a replica signing
+// steadily writes the store about once in that time rather than every
+// tick.
+const watermarkTicks = 60
+
+// A replica's report counts for staleReports ticks; after that the replica
+// is taken to be gone, and its proxies to have reconnected elsewhere.
+const staleReports = 5
+
+// RotationStatus is where root rotation stands, for metrics and debug.
+type RotationStatus struct {
+	Phase Phase
+	// Waiting says what holds the rotation back; empty when nothing does.
+	Waiting string
+	// Unacked are the proxies, of every replica, without the new bundle.
+	Unacked []string
+	// Roots are the roots of the published bundle.
+	Roots []*x509.Certificate
+}
+
+// RotationStatus returns where root rotation stands.
+func (c *CA) RotationStatus() RotationStatus {
+	c.rotMu.Lock()
+	defer c.rotMu.Unlock()
+	st := c.rotStatus
+	if a := c.auth.Load(); a != nil {
+		st.Roots = a.trust
+	}
+	return st
+}
+
+// RunRotation moves the shared rotation every RotationTick until ctx is
+// done. dp reports this replica's data plane. Without a RotationStore it
+// returns at once.
+func (c *CA) RunRotation(ctx context.Context, dp DataPlaneFunc) {
+	if c.cfg.Rotations == nil {
+		return
+	}
+	t := time.NewTicker(c.cfg.RotationTick)
+	defer t.Stop()
+	for {
+		if c.Ready() {
+			if err := c.rotateOnce(ctx, dp); err != nil && ctx.Err() == nil {
+				c.rotationProblem(err.Error(), "root rotation: the shared state could not be moved; retrying", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// rotateOnce reads the shared rotation, adds what this replica knows,
+// steps it, saves it if it changed and publishes what it asks for.
+func (c *CA) rotateOnce(ctx context.Context, dp DataPlaneFunc) error {
+	c.loadMu.Lock()
+	defer c.loadMu.Unlock()
+	base := c.base
+	if base == nil || base.source != sourceSelfSigned {
+		return nil
+	}
+	rec, rev, err := c.cfg.Rotations.Load(ctx)
+	if err != nil {
+		return err
+	}
+	now := c.cfg.Clock()
+	next := &Rotation{}
+	if rec != nil {
+		cp := *rec
+		cp.Replicas = maps.Clone(rec.Replicas)
+		next = &cp
+	}
+	changed := c.noteIssued(next)
+	if !next.InProgress() && c.dueForRotation(now) {
+		begun, err := c.begin(ctx, next, now)
+		if err != nil {
+			return err
+		}
+		next, changed = begun, true
+		c.log.Warn("root rotation: the self-signed root is in its last "+fmt.Sprint(c.cfg.RootGracePercentile)+"% of life; rotating",
+			"not_after", c.auth.Load().roots[0].NotAfter)
+	}
+	if next.Phase == PhasePrepare {
+		changed = c.report(ctx, next, dp, now) || changed
+	}
+	stepped, waiting := next.Step(now, next.DataPlane(now.Add(-staleReports*c.cfg.RotationTick)), c.cfg.RotationPolicy)
+	if stepped != next || changed {
+		if _, err := c.cfg.Rotations.Save(ctx, stepped, rev); errors.Is(err, ErrRotationConflict) {
+			return nil // another replica moved it: read it again next tick
+		} else if err != nil {
+			return err
+		}
+	}
+	if err := c.publish(base, stepped, now); err != nil {
+		return err
+	}
+	c.noteStatus(rec, stepped, waiting)
+	return nil
+}
+
+// noteIssued raises the recorded expiry of what the key this replica signs
+// with has issued, and reports whether it did.
+func (c *CA) noteIssued(r *Rotation) bool {
+	a := c.auth.Load()
+	hw := a.issued.get()
+	target := &r.Watermark
+	if r.InProgress() && bytes.Equal(a.roots[0].Raw, r.OldRoot) {
+		target = &r.OldSignedUntil
+	}
+	if !hw.After(*target) {
+		return false
+	}
+	*target = hw
+	if target == &r.Watermark {
+		*target = hw.Add(watermarkTicks * c.cfg.RotationTick)
+	}
+	return true
+}
+
+// dueForRotation reports whether the signing root has less than
+// RootGracePercentile of its life left.
+func (c *CA) dueForRotation(now time.Time) bool {
+	if c.cfg.RootGracePercentile < 0 {
+		return false
+	}
+	root := c.auth.Load().roots[0]
+	life := root.NotAfter.Sub(root.NotBefore)
+	return float64(root.NotAfter.Sub(now)) < float64(life)*float64(c.cfg.RootGracePercentile)/100
+}
+
+// begin starts a rotation from the self-signed set in force (cur.New, or
+// the Store's) to a new one.
+func (c *CA) begin(ctx context.Context, cur *Rotation, now time.Time) (*Rotation, error) {
+	var old *KeyMaterial
+	if cur != nil {
+		old = cur.New
+	}
+	if old == nil {
+		m, err := c.cfg.Store.Load(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("root rotation: the current self-signed set: %w", err)
+		}
+		old = m
+	}
+	oldRoot, err := old.root()
+	if err != nil {
+		return nil, fmt.Errorf("root rotation: the current self-signed set: %w", err)
+	}
+	m, err := newSelfSignedMaterial(&c.cfg, now)
+	if err != nil {
+		return nil, err
+	}
+	newRoot, err := m.root()
+	if err != nil {
+		return nil, err
+	}
+	var since time.Time
+	if cur != nil {
+		since = cur.Watermark
+	}
+	r, err := Begin(cur, oldRoot, newRoot, since, now)
+	if err != nil {
+		return nil, err
+	}
+	r.New = m
+	if cur != nil {
+		r.Old = cur.New
+	}
+	return r, nil
+}
+
+// report records this replica's view of the data plane in r, refreshed
+// every other tick, and reports whether r changed.
+func (c *CA) report(ctx context.Context, r *Rotation, dp DataPlaneFunc, now time.Time) bool {
+	newRoot, err := x509.ParseCertificate(r.NewRoot)
+	if err != nil {
+		return false // UnmarshalRotation parsed it already
+	}
+	var seen DataPlane
+	if dp != nil {
+		seen = dp(ctx, newRoot)
+	}
+	prev, ok := r.Replicas[c.cfg.Replica]
+	if ok && slices.Equal(prev.Unacked, seen.Unacked) && slices.Equal(prev.Missing, seen.Missing) &&
+		now.Sub(prev.At) < 2*c.cfg.RotationTick {
+		return false
+	}
+	if r.Replicas == nil {
+		r.Replicas = map[string]ReplicaReport{}
+	}
+	r.Replicas[c.cfg.Replica] = ReplicaReport{At: now, Unacked: seen.Unacked, Missing: seen.Missing}
+	return true
+}
+
+// publish installs the signer and bundle r asks for over base, if they
+// are not those in force.
+func (c *CA) publish(base *authority, r *Rotation, now time.Time) error {
+	a, err := c.compose(base, r, now)
+	if err != nil {
+		return err
+	}
+	if cur := c.auth.Load(); cur == nil || cur.fingerprint != a.fingerprint {
+		c.install(a)
+	}
+	return nil
+}
+
+// compose is the authority rotation state r asks for over base, the set
+// loaded from the Store: base itself without a self-signed rotation;
+// during prepare the outgoing key with both roots trusted, during
+// activate the incoming key with both, after it the incoming key alone.
+func (c *CA) compose(base *authority, r *Rotation, now time.Time) (*authority, error) {
+	if base.source != sourceSelfSigned || r == nil || r.New == nil {
+		return base, nil
+	}
+	sets := map[[sha256.Size]byte]*authority{}
+	defer func() { c.sets = sets }()
+	incoming, err := c.set(sets, r.New, now)
+	if err != nil {
+		return nil, fmt.Errorf("root rotation: the new set: %w", err)
+	}
+	switch r.Phase {
+	case PhasePrepare:
+		outgoing := base
+		if r.Old != nil {
+			if outgoing, err = c.set(sets, r.Old, now); err != nil {
+				return nil, fmt.Errorf("root rotation: the old set: %w", err)
+			}
+		}
+		return outgoing.withTrust(incoming.roots), nil
+	case PhaseActivate:
+		oldRoot, err := x509.ParseCertificate(r.OldRoot)
+		if err != nil {
+			return nil, fmt.Errorf("root rotation: the old root: %w", err)
+		}
+		return incoming.withTrust([]*x509.Certificate{oldRoot}), nil
+	default:
+		return incoming, nil
+	}
+}
+
+// set is the authority of m, parsed once while a rotation holds it, so
+// that what its key issued is tracked across ticks.
+func (c *CA) set(keep map[[sha256.Size]byte]*authority, m *KeyMaterial, now time.Time) (*authority, error) {
+	h := sha256.New()
+	for _, part := range [][]byte{m.CACert, m.CAKey, m.CertChain, m.RootCert} {
+		fmt.Fprintf(h, "%d:", len(part))
+		h.Write(part)
+	}
+	var key [sha256.Size]byte
+	h.Sum(key[:0])
+	if a, ok := c.sets[key]; ok {
+		keep[key] = a
+		return a, nil
+	}
+	a, err := newAuthority(m.rawSet(), now, sourceSelfSigned)
+	if err != nil {
+		return nil, err
+	}
+	keep[key] = a
+	return a, nil
+}
+
+// noteStatus logs a change of phase and keeps the status for metrics.
+func (c *CA) noteStatus(before, after *Rotation, waiting string) {
+	phase := func(r *Rotation) Phase {
+		if r == nil {
+			return PhaseIdle
+		}
+		return r.Phase
+	}
+	if p, q := phase(before), phase(after); p != q {
+		switch q {
+		case PhasePrepare:
+			c.log.Warn("root rotation: prepare: the new root joins the trust bundle; the old key signs until the data plane holds it",
+				"new_root_not_after", mustParse(after.NewRoot).NotAfter)
+		case PhaseActivate:
+			c.log.Warn("root rotation: activate: the new key signs; the old root stays trusted until what it signed expires",
+				"old_signed_until", after.OldSignedUntil, "forced", after.Forced)
+		default:
+			c.log.Warn("root rotation: done: the old root left the trust bundle")
+		}
+	}
+	var unacked []string
+	if after.Phase == PhasePrepare {
+		unacked = after.DataPlane(c.cfg.Clock().Add(-staleReports * c.cfg.RotationTick)).Unacked
+	}
+	c.rotMu.Lock()
+	logWaiting := waiting != "" && (waiting != c.rotStatus.Waiting || c.cfg.Clock().Sub(c.waitLogged) >= time.Minute)
+	if logWaiting {
+		c.waitLogged = c.cfg.Clock()
+	}
+	c.rotStatus = RotationStatus{Phase: phase(after), Waiting: waiting, Unacked: unacked}
+	c.rotProblem = ""
+	c.rotMu.Unlock()
+	if logWaiting {
+		c.log.Info("root rotation: waiting", "phase", after.Phase, "for", waiting)
+	}
+}
+
+// rotationProblem logs a problem once until it changes or a tick succeeds.
+func (c *CA) rotationProblem(key, msg string, args ...any) {
+	c.rotMu.Lock()
+	repeated := key == c.rotProblem
+	c.rotProblem = key
+	c.rotMu.Unlock()
+	if !repeated {
+		c.log.Error(msg, args...)
+	}
+}
+
+func mustParse(der []byte) *x509.Certificate {
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		return &x509.Certificate{}
+	}
+	return c
+}
+
+// RequestRotation begins a rotation of the self-signed root in the
+// RotationStore, for the running replicas to carry out, and returns it.
+// A rotation under way is returned with an error wrapping
+// ErrRotationInProgress; a plugged-in CA (a set in CACertsDir) is refused.
+func (c *CA) RequestRotation(ctx context.Context) (*Rotation, error) {
+	if c.cfg.Rotations == nil {
+		return nil, errors.New("root rotation: no rotation store configured")
+	}
+	if c.cfg.CACertsDir != "" {
+		if _, found, err := readCACerts(c.cfg.CACertsDir); found || err != nil {
+			return nil, fmt.Errorf("root rotation: the CA is plugged in from %s: rotate it by replacing that set", c.cfg.CACertsDir)
+		}
+	}
+	cur, rev, err := c.cfg.Rotations.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if cur.InProgress() {
+		return cur, fmt.Errorf("%w (phase %s since %s)", ErrRotationInProgress, cur.Phase, cur.Prepared.UTC().Format(time.RFC3339))
+	}
+	r, err := c.begin(ctx, cur, c.cfg.Clock())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.cfg.Rotations.Save(ctx, r, rev); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Rotation returns the stored rotation state, nil for none.
+func (c *CA) Rotation(ctx context.Context) (*Rotation, error) {
+	if c.cfg.Rotations == nil {
+		return nil, nil
+	}
+	r, _, err := c.cfg.Rotations.Load(ctx)
+	return r, err
+}

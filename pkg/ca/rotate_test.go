@@ -1,0 +1,298 @@
+package ca
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bulwark-mesh/bulwark/pkg/ca/catest"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+)
+
+// fakeClock is a clock tests move by hand.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (f *fakeClock) Now() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.now
+}
+
+func (f *fakeClock) Advance(d time.Duration) {
+	f.mu.Lock()
+	f.now = f.now.Add(d)
+	f.mu.Unlock()
+}
+
+// rotationRig is replicas of one CA sharing a state directory, with a
+// clock and a data plane the test sets.
+type rotationRig struct {
+	t     *testing.T
+	dir   string
+	clock *fakeClock
+
+	mu      sync.Mutex
+	unacked map[string][]string // by replica
+}
+
+func newRotationRig(t *testing.T) *rotationRig {
+	return &rotationRig{t: t, dir: t.TempDir(), clock: &fakeClock{now: time.Now().UTC().Truncate(time.Second)},
+		unacked: map[string][]string{}}
+}
+
+// replica starts (or restarts) the replica named name.
+func (r *rotationRig) replica(name string, change func(*Config)) *CA {
+	r.t.Helper()
+	c := newTestCA(r.t, func(cfg *Config) {
+		cfg.Store = NewDirStore(r.dir)
+		cfg.Rotations = NewDirRotationStore(r.dir)
+		cfg.Replica = name
+		cfg.Clock = r.clock.Now
+		cfg.RootGracePercentile = -1
+		cfg.DefaultTTL = time.Hour
+		cfg.RotationPolicy = RotationPolicy{Grace: 2 * time.Minute, Timeout: time.Hour}
+		if change != nil {
+			change(cfg)
+		}
+	})
+	mustLoad(r.t, c)
+	return c
+}
+
+func (r *rotationRig) setUnacked(replica string, proxies ...string) {
+	r.mu.Lock()
+	r.unacked[replica] = proxies
+	r.mu.Unlock()
+}
+
+func (r *rotationRig) dataPlane(replica string) DataPlaneFunc {
+	return func(context.Context, *x509.Certificate) DataPlane {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return DataPlane{Unacked: slices.Clone(r.unacked[replica])}
+	}
+}
+
+func (r *rotationRig) tick(c *CA, replica string) {
+	r.t.Helper()
+	if err := c.rotateOnce(context.Background(), r.dataPlane(replica)); err != nil {
+		r.t.Fatalf("%s: rotate: %v", replica, err)
+	}
+}
+
+// issue signs a workload certificate and checks its chain as pilot-agent
+// reads it: the leaf, then the roots it is to trust as the last element.
+func issue(t *testing.T, c *CA) (*Issued, []*x509.Certificate) {
+	t.Helper()
+	iss, err := c.Sign(SignRequest{PublicKey: catest.NewKey(t).Public(), Identities: []spiffeid.ID{testID("ns", "sa")}})
+	if err != nil {
+		t.Fatalf("sign: %v", err)
+	}
+	roots, err := parseCerts([]byte(iss.Chain[len(iss.Chain)-1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return iss, roots
+}
+
+func rootsEqual(got []*x509.Certificate, want ...*x509.Certificate) bool {
+	return slices.EqualFunc(got, want, func(a, b *x509.Certificate) bool { return a.Equal(b) })
+}
+
+// A self-signed root rotates through prepare, activate and retire with
+// the signer and the published roots each phase asks for; the set in
+// istio-ca-secret's place is never rewritten, and a restart in any phase
+// resumes where the rotation stands.
+func TestRotationDrivesTheSigner(t *testing.T) {
+	rig := newRotationRig(t)
+	c := rig.replica("a", nil)
+	oldRoot := c.Current().Roots[0]
+	secretBefore, err := os.ReadFile(filepath.Join(rig.dir, dirStoreSet, FileCAKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	early, _ := issue(t, c)
+
+	r, err := c.RequestRotation(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RequestRotation(context.Background()); !errors.Is(err, ErrRotationInProgress) {
+		t.Fatalf("second rotation during one: %v", err)
+	}
+	newRoot := mustParse(r.NewRoot)
+
+	// prepare: both roots published, the old key signs.
+	rig.setUnacked("a", "app-1.ns")
+	rig.tick(c, "a")
+	if !rootsEqual(c.Current().Roots, oldRoot, newRoot) {
+		t.Fatalf("prepare: bundle %d roots, want old then new", len(c.Current().Roots))
+	}
+	iss, roots := issue(t, c)
+	if !rootsEqual(roots, oldRoot, newRoot) || iss.Leaf.CheckSignatureFrom(oldRoot) != nil {
+		t.Fatal("prepare: the old key must sign, and the chain's last element hold both roots")
+	}
+	c = rig.replica("a", nil)
+	if !rootsEqual(c.Current().Roots, oldRoot, newRoot) {
+		t.Fatal("a restart in prepare lost the new root")
+	}
+
+	// A proxy without the new bundle holds it past the grace.
+	rig.clock.Advance(3 * time.Minute)
+	rig.tick(c, "a")
+	if st := c.RotationStatus(); st.Phase != PhasePrepare || !slices.Equal(st.Unacked, []string{"app-1.ns"}) ||
+		!strings.Contains(st.Waiting, "app-1.ns") {
+		t.Fatalf("status with an unacked proxy: %+v", st)
+	}
+	rig.setUnacked("a")
+	rig.tick(c, "a")
+	if st := c.RotationStatus(); st.Phase != PhaseActivate {
+		t.Fatalf("not activated once every proxy held the new root: %+v", st)
+	}
+	iss, roots = issue(t, c)
+	if !rootsEqual(roots, newRoot, oldRoot) || iss.Leaf.CheckSignatureFrom(newRoot) != nil {
+		t.Fatal("activate: the new key must sign, with both roots trusted")
+	}
+	c = rig.replica("a", nil)
+	if iss, _ := issue(t, c); iss.Leaf.CheckSignatureFrom(newRoot) != nil {
+		t.Fatal("a restart in activate went back to the old key")
+	}
+
+	// The old root stays until what the old key signed has expired: the
+	// last certificate of prepare outlives the one before the rotation.
+	rig.clock.Advance(30 * time.Minute)
+	rig.tick(c, "a")
+	if len(c.Current().Roots) != 2 {
+		t.Fatal("the old root retired while certificates it signed are valid")
+	}
+	rig.clock.Advance(time.Hour)
+	if !rig.clock.Now().After(early.Leaf.NotAfter) {
+		t.Fatal("test clock")
+	}
+	rig.tick(c, "a")
+	if !rootsEqual(c.Current().Roots, newRoot) || c.RotationStatus().Phase != PhaseIdle {
+		t.Fatalf("retire: %d roots, phase %q", len(c.Current().Roots), c.RotationStatus().Phase)
+	}
+	c = rig.replica("a", nil)
+	if iss, roots := issue(t, c); !rootsEqual(roots, newRoot) || iss.Leaf.CheckSignatureFrom(newRoot) != nil {
+		t.Fatal("after the rotation a restart must sign with the new key and trust the new root only")
+	}
+	secretAfter, err := os.ReadFile(filepath.Join(rig.dir, dirStoreSet, FileCAKey))
+	if err != nil || !bytes.Equal(secretBefore, secretAfter) {
+		t.Fatal("the stored self-signed set was rewritten")
+	}
+
+	// A second rotation starts from the set the first one left.
+	r2, err := c.RequestRotation(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(r2.OldRoot, newRoot.Raw) || r2.Old == nil {
+		t.Fatal("the second rotation does not start from the first one's root")
+	}
+	rig.tick(c, "a")
+	if iss, _ := issue(t, c); iss.Leaf.CheckSignatureFrom(newRoot) != nil {
+		t.Fatal("the second rotation's prepare must sign with the first one's key")
+	}
+}
+
+// With two replicas, one whose proxies lack the new bundle holds
+// activation for both; a replica that stops reporting stops counting.
+func TestRotationWaitsForEveryReplica(t *testing.T) {
+	rig := newRotationRig(t)
+	a := rig.replica("a", nil)
+	b := rig.replica("b", nil)
+	if _, err := a.RequestRotation(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rig.setUnacked("b", "app-2.ns")
+	rig.tick(a, "a")
+	rig.tick(b, "b")
+	rig.clock.Advance(3 * time.Minute)
+	rig.tick(b, "b")
+	rig.tick(a, "a")
+	if st := a.RotationStatus(); st.Phase != PhasePrepare || !slices.Equal(st.Unacked, []string{"app-2.ns"}) {
+		t.Fatalf("replica a activated while b's proxy lacks the new root: %+v", st)
+	}
+	// b is gone: its report goes stale, and a activates alone.
+	rig.clock.Advance(staleReports*DefaultRotationTick + time.Second)
+	rig.tick(a, "a")
+	if st := a.RotationStatus(); st.Phase != PhaseActivate {
+		t.Fatalf("a stale replica's report still holds the rotation: %+v", st)
+	}
+	rig.tick(b, "b")
+	if !a.SigningCert().Equal(b.SigningCert()) {
+		t.Fatal("the replicas sign with different keys after activation")
+	}
+}
+
+// The self-signed root starts rotating on its own in the last
+// RootGracePercentile of its life.
+func TestRotationStartsInTheRootsGracePeriod(t *testing.T) {
+	rig := newRotationRig(t)
+	pct := func(cfg *Config) { cfg.RootGracePercentile = 20; cfg.RootTTL = 100 * time.Hour }
+	c := rig.replica("a", pct)
+	rig.clock.Advance(79 * time.Hour)
+	rig.tick(c, "a")
+	if st := c.RotationStatus(); st.Phase != PhaseIdle {
+		t.Fatalf("rotated with 21%% of the root's life left: %+v", st)
+	}
+	rig.clock.Advance(2 * time.Hour)
+	rig.tick(c, "a")
+	if st := c.RotationStatus(); st.Phase != PhasePrepare || len(st.Roots) != 2 {
+		t.Fatalf("no rotation with 19%% of the root's life left: %+v", st)
+	}
+}
+
+// A plugged-in CA is the operator's: nothing rotates it here.
+func TestRotationLeavesAPluggedInCAAlone(t *testing.T) {
+	set, _ := pluggedIn(t)
+	dir := t.TempDir()
+	catest.WriteCACerts(t, dir, set)
+	rig := newRotationRig(t)
+	c := rig.replica("a", func(cfg *Config) { cfg.CACertsDir = dir; cfg.RootGracePercentile = 99 })
+	if _, err := c.RequestRotation(context.Background()); err == nil || !strings.Contains(err.Error(), "plugged in") {
+		t.Fatalf("rotation of a plugged-in CA: %v", err)
+	}
+	rig.tick(c, "a")
+	if r, _ := c.Rotation(context.Background()); r != nil {
+		t.Fatalf("a plugged-in CA wrote rotation state: %+v", r)
+	}
+}
+
+// istiod's serving certificate, re-issued by the new key on activation,
+// does not keep the old root trusted; a workload certificate does.
+func TestRotationCountsWorkloadCertificatesOnly(t *testing.T) {
+	rig := newRotationRig(t)
+	c := rig.replica("a", nil)
+	if _, err := c.RequestRotation(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rig.tick(c, "a")
+	if _, err := c.Sign(SignRequest{PublicKey: catest.NewKey(t).Public(), DNSNames: []string{"istiod.istio-system.svc"}, TTL: 48 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	rig.tick(c, "a")
+	if r, _ := c.Rotation(context.Background()); r.OldSignedUntil.After(rig.clock.Now().Add(time.Hour)) {
+		t.Fatalf("a serving certificate holds the old root until %s", r.OldSignedUntil)
+	}
+	iss, err := c.Sign(SignRequest{PublicKey: catest.NewKey(t).Public(), Identities: []spiffeid.ID{testID("ns", "sa")}, TTL: 48 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rig.tick(c, "a")
+	if r, _ := c.Rotation(context.Background()); !r.OldSignedUntil.Equal(iss.Leaf.NotAfter) {
+		t.Fatalf("old root trusted until %s, want the workload certificate's expiry %s", r.OldSignedUntil, iss.Leaf.NotAfter)
+	}
+}
