@@ -17,37 +17,19 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 )
 
-// fakeClock is a clock tests move by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (f *fakeClock) Now() time.Time {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.now
-}
-
-func (f *fakeClock) Advance(d time.Duration) {
-	f.mu.Lock()
-	f.now = f.now.Add(d)
-	f.mu.Unlock()
-}
-
 // rotationRig is replicas of one CA sharing a state directory, with a
 // clock and a data plane the test sets.
 type rotationRig struct {
 	t     *testing.T
 	dir   string
-	clock *fakeClock
+	clock *catest.Clock
 
 	mu      sync.Mutex
 	unacked map[string][]string // by replica
 }
 
 func newRotationRig(t *testing.T) *rotationRig {
-	return &rotationRig{t: t, dir: t.TempDir(), clock: &fakeClock{now: time.Now().UTC().Truncate(time.Second)},
+	return &rotationRig{t: t, dir: t.TempDir(), clock: catest.NewClock(time.Now().UTC().Truncate(time.Second)),
 		unacked: map[string][]string{}}
 }
 

@@ -66,6 +66,19 @@ type meshModel struct {
 	ServerPort int
 }
 
+// echoModel is the model in ns before the server's port is chosen: the
+// server echo-1 on 127.0.0.2 and the client client-1 on 127.0.0.3, both
+// with Istio's mTLS label.
+func echoModel(ns string) meshModel {
+	return meshModel{
+		Namespace: ns,
+		Server: workload{Name: "echo-1", Namespace: ns, ServiceAccount: "echo", IP: "127.0.0.2",
+			Labels: map[string]string{"app": "echo", "security.istio.io/tlsMode": "istio"}},
+		Client: workload{Name: "client-1", Namespace: ns, ServiceAccount: "client", IP: "127.0.0.3",
+			Labels: map[string]string{"app": "client", "security.istio.io/tlsMode": "istio"}},
+	}
+}
+
 // modelSource is where one case of TestPilotAgentProxylessGRPC keeps the
 // mesh model.
 type modelSource struct {
@@ -86,13 +99,7 @@ func testProxylessGRPC(t *testing.T, src modelSource) {
 	env := testenv.Get(t)
 	istiodNS, ns := env.Namespace(t), env.Namespace(t)
 
-	m := meshModel{
-		Namespace: ns,
-		Server: workload{Name: "echo-1", Namespace: ns, ServiceAccount: "echo", IP: "127.0.0.2",
-			Labels: map[string]string{"app": "echo", "security.istio.io/tlsMode": "istio"}},
-		Client: workload{Name: "client-1", Namespace: ns, ServiceAccount: "client", IP: "127.0.0.3",
-			Labels: map[string]string{"app": "client", "security.istio.io/tlsMode": "istio"}},
-	}
+	m := echoModel(ns)
 	if src.serverIP != nil {
 		m.Server.IP = src.serverIP(t)
 	}

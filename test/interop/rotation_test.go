@@ -66,13 +66,7 @@ func testRootRotation(t *testing.T, pluggedIn bool) {
 	bins := peerBinariesFor(t)
 	env := testenv.Get(t)
 	istiodNS, ns := env.Namespace(t), env.Namespace(t)
-	m := meshModel{
-		Namespace: ns,
-		Server: workload{Name: "echo-1", Namespace: ns, ServiceAccount: "echo", IP: "127.0.0.2",
-			Labels: map[string]string{"app": "echo", "security.istio.io/tlsMode": "istio"}},
-		Client: workload{Name: "client-1", Namespace: ns, ServiceAccount: "client", IP: "127.0.0.3",
-			Labels: map[string]string{"app": "client", "security.istio.io/tlsMode": "istio"}},
-	}
+	m := echoModel(ns)
 	m.ServerPort = freePortOn(t, m.Server.IP)
 	modelFlags, _ := writeModel(t, env, m)
 	cacerts := filepath.Join(t.TempDir(), "cacerts")
