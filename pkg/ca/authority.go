@@ -40,6 +40,7 @@ type authority struct {
 	roots       []*x509.Certificate // the set's roots, which its chain leads to
 	trust       []*x509.Certificate // the roots published: roots, then any a rotation keeps trusted
 	issued      *highWater          // the latest expiry the key signed, shared by copies
+	material    *KeyMaterial        // the set as read, for a rotation to keep it
 	rootPool    *x509.CertPool
 	interPool   *x509.CertPool // the signing cert and the intermediates above it
 	chainPEM    []string       // signing cert, then intermediates; empty if the signer is a root
@@ -81,7 +82,8 @@ func newAuthority(set rawSet, now time.Time, source string) (*authority, error) 
 	if err != nil {
 		return nil, fileErr(f.roots, err)
 	}
-	a := &authority{source: source, signer: signer, cert: cert, roots: roots, trust: roots, issued: new(highWater)}
+	a := &authority{source: source, signer: signer, cert: cert, roots: roots, trust: roots, issued: new(highWater),
+		material: &KeyMaterial{CACert: set.cert, CAKey: set.key, CertChain: set.chain, RootCert: set.roots}}
 	if err := a.buildChain(extra, now, f); err != nil {
 		return nil, err
 	}

@@ -79,7 +79,7 @@ func (c *CA) Load(ctx context.Context) error {
 
 // withRotation is base as the stored rotation state makes it.
 func (c *CA) withRotation(ctx context.Context, base *authority) (*authority, error) {
-	if c.cfg.Rotations == nil || base.source != sourceSelfSigned {
+	if c.cfg.Rotations == nil {
 		return base, nil
 	}
 	r, _, err := c.cfg.Rotations.Load(ctx)

@@ -15,9 +15,9 @@ import (
 // A running CA moves the rotation in its RotationStore every RotationTick
 // (rotation.go has the phases): it reports what its part of the data plane
 // lacks, steps the shared state with a compare-and-swap, and publishes the
-// signer and trust bundle the state asks for. Rotation applies to the
-// self-signed root; a plugged-in CA's roots are the operator's, and its
-// signer changes with the cacerts directory.
+// signer and trust bundle the state asks for. A self-signed root rotates
+// late in its life or on request; a plugged-in set whose root differs from
+// the signing one rotates in when it appears in the cacerts directory.
 
 // DataPlaneFunc reports what this replica's part of the data plane lacks
 // of root: connected proxies that have not ACKed a bundle holding it, and
@@ -85,12 +85,15 @@ func (c *CA) rotateOnce(ctx context.Context, dp DataPlaneFunc) error {
 	c.loadMu.Lock()
 	defer c.loadMu.Unlock()
 	base := c.base
-	if base == nil || base.source != sourceSelfSigned {
+	if base == nil {
 		return nil
 	}
 	rec, rev, err := c.cfg.Rotations.Load(ctx)
 	if err != nil {
 		return err
+	}
+	if base.source != sourceSelfSigned && !rec.InProgress() {
+		return nil // a plugged-in root is the operator's to change
 	}
 	now := c.cfg.Clock()
 	next := &Rotation{}
@@ -100,7 +103,7 @@ func (c *CA) rotateOnce(ctx context.Context, dp DataPlaneFunc) error {
 		next = &cp
 	}
 	changed := c.noteIssued(next)
-	if !next.InProgress() && c.dueForRotation(now) {
+	if !next.InProgress() && base.source == sourceSelfSigned && c.dueForRotation(now) {
 		begun, err := c.begin(ctx, next, now)
 		if err != nil {
 			return err
@@ -235,37 +238,92 @@ func (c *CA) publish(base *authority, r *Rotation, now time.Time) error {
 }
 
 // compose is the authority rotation state r asks for over base, the set
-// loaded from the Store: base itself without a self-signed rotation;
-// during prepare the outgoing key with both roots trusted, during
-// activate the incoming key with both, after it the incoming key alone.
+// loaded from CACertsDir or the Store: during prepare the outgoing key
+// (r.Old, else base) with both roots trusted, during activate the
+// incoming key (a self-signed rotation's r.New, a plugged-in one's
+// cacerts set) with both, after it the incoming key alone. A plugged-in
+// set wins over the self-signed one a finished rotation left.
 func (c *CA) compose(base *authority, r *Rotation, now time.Time) (*authority, error) {
-	if base.source != sourceSelfSigned || r == nil || r.New == nil {
-		return base, nil
-	}
 	sets := map[[sha256.Size]byte]*authority{}
 	defer func() { c.sets = sets }()
-	incoming, err := c.set(sets, r.New, now)
-	if err != nil {
-		return nil, fmt.Errorf("root rotation: the new set: %w", err)
+	if !r.InProgress() {
+		if r == nil || r.New == nil || base.source != sourceSelfSigned {
+			return base, nil
+		}
+		incoming, err := c.set(sets, r.New, now)
+		if err != nil {
+			return nil, fmt.Errorf("root rotation: the new set: %w", err)
+		}
+		return incoming, nil
 	}
-	switch r.Phase {
-	case PhasePrepare:
+	newRoot, err := x509.ParseCertificate(r.NewRoot)
+	if err != nil {
+		return nil, fmt.Errorf("root rotation: the new root: %w", err)
+	}
+	if r.Phase == PhasePrepare {
 		outgoing := base
 		if r.Old != nil {
 			if outgoing, err = c.set(sets, r.Old, now); err != nil {
 				return nil, fmt.Errorf("root rotation: the old set: %w", err)
 			}
 		}
-		return outgoing.withTrust(incoming.roots), nil
-	case PhaseActivate:
-		oldRoot, err := x509.ParseCertificate(r.OldRoot)
-		if err != nil {
-			return nil, fmt.Errorf("root rotation: the old root: %w", err)
-		}
-		return incoming.withTrust([]*x509.Certificate{oldRoot}), nil
-	default:
-		return incoming, nil
+		return outgoing.withTrust([]*x509.Certificate{newRoot}), nil
 	}
+	incoming := base
+	if r.New != nil {
+		if incoming, err = c.set(sets, r.New, now); err != nil {
+			return nil, fmt.Errorf("root rotation: the new set: %w", err)
+		}
+	} else if !base.roots[0].Equal(newRoot) {
+		return nil, fmt.Errorf("root rotation: the plugged-in set's root (%s) is not the new root the rotation activated; restore that set", base.roots[0].Subject)
+	}
+	oldRoot, err := x509.ParseCertificate(r.OldRoot)
+	if err != nil {
+		return nil, fmt.Errorf("root rotation: the old root: %w", err)
+	}
+	return incoming.withTrust([]*x509.Certificate{oldRoot}), nil
+}
+
+// rotateToPluggedIn starts a rotation to a, a plugged-in set whose root is
+// not the one signing: its root joins the bundle and the key signing now
+// keeps signing, kept in the rotation state so that every replica (and
+// this one after a restart) has it until the new key activates. A set of
+// another root while a rotation is under way waits for its end.
+func (c *CA) rotateToPluggedIn(a *authority) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rec, rev, err := c.cfg.Rotations.Load(ctx)
+	if err != nil {
+		return err
+	}
+	now := c.cfg.Clock()
+	if rec.InProgress() {
+		if rec.New == nil && bytes.Equal(rec.NewRoot, a.roots[0].Raw) {
+			c.base = a // the rotation's own incoming set, re-read
+			return c.publish(a, rec, now)
+		}
+		return fmt.Errorf("%w (phase %s): the plugged-in set with root %s waits until it is done",
+			ErrRotationInProgress, rec.Phase, a.roots[0].Subject)
+	}
+	cur := c.auth.Load()
+	since := cur.issued.get()
+	if rec != nil && rec.Watermark.After(since) {
+		since = rec.Watermark
+	}
+	r, err := Begin(rec, cur.roots[0], a.roots[0], since, now)
+	if err != nil {
+		return err
+	}
+	r.Old = cur.material
+	if _, err := c.cfg.Rotations.Save(ctx, r, rev); err != nil {
+		return err
+	}
+	c.base = a
+	if err := c.publish(a, r, now); err != nil {
+		return err
+	}
+	c.noteStatus(rec, r, "")
+	return nil
 }
 
 // set is the authority of m, parsed once while a rotation holds it, so
@@ -356,7 +414,7 @@ func (c *CA) RequestRotation(ctx context.Context) (*Rotation, error) {
 	}
 	if c.cfg.CACertsDir != "" {
 		if _, found, err := readCACerts(c.cfg.CACertsDir); found || err != nil {
-			return nil, fmt.Errorf("root rotation: the CA is plugged in from %s: rotate it by replacing that set", c.cfg.CACertsDir)
+			return nil, fmt.Errorf("root rotation: the CA is plugged in from %s: put a set with the new root there, and istiod rotates to it", c.cfg.CACertsDir)
 		}
 	}
 	cur, rev, err := c.cfg.Rotations.Load(ctx)
@@ -374,6 +432,33 @@ func (c *CA) RequestRotation(ctx context.Context) (*Rotation, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// RecordIssued saves the latest expiry this process signed into the
+// rotation state, for a process that signs without moving the rotation
+// (mint-cert): the root it signed under stays trusted until then.
+func (c *CA) RecordIssued(ctx context.Context) error {
+	if c.cfg.Rotations == nil || !c.Ready() {
+		return nil
+	}
+	for range 5 {
+		rec, rev, err := c.cfg.Rotations.Load(ctx)
+		if err != nil {
+			return err
+		}
+		next := &Rotation{}
+		if rec != nil {
+			cp := *rec
+			next = &cp
+		}
+		if !c.noteIssued(next) {
+			return nil
+		}
+		if _, err := c.cfg.Rotations.Save(ctx, next, rev); !errors.Is(err, ErrRotationConflict) {
+			return err
+		}
+	}
+	return ErrRotationConflict
 }
 
 // Rotation returns the stored rotation state, nil for none.

@@ -296,3 +296,77 @@ func TestRotationCountsWorkloadCertificatesOnly(t *testing.T) {
 		t.Fatalf("old root trusted until %s, want the workload certificate's expiry %s", r.OldSignedUntil, iss.Leaf.NotAfter)
 	}
 }
+
+// A plugged-in set with a new root rotates in: the signing key keeps
+// signing (kept in the rotation state, so a restart keeps it too) while
+// both roots are trusted, until the data plane holds the new root. A set
+// of yet another root, or a bad set, during the rotation is refused and
+// the rotation goes on.
+func TestRotationToAPluggedInRoot(t *testing.T) {
+	rig := newRotationRig(t)
+	dir := t.TempDir()
+	set1, root1 := pluggedIn(t)
+	catest.WriteCACerts(t, dir, set1)
+	withDir := func(cfg *Config) { cfg.CACertsDir = dir }
+	c := rig.replica("a", withDir)
+	signedBy := func(c *CA, want *catest.Cert) bool {
+		iss, _ := issue(t, c)
+		return iss.Leaf.CheckSignatureFrom(want.Cert) == nil
+	}
+
+	set2, root2 := pluggedIn(t)
+	catest.WriteCACerts(t, dir, set2)
+	if err := c.reloadLocked(); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.RotationStatus(); st.Phase != PhasePrepare || !rootsEqual(st.Roots, root1.Cert, root2.Cert) {
+		t.Fatalf("a new plugged-in root: phase %q, %d roots; want prepare with both", st.Phase, len(st.Roots))
+	}
+	if !signedBy(c, set1.Signing) {
+		t.Fatal("prepare: the outgoing key must sign")
+	}
+	c = rig.replica("a", withDir)
+	if !signedBy(c, set1.Signing) || !rootsEqual(c.Current().Roots, root1.Cert, root2.Cert) {
+		t.Fatal("a restart in prepare must keep the outgoing key, which the cacerts directory no longer holds")
+	}
+
+	set3, _ := pluggedIn(t)
+	catest.WriteCACerts(t, dir, set3)
+	if err := c.reloadLocked(); !errors.Is(err, ErrRotationInProgress) {
+		t.Fatalf("another root during the rotation: %v", err)
+	}
+	catest.WriteFiles(t, dir, map[string][]byte{FileCAKey: []byte("not a key")})
+	if err := c.reloadLocked(); err == nil {
+		t.Fatal("a bad set during the rotation was accepted")
+	}
+	if !signedBy(c, set1.Signing) || !rootsEqual(c.Current().Roots, root1.Cert, root2.Cert) {
+		t.Fatal("a refused set changed the signer or the bundle")
+	}
+	catest.WriteCACerts(t, dir, set2)
+	if err := c.reloadLocked(); err != nil {
+		t.Fatal(err)
+	}
+
+	rig.clock.Advance(3 * time.Minute)
+	rig.tick(c, "a")
+	if st := c.RotationStatus(); st.Phase != PhaseActivate || !signedBy(c, set2.Signing) || !rootsEqual(st.Roots, root2.Cert, root1.Cert) {
+		t.Fatalf("activate: phase %q; want the plugged-in key signing with both roots", st.Phase)
+	}
+	rig.clock.Advance(2 * time.Hour)
+	rig.tick(c, "a")
+	if st := c.RotationStatus(); st.Phase != PhaseIdle || !rootsEqual(st.Roots, root2.Cert) {
+		t.Fatalf("retire: phase %q, %d roots", st.Phase, len(st.Roots))
+	}
+	if r, _ := c.Rotation(context.Background()); r.InProgress() || r.Old != nil || r.New != nil {
+		t.Fatalf("the finished rotation keeps key material: %+v", r)
+	}
+	// An intermediate of the same root swaps in at once.
+	same := catest.CACerts{Signing: catest.NewIntermediate(t, root2), Roots: []*catest.Cert{root2}}
+	catest.WriteCACerts(t, dir, same)
+	if err := c.reloadLocked(); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.RotationStatus(); st.Phase != PhaseIdle || !signedBy(c, same.Signing) {
+		t.Fatal("an intermediate of the same root did not swap in at once")
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/bulwark-mesh/bulwark/internal/dirwatch"
 )
@@ -55,13 +56,36 @@ func (c *CA) reloadLocked() error {
 		}
 		return nil
 	}
-	c.lastProblem = ""
 	if cur != nil && c.base != nil && c.base.fingerprint == a.fingerprint {
+		c.lastProblem = ""
 		return nil
 	}
+	if c.cfg.Rotations != nil && cur != nil && !a.roots[0].Equal(cur.roots[0]) {
+		// A new root: rotate to it rather than swap, so that no workload
+		// holds a certificate its peers cannot verify yet.
+		if err := c.rotateToPluggedIn(a); err != nil {
+			c.problem(err.Error(), slog.LevelError, "the plugged-in CA set has a new root that cannot be rotated to now; the current signer keeps serving",
+				"dir", c.cfg.CACertsDir, "err", err)
+			return err
+		}
+		c.lastProblem = ""
+		return nil
+	}
+	c.lastProblem = ""
 	c.base = a
-	c.install(a)
-	return nil
+	if c.cfg.Rotations == nil {
+		c.install(a)
+		return nil
+	}
+	// The same root: an intermediate or key change needs no overlap, but
+	// a rotation under way still shapes what is published.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rec, _, err := c.cfg.Rotations.Load(ctx)
+	if err != nil {
+		return err
+	}
+	return c.publish(a, rec, c.cfg.Clock())
 }
 
 // problem logs a reload problem once, until a different problem or a

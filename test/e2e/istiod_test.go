@@ -175,10 +175,13 @@ func TestPluggedInCAIsPickedUpWithoutRestart(t *testing.T) {
 	t.Parallel()
 	state := filepath.Join(t.TempDir(), "state")
 	cacerts := filepath.Join(state, "cacerts")
-	p := startIstiod(t, state)
+	p := startIstiod(t, state, "--root-rotation-grace=1s", "--root-rotation-tick=100ms")
 	selfSigned := mustRead(t, mint(t, state, "default", "demo").path("root-cert.pem"))
 
-	// Self-signed → plugged-in: the new intermediate signs from now on.
+	// Self-signed → plugged-in is a root rotation: once the grace has
+	// passed (no proxy is connected to wait for), the new intermediate
+	// signs; the self-signed root stays trusted while the certificate
+	// minted above, which it signed, is valid.
 	good := mkcerts(t, filepath.Join(t.TempDir(), "good"))
 	copySet(t, good, cacerts, caFiles...)
 	issuer := parseChainCert(t, mustRead(t, filepath.Join(good, "ca-cert.pem")))
@@ -187,8 +190,9 @@ func TestPluggedInCAIsPickedUpWithoutRestart(t *testing.T) {
 		plugged = mint(t, state, "default", "demo")
 		return issuedBy(t, p, plugged, issuer)
 	})
-	if strings.Contains(string(mustRead(t, plugged.path("root-cert.pem"))), string(selfSigned)) {
-		t.Errorf("trust bundle still holds the self-signed root")
+	bundle := string(mustRead(t, plugged.path("root-cert.pem")))
+	if !strings.Contains(bundle, string(selfSigned)) || !strings.Contains(bundle, string(mustRead(t, filepath.Join(good, "root-cert.pem")))) {
+		t.Errorf("the trust bundle during the rotation does not hold both roots:\n%s", bundle)
 	}
 
 	// A mismatched key is refused, logged, and the plugged-in signer keeps serving.

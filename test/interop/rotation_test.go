@@ -23,6 +23,7 @@ import (
 
 	"github.com/bulwark-mesh/bulwark/internal/testenv"
 	"github.com/bulwark-mesh/bulwark/pkg/ca"
+	"github.com/bulwark-mesh/bulwark/pkg/ca/catest"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/secretstore"
 )
 
@@ -51,9 +52,17 @@ const (
 // minutes of pilot-agent's gRPC bootstrap: the grace an operator gives a
 // rotation must exceed that interval (README, "Rotating the root").
 //
+// The same runs for a plugged-in CA whose cacerts set is replaced by one
+// with another root, without the stopped agent.
+//
 // Not parallel, as TestPilotAgentProxylessGRPC: istiod writes its root
 // into every namespace.
 func TestRootRotationWithRealAgents(t *testing.T) {
+	t.Run("self-signed, istiod ca rotate", func(t *testing.T) { testRootRotation(t, false) })
+	t.Run("plugged-in, a cacerts set with another root", func(t *testing.T) { testRootRotation(t, true) })
+}
+
+func testRootRotation(t *testing.T, pluggedIn bool) {
 	bins := peerBinariesFor(t)
 	env := testenv.Get(t)
 	istiodNS, ns := env.Namespace(t), env.Namespace(t)
@@ -66,8 +75,12 @@ func TestRootRotationWithRealAgents(t *testing.T) {
 	}
 	m.ServerPort = freePortOn(t, m.Server.IP)
 	modelFlags, _ := writeModel(t, env, m)
+	cacerts := filepath.Join(t.TempDir(), "cacerts")
+	if pluggedIn {
+		writeCACerts(t, cacerts)
+	}
 	p := startIstiod(t, append([]string{"--kubeconfig", env.Kubeconfig, "--namespace", istiodNS,
-		"--cacerts-dir", filepath.Join(t.TempDir(), "cacerts"),
+		"--cacerts-dir", cacerts,
 		"--inject-config-dir", filepath.Join(t.TempDir(), "inject"),
 		"--serving-dns-names", caSAN,
 		"--root-rotation-tick", rotationTick.String(),
@@ -102,62 +115,20 @@ func TestRootRotationWithRealAgents(t *testing.T) {
 
 	calls := startCalling(t, cli, want)
 
-	// The client's agent stops answering: it holds the connection but
-	// never ACKs the new bundle.
-	clientAgent := agents[m.Client.Name].proc.cmd.Process
-	if err := clientAgent.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	stopped := true
-	defer func() {
-		if stopped {
-			_ = clientAgent.Signal(syscall.SIGCONT)
-		}
-	}()
 	began := time.Now()
-	out := runIstiodCommand(t, p, "ca", "rotate", "--kubeconfig", env.Kubeconfig, "--namespace", istiodNS)
-	if !strings.Contains(out, "phase: prepare") {
-		t.Fatalf("istiod ca rotate:\n%s", out)
+	var r *ca.Rotation
+	if pluggedIn {
+		writeCACerts(t, cacerts)
+		r = waitRotation(t, env, istiodNS, "the new root in the bundle", func(r *ca.Rotation) bool { return r.InProgress() })
+	} else {
+		r = rotateWithAStoppedAgent(t, env, p, istiodNS, agents[m.Client.Name], m.Client)
 	}
-	r := waitRotation(t, env, istiodNS, "the new root in the bundle", func(r *ca.Rotation) bool {
-		return r.Phase == ca.PhasePrepare && len(r.Replicas) > 0
-	})
 	newRoot, err := x509.ParseCertificate(r.NewRoot)
 	if err != nil {
 		t.Fatal(err)
 	}
-
-	t.Run("a proxy that does not ACK the new bundle holds the rotation in prepare, named", func(t *testing.T) {
-		time.Sleep(rotationGrace + time.Second)
-		r := loadRotation(t, env, istiodNS)
-		if r.Phase != ca.PhasePrepare {
-			t.Fatalf("phase %s with the client's agent stopped", r.Phase)
-		}
-		if got := r.DataPlane(time.Time{}).Unacked; len(got) != 1 || got[0] != m.Client.Name+"."+ns {
-			t.Errorf("the rotation waits for %v, want %s.%s", got, m.Client.Name, ns)
-		}
-		statuses, err := getSyncz(p.MonitoringAddr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range statuses {
-			isClient := strings.Contains(s.NodeID, m.Client.Name+"."+ns)
-			if s.LacksNewRoot != isClient {
-				t.Errorf("/debug/syncz: %s lacksNewRoot=%v", s.NodeID, s.LacksNewRoot)
-			}
-		}
-		if v := metric(t, p.MonitoringAddr, "bulwark_ca_root_rotation_unacked_proxies"); v != "1" {
-			t.Errorf("bulwark_ca_root_rotation_unacked_proxies = %s, want 1", v)
-		}
-	})
-
-	if err := clientAgent.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	stopped = false
-	resumed := time.Now()
 	r = waitRotation(t, env, istiodNS, "activation", func(r *ca.Rotation) bool { return r.Phase == ca.PhaseActivate })
-	t.Logf("agent resumed → new key signs: %v (rotation began %v before)", time.Since(resumed).Round(time.Millisecond), resumed.Sub(began).Round(time.Millisecond))
+	t.Logf("rotation began → new key signs: %v", time.Since(began).Round(time.Millisecond))
 	activated := time.Now()
 	waitRotation(t, env, istiodNS, "the old root's retirement", func(r *ca.Rotation) bool { return !r.InProgress() })
 	t.Logf("activation → old root retired: %v (old key's last certificate valid until %s)", time.Since(activated).Round(time.Millisecond), r.OldSignedUntil.Format(time.RFC3339))
@@ -193,6 +164,70 @@ func TestRootRotationWithRealAgents(t *testing.T) {
 	if ok == 0 || len(failed) > 0 {
 		t.Errorf("%d calls failed during the rotation (%d succeeded); first: %v", len(failed), ok, failed[:min(len(failed), 5)])
 	}
+}
+
+// rotateWithAStoppedAgent stops the agent (SIGSTOP: it holds its
+// connection but never ACKs the new bundle), runs `istiod ca rotate`,
+// checks that the rotation stays in prepare naming the agent's proxy past
+// the grace, and lets the agent run again. It returns the rotation begun.
+func rotateWithAStoppedAgent(t *testing.T, env *testenv.Env, p *istiod, istiodNS string, a *pilotAgent, w workload) *ca.Rotation {
+	t.Helper()
+	proc := a.proc.cmd.Process
+	if err := proc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	defer func() {
+		if stopped {
+			_ = proc.Signal(syscall.SIGCONT)
+		}
+	}()
+	out := runIstiodCommand(t, p, "ca", "rotate", "--kubeconfig", env.Kubeconfig, "--namespace", istiodNS)
+	if !strings.Contains(out, "phase: prepare") {
+		t.Fatalf("istiod ca rotate:\n%s", out)
+	}
+	r := waitRotation(t, env, istiodNS, "the new root in the bundle", func(r *ca.Rotation) bool {
+		return r.Phase == ca.PhasePrepare && len(r.Replicas) > 0
+	})
+	t.Run("a proxy that does not ACK the new bundle holds the rotation in prepare, named", func(t *testing.T) {
+		time.Sleep(rotationGrace + time.Second)
+		r := loadRotation(t, env, istiodNS)
+		if r.Phase != ca.PhasePrepare {
+			t.Fatalf("phase %s with the client's agent stopped", r.Phase)
+		}
+		if got := r.DataPlane(time.Time{}).Unacked; len(got) != 1 || got[0] != w.Name+"."+w.Namespace {
+			t.Errorf("the rotation waits for %v, want %s.%s", got, w.Name, w.Namespace)
+		}
+		statuses, err := getSyncz(p.MonitoringAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range statuses {
+			isClient := strings.Contains(s.NodeID, w.Name+"."+w.Namespace)
+			if s.LacksNewRoot != isClient {
+				t.Errorf("/debug/syncz: %s lacksNewRoot=%v", s.NodeID, s.LacksNewRoot)
+			}
+		}
+		if v := metric(t, p.MonitoringAddr, "bulwark_ca_root_rotation_unacked_proxies"); v != "1" {
+			t.Errorf("bulwark_ca_root_rotation_unacked_proxies = %s, want 1", v)
+		}
+		if out := runIstiodCommand(t, p, "ca", "status", "--kubeconfig", env.Kubeconfig, "--namespace", istiodNS); !strings.Contains(out, w.Name+"."+w.Namespace) {
+			t.Errorf("istiod ca status does not name the proxy:\n%s", out)
+		}
+	})
+	if err := proc.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	stopped = false
+	return r
+}
+
+// writeCACerts writes a new root and an intermediate that signs as
+// Istio's cacerts set in dir.
+func writeCACerts(t *testing.T, dir string) {
+	t.Helper()
+	root := catest.NewRoot(t)
+	catest.WriteCACerts(t, dir, catest.CACerts{Signing: catest.NewIntermediate(t, root), Roots: []*catest.Cert{root}})
 }
 
 // fastCertRefresh writes a copy of the agent's gRPC bootstrap whose
@@ -344,8 +379,12 @@ func waitChainsTo(t *testing.T, a *pilotAgent, root, old *x509.Certificate, with
 			continue
 		}
 		certs := parseCerts(t, chain)
+		intermediates := x509.NewCertPool()
+		for _, c := range certs[1:] {
+			intermediates.AddCert(c)
+		}
 		opts := func(r *x509.CertPool) x509.VerifyOptions {
-			return x509.VerifyOptions{Roots: r, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}
+			return x509.VerifyOptions{Roots: r, Intermediates: intermediates, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}
 		}
 		_, errNew := certs[0].Verify(opts(pool(root)))
 		_, errOld := certs[0].Verify(opts(pool(old)))
