@@ -1,8 +1,11 @@
 package interop
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -16,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/bulwark-mesh/bulwark/internal/testenv"
+	"github.com/bulwark-mesh/bulwark/pkg/ca"
 )
 
 // The echo Service of TestPilotAgentEnvoy: HTTP port 80 to the pod's 8080.
@@ -43,7 +47,8 @@ const (
 // simulator, run on what the stand-in received, routes inbound mTLS and
 // outbound HTTP where Istio would; the agent's readiness turns 200; an
 // AuthorizationPolicy created through the API puts RBAC on the stand-in's
-// inbound chains and deleting it takes it off; and a StatefulSet-style
+// inbound chains and deleting it takes it off; while a root rotation
+// prepares, the stand-in's ROOTCA holds the old root and the new; and a StatefulSet-style
 // restart (the agent stopped, the pod deleted and created again under its
 // name with a new UID and token) reconnects and gets the config again.
 //
@@ -59,7 +64,7 @@ func TestPilotAgentEnvoy(t *testing.T) {
 	p := startIstiod(t, "--kubeconfig", env.Kubeconfig, "--namespace", istiodNS,
 		"--cacerts-dir", filepath.Join(t.TempDir(), "cacerts"),
 		"--inject-config-dir", filepath.Join(t.TempDir(), "inject"),
-		"--serving-dns-names", caSAN)
+		"--serving-dns-names", caSAN, "--root-rotation-tick=500ms")
 	rootFile := publishedRoot(t, env, ns)
 	_, port, err := net.SplitHostPort(p.SecureGRPCAddr)
 	if err != nil {
@@ -95,10 +100,56 @@ func TestPilotAgentEnvoy(t *testing.T) {
 	t.Run("istioctl proxy-status and version read istiod over xDS, scoped to the caller's namespace", func(t *testing.T) {
 		checkIstioctl(t, env, bins, p, istiodNS, w, a)
 	})
+	rotatedRoots := filepath.Join(t.TempDir(), "root-cert.pem")
+	t.Run("while a root rotation prepares, the agent gives Envoy a ROOTCA with both roots", func(t *testing.T) {
+		if err := os.WriteFile(rotatedRoots, checkRotationROOTCA(t, env, p, istiodNS, a), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		rootFile = rotatedRoots
+	})
 	t.Run("a StatefulSet-style restart reconnects with a new pod's token and gets the config again", func(t *testing.T) {
 		restartEnvoyPod(t, env, bins, a, w, svc, rootFile, discovery)
 		waitSynced(t, p.MonitoringAddr, w)
 	})
+}
+
+// checkRotationROOTCA starts a root rotation (the default grace keeps it
+// in prepare) and waits for the stand-in's ROOTCA to hold the old root
+// and the new one, with default still verifying to it. It returns the
+// namespace's istio-ca-root-cert, holding both.
+func checkRotationROOTCA(t *testing.T, env *testenv.Env, p *istiod, istiodNS string, a *envoyAgent) []byte {
+	t.Helper()
+	runIstiodCommand(t, p, "ca", "rotate", "--kubeconfig", env.Kubeconfig, "--namespace", istiodNS)
+	r := waitRotation(t, env, istiodNS, "prepare", func(r *ca.Rotation) bool { return r.Phase == ca.PhasePrepare })
+	started := time.Now()
+	a.waitState(t, envoyWait, func(st *standinState) string {
+		root, def := st.Secrets["ROOTCA"], st.Secrets["default"]
+		if root == nil || def == nil {
+			return "no ROOTCA or default"
+		}
+		var old, new bool
+		for _, c := range parseCerts(t, []byte(root.TrustedCA)) {
+			old = old || bytes.Equal(c.Raw, r.OldRoot)
+			new = new || bytes.Equal(c.Raw, r.NewRoot)
+		}
+		if !old || !new {
+			return fmt.Sprintf("ROOTCA holds the old root: %v, the new: %v", old, new)
+		}
+		if def.VerifiedBy != "ROOTCA" {
+			return "default does not verify to ROOTCA: " + def.VerifyError
+		}
+		return ""
+	})
+	t.Logf("rotation prepared → the stand-in's ROOTCA holds both roots: %v", time.Since(started).Round(time.Millisecond))
+	for deadline := time.Now().Add(envoyWait); ; time.Sleep(100 * time.Millisecond) {
+		roots := mustRead(t, publishedRoot(t, env, a.Workload.Namespace))
+		if len(parseCerts(t, roots)) == 2 {
+			return roots
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("istio-ca-root-cert does not hold both roots")
+		}
+	}
 }
 
 // createEnvoyModel creates, through the API, the Istio CRDs, w's running
