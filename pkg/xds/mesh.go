@@ -27,7 +27,9 @@ type meshState struct {
 }
 
 func (s *Server) newMeshState(mc *meshv1alpha1.MeshConfig, keys *keyfetch.JWKSSnapshot) *meshState {
-	g := &envoygen.Generator{TrustDomain: s.cfg.TrustDomain, Mesh: envoyMesh(mc)}
+	m := envoyMesh(mc)
+	m.AllowInsecureSkipVerify = s.cfg.AllowInsecureSkipVerify
+	g := &envoygen.Generator{TrustDomain: s.cfg.TrustDomain, Mesh: m}
 	if keys != nil {
 		g.Keys = keys
 	}
