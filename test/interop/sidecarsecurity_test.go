@@ -285,6 +285,11 @@ func outboundMTLSProblems(w *meshObjects, pol *policies, client *corev1.Pod, cfg
 				wrap("DestinationRule ISTIO_MUTUAL", errors.New("transport_socket_matches, whose plaintext catch-all would send plaintext to workloads without the label"))
 			}
 			wrap("DestinationRule ISTIO_MUTUAL", checkIstioUpstreamTLS(c.GetTransportSocket(), sans))
+		case mode == networkingapi.ClientTLSSettings_SIMPLE || mode == networkingapi.ClientTLSSettings_MUTUAL:
+			if len(c.GetTransportSocketMatches()) > 0 {
+				wrap("DestinationRule "+mode.String(), errors.New("transport_socket_matches: auto-mTLS overrides the rule"))
+			}
+			wrap("DestinationRule "+mode.String(), checkOriginationTLS(c.GetTransportSocket(), tls))
 		default:
 			wrap("DestinationRule", fmt.Errorf("the test does not judge TLS mode %s", mode))
 		}

@@ -523,6 +523,41 @@ spec:
 `,
 	pods: []string{"app/echo-1", "app/sleep-1"},
 }, {
+	name: "DestinationRules SIMPLE and MUTUAL with files, SNI and SANs, port-level and subsets",
+	istio: `
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: echo, namespace: app}
+spec:
+  host: echo
+  trafficPolicy:
+    tls: {mode: SIMPLE, caCertificates: /etc/certs/ca.pem, caCrl: /etc/certs/crl.pem, sni: echo.example.com, subjectAltNames: [echo.example.com, spiffe://example.com/echo]}
+    portLevelSettings:
+    - port: {number: 7070}
+      tls: {mode: MUTUAL, clientCertificate: /etc/certs/cert.pem, privateKey: /etc/certs/key.pem, caCertificates: /etc/certs/ca.pem}
+  subsets:
+  - name: v1
+    labels: {version: v1}
+    trafficPolicy:
+      tls: {mode: SIMPLE}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: backend, namespace: other}
+spec:
+  host: backend
+  trafficPolicy:
+    tls: {mode: MUTUAL, clientCertificate: /etc/certs/cert.pem, privateKey: /etc/certs/key.pem}
+  subsets:
+  - name: v1
+    labels: {version: v1}
+    trafficPolicy:
+      portLevelSettings:
+      - port: {number: 80}
+        tls: {mode: SIMPLE, subjectAltNames: [backend.example.com]}
+`,
+	pods: allPods,
+}, {
 	name:         "outbound REGISTRY_ONLY",
 	registryOnly: true,
 	pods:         allPods,
