@@ -34,6 +34,7 @@ kind: DestinationRule
 metadata: {name: echo, namespace: gw}
 spec:
   host: echo.app.svc.cluster.local
+  workloadSelector: {matchLabels: {app: ingress}}
   trafficPolicy: {tls: {mode: MUTUAL, credentialName: cert, sni: echo.example.com}}
 `))
 
@@ -41,33 +42,21 @@ spec:
 	if err := st.Send(&discovery.DiscoveryRequest{Node: envoyNode("gw", "ingress", "10.0.0.9"), TypeUrl: typeCluster}); err != nil {
 		t.Fatal(err)
 	}
-	r := recv(t, st)
+	// The rule is published after the harness started: wait for a push
+	// that has it.
 	var names []string
-	for _, a := range r.GetResources() {
-		var c cluster.Cluster
-		if err := a.UnmarshalTo(&c); err != nil {
+	for deadline := time.Now().Add(10 * time.Second); names == nil; {
+		r := recv(t, st)
+		names = credentialSecrets(t, r)
+		if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: typeCluster, VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()}); err != nil {
 			t.Fatal(err)
 		}
-		if c.GetName() != "outbound|8080||echo.app.svc.cluster.local" {
-			continue
-		}
-		var up tlsv3.UpstreamTlsContext
-		if err := c.GetTransportSocket().GetTypedConfig().UnmarshalTo(&up); err != nil {
-			t.Fatal(err)
-		}
-		common := up.GetCommonTlsContext()
-		for _, s := range append(common.GetTlsCertificateSdsSecretConfigs(), common.GetCombinedValidationContext().GetValidationContextSdsSecretConfig()) {
-			if s.GetSdsConfig().GetAds() == nil {
-				t.Errorf("secret %s not over ADS: %v", s.GetName(), s.GetSdsConfig())
-			}
-			names = append(names, s.GetName())
+		if time.Now().After(deadline) {
+			t.Fatal("no cluster originating TLS with the rule's credentialName")
 		}
 	}
 	if want := []string{"kubernetes://cert", "kubernetes://cert-cacert"}; !slices.Equal(names, want) {
 		t.Fatalf("cluster names secrets %v, want %v", names, want)
-	}
-	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: typeCluster, VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()}); err != nil {
-		t.Fatal(err)
 	}
 
 	// What the cluster names is served; another namespace's Secret is
@@ -101,4 +90,33 @@ spec:
 	if got := secretsOf(t, recv(t, other)); len(got) != 0 {
 		t.Fatalf("a service account without access got %v", keys(got))
 	}
+}
+
+// credentialSecrets are the secrets the TLS context of echo's cluster in
+// r names, each checked to come over ADS; nil when it has no TLS socket.
+func credentialSecrets(t *testing.T, r *discovery.DiscoveryResponse) []string {
+	t.Helper()
+	for _, a := range r.GetResources() {
+		var c cluster.Cluster
+		if err := a.UnmarshalTo(&c); err != nil {
+			t.Fatal(err)
+		}
+		if c.GetName() != "outbound|8080||echo.app.svc.cluster.local" || c.GetTransportSocket() == nil {
+			continue
+		}
+		var up tlsv3.UpstreamTlsContext
+		if err := c.GetTransportSocket().GetTypedConfig().UnmarshalTo(&up); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		common := up.GetCommonTlsContext()
+		for _, s := range append(common.GetTlsCertificateSdsSecretConfigs(), common.GetCombinedValidationContext().GetValidationContextSdsSecretConfig()) {
+			if s.GetSdsConfig().GetAds() == nil {
+				t.Errorf("secret %s not over ADS: %v", s.GetName(), s.GetSdsConfig())
+			}
+			names = append(names, s.GetName())
+		}
+		return names
+	}
+	return nil
 }

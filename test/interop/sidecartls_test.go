@@ -187,6 +187,9 @@ func checkOriginationTLS(ts *corev3.TransportSocket, s *networkingapi.ClientTLSS
 	}
 	common := ctx.GetCommonTlsContext()
 	var errs []error
+	if s.GetCredentialName() != "" {
+		return errors.Join(append(errs, checkCredentialTLS(ctx, s))...)
+	}
 	certs := common.GetTlsCertificateSdsSecretConfigs()
 	switch {
 	case s.GetMode() == networkingapi.ClientTLSSettings_SIMPLE && len(certs) != 0:
@@ -217,6 +220,37 @@ func checkOriginationTLS(ts *corev3.TransportSocket, s *networkingapi.ClientTLSS
 	}
 	if ctx.GetSni() != s.GetSni() {
 		errs = append(errs, fmt.Errorf("SNI %q, want %q", ctx.GetSni(), s.GetSni()))
+	}
+	return errors.Join(errs...)
+}
+
+// checkCredentialTLS checks that ctx originates TLS with the Secret of
+// credentialName (the client certificate for MUTUAL, the CA from
+// "<name>-cacert"), both fetched over ADS from istiod.
+func checkCredentialTLS(ctx *tlsv3.UpstreamTlsContext, s *networkingapi.ClientTLSSettings) error {
+	common := ctx.GetCommonTlsContext()
+	var errs []error
+	var want []string
+	if s.GetMode() == networkingapi.ClientTLSSettings_MUTUAL {
+		want = append(want, "kubernetes://"+s.GetCredentialName())
+	}
+	want = append(want, "kubernetes://"+s.GetCredentialName()+"-cacert")
+	var got []string
+	for _, c := range append(common.GetTlsCertificateSdsSecretConfigs(), common.GetCombinedValidationContext().GetValidationContextSdsSecretConfig()) {
+		if c.GetSdsConfig().GetAds() == nil {
+			errs = append(errs, fmt.Errorf("secret %s is not fetched over ADS", c.GetName()))
+		}
+		got = append(got, c.GetName())
+	}
+	if !slices.Equal(got, want) {
+		errs = append(errs, fmt.Errorf("secrets %q, want %q", got, want))
+	}
+	sans, err := upstreamSANs(ctx)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if want := slices.Sorted(slices.Values(s.GetSubjectAltNames())); !slices.Equal(sans, want) {
+		errs = append(errs, fmt.Errorf("SANs %q, want exactly %q", sans, want))
 	}
 	return errors.Join(errs...)
 }

@@ -555,6 +555,28 @@ spec:
       portLevelSettings:
       - port: {number: 80}
         tls: {mode: SIMPLE, subjectAltNames: [backend.example.com]}
+---
+# Only sleep: echo, of the same namespace, has no rule for legacy (the
+# namespace's rules decide, and none is without a selector), nor has
+# backend (the service's namespace decides as well).
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: legacy-from-sleep, namespace: app}
+spec:
+  host: legacy
+  workloadSelector: {matchLabels: {app: sleep}}
+  trafficPolicy:
+    tls: {mode: SIMPLE, sni: legacy.example.com}
+---
+# credentialName reaches a sidecar only through a rule that selects it.
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: echo-from-backend, namespace: other}
+spec:
+  host: echo.app.svc.cluster.local
+  workloadSelector: {matchLabels: {app: backend}}
+  trafficPolicy:
+    tls: {mode: MUTUAL, credentialName: echo-client, subjectAltNames: [echo.example.com]}
 `,
 	pods: allPods,
 }, {

@@ -48,7 +48,7 @@ type outboundCluster struct {
 func (b *builder) outboundClusters() []outboundCluster {
 	var out []outboundCluster
 	for _, svc := range b.snap.Services() {
-		dr := b.snap.DestinationRule(svc.Hostname, b.p.Namespace)
+		dr := b.snap.DestinationRuleFor(svc.Hostname, b.p.Namespace, b.p.Labels)
 		for _, port := range svc.Ports {
 			if protocolOf(port) == protoUDP {
 				continue

@@ -35,7 +35,7 @@ const (
 var (
 	ErrInsecureSkipVerify = errors.New("insecureSkipVerify is not allowed by this istiod (--allow-insecure-skip-verify)")
 	ErrMissingClientCert  = errors.New("MUTUAL needs credentialName, or clientCertificate and privateKey")
-	ErrForeignCredential  = errors.New("credentialName applies only to clients in the rule's own namespace")
+	ErrForeignCredential  = errors.New("credentialName applies to a sidecar only in a rule with a workloadSelector")
 	ErrCredentialName     = errors.New("credentialName must name a Secret of the rule's namespace")
 	ErrFilePath           = errors.New("file paths must not contain '~', which separates them in SDS names")
 	errNotOrigination     = errors.New("not a SIMPLE or MUTUAL rule")
@@ -78,9 +78,11 @@ func (b *builder) originationProblem(oc outboundCluster, s *networkingv1.ClientT
 		return err
 	}
 	// A Secret is read with the client's identity in the client's
-	// namespace; a rule of another namespace (the service's, the root)
-	// must not make every client ask for a Secret of its own namespace.
-	if s.GetCredentialName() != "" && (oc.dr == nil || oc.dr.Namespace != b.p.Namespace) {
+	// namespace. As in Istio, only a rule that selects its workloads
+	// (which is of their own namespace) may name one, so that a rule of
+	// another namespace, or for the whole namespace, does not make every
+	// client ask for a Secret of its own namespace.
+	if s.GetCredentialName() != "" && (oc.dr == nil || oc.dr.Spec.GetWorkloadSelector() == nil || oc.dr.Namespace != b.p.Namespace) {
 		return ErrForeignCredential
 	}
 	return nil

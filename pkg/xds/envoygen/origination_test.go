@@ -182,11 +182,12 @@ func TestSubsetOriginatesOverIstioMutual(t *testing.T) {
 	}
 }
 
-func TestCredentialNameOfTheClientsNamespace(t *testing.T) {
+func TestCredentialNameInARuleSelectingTheClient(t *testing.T) {
+	const selector = "  workloadSelector: {matchLabels: {app: sleep}}\n"
 	policy := `  trafficPolicy:
     tls: {mode: MUTUAL, credentialName: echo-client, subjectAltNames: [echo.example.com]}
 `
-	snap := modeltest.Load(t, originationRule("app", policy))
+	snap := modeltest.Load(t, originationRule("app", selector+policy))
 	c := generate(t, &Generator{TrustDomain: td}, snap, sleepInApp)
 	ctx := upstreamTLS(t, c.clusters[echoCluster]).GetCommonTlsContext()
 	cert := ctx.GetTlsCertificateSdsSecretConfigs()
@@ -201,13 +202,20 @@ func TestCredentialNameOfTheClientsNamespace(t *testing.T) {
 		t.Errorf("SANs %v", got)
 	}
 
-	// A client of another namespace that the rule reaches (it is in the
-	// service's namespace) would ask for a Secret of its own namespace:
-	// refused.
-	refused(t, generate(t, &Generator{TrustDomain: td}, snap, &Proxy{Namespace: "web"}), echoCluster)
-	// So is a rule of the root namespace.
-	snap = modeltest.Load(t, originationRule("istio-system", policy))
-	refused(t, generate(t, &Generator{TrustDomain: td}, snap, sleepInApp), echoCluster)
+	// The rule applies to no other workload: of its namespace, or of
+	// another (it is in the service's namespace); they keep auto-mTLS.
+	for _, p := range []*Proxy{{Namespace: "app", Labels: map[string]string{"app": "other"}}, {Namespace: "web", Labels: map[string]string{"app": "sleep"}}} {
+		if cl := generate(t, &Generator{TrustDomain: td}, snap, p).clusters[echoCluster]; len(cl.TransportSocketMatches) != 2 {
+			t.Errorf("%s/%v: want auto-mTLS, got %v", p.Namespace, p.Labels, cl)
+		}
+	}
+	// A rule without a selector would make every client of its namespace
+	// (or, in the root namespace, of the mesh) ask for a Secret of its own
+	// namespace: refused, where Istio sends plaintext.
+	for _, ns := range []string{"app", "istio-system"} {
+		snap = modeltest.Load(t, originationRule(ns, policy))
+		refused(t, generate(t, &Generator{TrustDomain: td}, snap, sleepInApp), echoCluster)
+	}
 }
 
 func TestRefusedSettings(t *testing.T) {
@@ -238,7 +246,7 @@ func TestInsecureSkipVerifyWhenAllowed(t *testing.T) {
 		t.Errorf("upstream options %v: auto SNI without SAN validation", auto)
 	}
 
-	snap = modeltest.Load(t, originationRule("app", "  trafficPolicy:\n    tls: {mode: MUTUAL, insecureSkipVerify: true, credentialName: c}\n"))
+	snap = modeltest.Load(t, originationRule("app", "  workloadSelector: {matchLabels: {app: sleep}}\n  trafficPolicy:\n    tls: {mode: MUTUAL, insecureSkipVerify: true, credentialName: c}\n"))
 	ctx = upstreamTLS(t, generate(t, g, snap, sleepInApp).clusters[echoCluster]).GetCommonTlsContext()
 	if ctx.ValidationContextType != nil || ctx.GetTlsCertificateSdsSecretConfigs()[0].GetName() != "kubernetes://c" {
 		t.Errorf("credentialName without verification: %v", ctx)
