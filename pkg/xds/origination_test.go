@@ -120,3 +120,40 @@ func credentialSecrets(t *testing.T, r *discovery.DiscoveryResponse) []string {
 	}
 	return nil
 }
+
+// TestSidecarGetsItsCredentialNameSecretOverDelta is the same over
+// incremental ADS, which pilot-agent speaks upstream by default.
+func TestSidecarGetsItsCredentialNameSecretOverDelta(t *testing.T) {
+	root := catest.NewRoot(t)
+	client := catest.NewIntermediate(t, root, catest.WithoutCA())
+	h, _ := newSDSHarness(t, true, newBundles(root), gwSecret("cert", client, root.CertPEM), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "cert"},
+		Type:       corev1.SecretTypeTLS,
+		Data:       map[string][]byte{"tls.crt": client.CertPEM, "tls.key": client.KeyPEM},
+	})
+	st := h.deltaStream(ingressID)
+	names := []string{"kubernetes://cert", "kubernetes://cert-cacert", "kubernetes://other/cert"}
+	if err := st.Send(&discovery.DeltaDiscoveryRequest{Node: envoyNode("gw", "ingress", "10.0.0.9"), TypeUrl: typeSecret, ResourceNamesSubscribe: names}); err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]bool{}
+	for deadline := time.Now().Add(10 * time.Second); len(held) < 2 && time.Now().Before(deadline); { // until the informer syncs
+		r := recvDelta(t, st)
+		if r.GetTypeUrl() != typeSecret {
+			t.Fatalf("a %s response", r.GetTypeUrl())
+		}
+		for _, res := range r.GetResources() {
+			var s tlsv3.Secret
+			if err := res.GetResource().UnmarshalTo(&s); err != nil {
+				t.Fatal(err)
+			}
+			held[s.GetName()] = true
+		}
+		if err := st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: typeSecret, ResponseNonce: r.GetNonce()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(held) != 2 || !held["kubernetes://cert"] || !held["kubernetes://cert-cacert"] {
+		t.Fatalf("held %v, want the client certificate and CA of the sidecar's namespace only", held)
+	}
+}
