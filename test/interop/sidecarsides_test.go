@@ -172,7 +172,7 @@ func ourConfig(t *testing.T, snap *model.Snapshot, sc sidecarScenario, pod *core
 	t.Helper()
 	g := &envoygen.Generator{
 		TrustDomain: spiffeid.RequireTrustDomainFromString(trustDomain),
-		Mesh:        envoygen.Mesh{RegistryOnly: sc.registryOnly},
+		Mesh:        envoygen.Mesh{RegistryOnly: sc.registryOnly, AllowInsecureSkipVerify: sc.allowInsecureSkipVerify},
 	}
 	p := &envoygen.Proxy{Namespace: pod.Namespace, Labels: pod.Labels, IPs: []string{pod.Status.PodIP}}
 	var cfg sidecarResources

@@ -11,6 +11,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	networkingapi "istio.io/api/networking/v1"
 )
@@ -208,7 +209,11 @@ func checkOriginationTLS(ts *corev3.TransportSocket, s *networkingapi.ClientTLSS
 	if ca == "" {
 		ca = "system"
 	}
-	if err := checkSDS(common.GetCombinedValidationContext().GetValidationContextSdsSecretConfig(), "file-root:"+ca); err != nil {
+	if s.GetInsecureSkipVerify().GetValue() {
+		if v := common.GetValidationContextType(); v != nil && proto.Size(common.GetValidationContext()) != 0 {
+			errs = append(errs, fmt.Errorf("insecureSkipVerify, but the server is validated: %v", v))
+		}
+	} else if err := checkSDS(common.GetCombinedValidationContext().GetValidationContextSdsSecretConfig(), "file-root:"+ca); err != nil {
 		errs = append(errs, fmt.Errorf("validation context: %w", err))
 	}
 	got, err := upstreamSANs(ctx)
@@ -234,9 +239,15 @@ func checkCredentialTLS(ctx *tlsv3.UpstreamTlsContext, s *networkingapi.ClientTL
 	if s.GetMode() == networkingapi.ClientTLSSettings_MUTUAL {
 		want = append(want, "kubernetes://"+s.GetCredentialName())
 	}
-	want = append(want, "kubernetes://"+s.GetCredentialName()+"-cacert")
+	configs := common.GetTlsCertificateSdsSecretConfigs()
+	if !s.GetInsecureSkipVerify().GetValue() {
+		want = append(want, "kubernetes://"+s.GetCredentialName()+"-cacert")
+		configs = append(configs, common.GetCombinedValidationContext().GetValidationContextSdsSecretConfig())
+	} else if common.GetValidationContextType() != nil {
+		errs = append(errs, fmt.Errorf("insecureSkipVerify, but the server is validated: %v", common.GetValidationContextType()))
+	}
 	var got []string
-	for _, c := range append(common.GetTlsCertificateSdsSecretConfigs(), common.GetCombinedValidationContext().GetValidationContextSdsSecretConfig()) {
+	for _, c := range configs {
 		if c.GetSdsConfig().GetAds() == nil {
 			errs = append(errs, fmt.Errorf("secret %s is not fetched over ADS", c.GetName()))
 		}

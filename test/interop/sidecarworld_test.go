@@ -250,6 +250,9 @@ type sidecarScenario struct {
 	istio string
 	// registryOnly is outboundTrafficPolicy REGISTRY_ONLY.
 	registryOnly bool
+	// allowInsecureSkipVerify is istiod's --allow-insecure-skip-verify
+	// (Istio always allows it).
+	allowInsecureSkipVerify bool
 	// pods are the sidecars whose configuration is generated, by
 	// "<namespace>/<name>".
 	pods []string
@@ -577,6 +580,31 @@ spec:
   workloadSelector: {matchLabels: {app: backend}}
   trafficPolicy:
     tls: {mode: MUTUAL, credentialName: echo-client, subjectAltNames: [echo.example.com]}
+`,
+	pods: allPods,
+}, {
+	name:                    "DestinationRules skipping server verification, where istiod allows it",
+	allowInsecureSkipVerify: true,
+	istio: `
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: echo, namespace: app}
+spec:
+  host: echo
+  trafficPolicy:
+    tls: {mode: SIMPLE, insecureSkipVerify: true}
+    portLevelSettings:
+    - port: {number: 7070}
+      tls: {mode: MUTUAL, insecureSkipVerify: true, clientCertificate: /etc/certs/cert.pem, privateKey: /etc/certs/key.pem, sni: echo.example.com}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: echo-from-backend, namespace: other}
+spec:
+  host: echo.app.svc.cluster.local
+  workloadSelector: {matchLabels: {app: backend}}
+  trafficPolicy:
+    tls: {mode: MUTUAL, insecureSkipVerify: true, credentialName: echo-client}
 `,
 	pods: allPods,
 }, {

@@ -34,6 +34,7 @@ const (
 // unverified server (Istio instead sends plaintext for the first two).
 var (
 	ErrInsecureSkipVerify = errors.New("insecureSkipVerify is not allowed by this istiod (--allow-insecure-skip-verify)")
+	ErrInsecureVerifying  = errors.New("insecureSkipVerify cannot be true with caCertificates or subjectAltNames, nor in SIMPLE with credentialName (Istio's validation)")
 	ErrMissingClientCert  = errors.New("MUTUAL needs credentialName, or clientCertificate and privateKey")
 	ErrForeignCredential  = errors.New("credentialName applies to a sidecar only in a rule with a workloadSelector")
 	ErrCredentialName     = errors.New("credentialName must name a Secret of the rule's namespace")
@@ -50,8 +51,11 @@ func CheckOrigination(s *networkingv1.ClientTLSSettings, m Mesh) error {
 	default:
 		return errNotOrigination
 	}
-	if s.GetInsecureSkipVerify().GetValue() && !m.AllowInsecureSkipVerify {
+	if insecure := s.GetInsecureSkipVerify().GetValue(); insecure && !m.AllowInsecureSkipVerify {
 		return ErrInsecureSkipVerify
+	} else if insecure && (s.GetCaCertificates() != "" || len(s.GetSubjectAltNames()) > 0 ||
+		(s.GetMode() == networkingv1.ClientTLSSettings_SIMPLE && s.GetCredentialName() != "")) {
+		return ErrInsecureVerifying
 	}
 	if name := s.GetCredentialName(); name != "" {
 		if strings.ContainsAny(name, "/:") {

@@ -232,11 +232,23 @@ func TestRefusedSettings(t *testing.T) {
 			refused(t, generate(t, &Generator{TrustDomain: td}, snap, sleepInApp), echoCluster)
 		})
 	}
+	// What Istio's validation refuses is refused even where istiod
+	// allows skipping verification.
+	for name, tls := range map[string]string{
+		"insecureSkipVerify with a CA":                    `{mode: SIMPLE, insecureSkipVerify: true, caCertificates: /ca.pem}`,
+		"insecureSkipVerify with SANs":                    `{mode: MUTUAL, insecureSkipVerify: true, credentialName: c, subjectAltNames: [a]}`,
+		"insecureSkipVerify with a SIMPLE credentialName": `{mode: SIMPLE, insecureSkipVerify: true, credentialName: c}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			snap := modeltest.Load(t, originationRule("app", "  workloadSelector: {matchLabels: {app: sleep}}\n  trafficPolicy:\n    tls: "+tls+"\n"))
+			refused(t, generate(t, &Generator{TrustDomain: td, Mesh: Mesh{AllowInsecureSkipVerify: true}}, snap, sleepInApp), echoCluster)
+		})
+	}
 }
 
 func TestInsecureSkipVerifyWhenAllowed(t *testing.T) {
 	g := &Generator{TrustDomain: td, Mesh: Mesh{AllowInsecureSkipVerify: true}}
-	snap := modeltest.Load(t, originationRule("app", "  trafficPolicy:\n    tls: {mode: SIMPLE, insecureSkipVerify: true, caCertificates: /ca.pem}\n"))
+	snap := modeltest.Load(t, originationRule("app", "  trafficPolicy:\n    tls: {mode: SIMPLE, insecureSkipVerify: true}\n"))
 	cl := generate(t, g, snap, sleepInApp).clusters[echoCluster]
 	ctx := upstreamTLS(t, cl).GetCommonTlsContext()
 	if v, ok := ctx.ValidationContextType.(*tlsv3.CommonTlsContext_ValidationContext); !ok || proto.Size(v.ValidationContext) != 0 {
