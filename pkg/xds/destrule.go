@@ -18,7 +18,11 @@ func originationProblems(dr *model.DestinationRule, m envoygen.Mesh) []string {
 	check := func(where string, s *networkingv1.ClientTLSSettings) {
 		switch s.GetMode() {
 		case networkingv1.ClientTLSSettings_SIMPLE, networkingv1.ClientTLSSettings_MUTUAL:
-			switch err := envoygen.CheckOrigination(s, m); {
+			err := envoygen.CheckOrigination(s, m)
+			if err == nil && s.GetCredentialName() != "" && dr.Spec.GetWorkloadSelector() == nil {
+				err = envoygen.ErrForeignCredential
+			}
+			switch {
 			case err != nil:
 				out = append(out, dr.Namespace+"/"+dr.Name+" "+where+": refused, no endpoints: "+err.Error())
 			case s.GetInsecureSkipVerify().GetValue():
