@@ -82,6 +82,10 @@ func envoyMesh(mc *meshv1alpha1.MeshConfig) envoygen.Mesh {
 		RegistryOnly:       policy != nil && policy.GetMode() == meshv1alpha1.MeshConfig_OutboundTrafficPolicy_REGISTRY_ONLY,
 		DisableAutoMTLS:    autoMTLS != nil && !autoMTLS.GetValue(),
 		TrustDomainAliases: mc.GetTrustDomainAliases(),
+		TLSDefaults: envoygen.TLSDefaults{
+			ECDHCurves:   mc.GetTlsDefaults().GetEcdhCurves(),
+			CipherSuites: mc.GetTlsDefaults().GetCipherSuites(),
+		},
 	}
 }
 

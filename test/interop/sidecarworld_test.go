@@ -253,6 +253,9 @@ type sidecarScenario struct {
 	// allowInsecureSkipVerify is istiod's --allow-insecure-skip-verify
 	// (Istio always allows it).
 	allowInsecureSkipVerify bool
+	// tlsDefaults are mesh config tlsDefaults: ECDH curves, then cipher
+	// suites.
+	tlsDefaults [2][]string
 	// pods are the sidecars whose configuration is generated, by
 	// "<namespace>/<name>".
 	pods []string
@@ -526,7 +529,8 @@ spec:
 `,
 	pods: []string{"app/echo-1", "app/sleep-1"},
 }, {
-	name: "DestinationRules SIMPLE and MUTUAL with files, SNI and SANs, port-level and subsets",
+	name:        "DestinationRules SIMPLE and MUTUAL with files, SNI and SANs, port-level and subsets",
+	tlsDefaults: [2][]string{{"P-256", "X25519"}, {"ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-RSA-AES128-GCM-SHA256"}},
 	istio: `
 apiVersion: networking.istio.io/v1
 kind: DestinationRule

@@ -75,6 +75,16 @@ type Mesh struct {
 	// it such a rule is refused. Not part of Istio's mesh config: istiod's
 	// operator, not a rule's author, takes that risk.
 	AllowInsecureSkipVerify bool
+	// TLSDefaults (mesh config tlsDefaults) are the ECDH curves and
+	// cipher suites of a DestinationRule's SIMPLE or MUTUAL TLS, as Istio
+	// applies them; empty ones leave Envoy's defaults.
+	TLSDefaults TLSDefaults
+}
+
+// TLSDefaults are mesh config tlsDefaults.
+type TLSDefaults struct {
+	ECDHCurves   []string
+	CipherSuites []string
 }
 
 // Generator generates resources for Envoy sidecars.

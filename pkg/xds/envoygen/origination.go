@@ -95,10 +95,12 @@ func (b *builder) originationProblem(oc outboundCluster, s *networkingv1.ClientT
 // originationContext is the UpstreamTlsContext of a DestinationRule's
 // SIMPLE or MUTUAL settings, as Istio's constructUpstreamTLS builds it for
 // a sidecar; s has passed originationProblem.
-func originationContext(s *networkingv1.ClientTLSSettings, h2 bool) *tlsv3.UpstreamTlsContext {
+func originationContext(s *networkingv1.ClientTLSSettings, h2 bool, defaults TLSDefaults) *tlsv3.UpstreamTlsContext {
 	common := &tlsv3.CommonTlsContext{TlsParams: &tlsv3.TlsParameters{
 		TlsMaximumProtocolVersion: tlsv3.TlsParameters_TLSv1_3,
 		TlsMinimumProtocolVersion: tlsv3.TlsParameters_TLSv1_2,
+		EcdhCurves:                defaults.ECDHCurves,
+		CipherSuites:              defaults.CipherSuites,
 	}}
 	mutual := s.GetMode() == networkingv1.ClientTLSSettings_MUTUAL
 	insecure := s.GetInsecureSkipVerify().GetValue()
@@ -190,7 +192,7 @@ func (b *builder) originationCluster(oc outboundCluster, s *networkingv1.ClientT
 	if oc.headless() {
 		b.asPassthrough(c, oc, tlsOriginate)
 	}
-	ctx := originationContext(s, upstream == upstreamH2)
+	ctx := originationContext(s, upstream == upstreamH2, b.g.Mesh.TLSDefaults)
 	if c.TransportSocket, err = transportSocket(tlsSocketName, ctx); err != nil {
 		return nil, fmt.Errorf("cluster %s: %w", oc.name, err)
 	}

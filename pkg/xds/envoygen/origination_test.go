@@ -103,8 +103,13 @@ func TestSimpleWithFilesSANAndSNI(t *testing.T) {
 	if sds.GetName() != "file-root:/etc/certs/ca.pem" || sds.GetSdsConfig().GetApiConfigSource().GetGrpcServices()[0].GetEnvoyGrpc().GetClusterName() != "sds-grpc" {
 		t.Errorf("CA secret %v", sds)
 	}
-	if ctx.GetTlsParams().GetTlsMinimumProtocolVersion() != tlsv3.TlsParameters_TLSv1_2 {
-		t.Errorf("TLS params %v", ctx.GetTlsParams())
+	if p := ctx.GetTlsParams(); p.GetTlsMinimumProtocolVersion() != tlsv3.TlsParameters_TLSv1_2 || len(p.GetCipherSuites()) != 0 || len(p.GetEcdhCurves()) != 0 {
+		t.Errorf("TLS params %v, want TLS 1.2 at least and Envoy's default curves and ciphers", p)
+	}
+	g := &Generator{TrustDomain: td, Mesh: Mesh{TLSDefaults: TLSDefaults{ECDHCurves: []string{"P-256"}, CipherSuites: []string{"ECDHE-ECDSA-AES128-GCM-SHA256"}}}}
+	p := upstreamTLS(t, generate(t, g, snap, sleepInApp).clusters[echoCluster]).GetCommonTlsContext().GetTlsParams()
+	if !slices.Equal(p.GetEcdhCurves(), []string{"P-256"}) || !slices.Equal(p.GetCipherSuites(), []string{"ECDHE-ECDSA-AES128-GCM-SHA256"}) {
+		t.Errorf("TLS params under mesh tlsDefaults: %v", p)
 	}
 	if upstreamHTTP(t, cl) != nil {
 		t.Errorf("an explicit SNI sets no auto SNI: %v", upstreamHTTP(t, cl))
