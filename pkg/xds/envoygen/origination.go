@@ -31,20 +31,23 @@ const (
 
 // Reasons a DestinationRule's SIMPLE or MUTUAL TLS is refused; the
 // cluster then has no endpoints, so nothing is sent in plaintext or to an
-// unverified server (Istio instead sends plaintext for the first two).
+// unverified server. (Istio honours insecureSkipVerify, and sends
+// plaintext where MUTUAL lacks a client certificate or a credentialName
+// rule lacks a workloadSelector.)
 var (
 	ErrInsecureSkipVerify = errors.New("insecureSkipVerify is not allowed by this istiod (--allow-insecure-skip-verify)")
 	ErrInsecureVerifying  = errors.New("insecureSkipVerify cannot be true with caCertificates or subjectAltNames, nor in SIMPLE with credentialName (Istio's validation)")
 	ErrMissingClientCert  = errors.New("MUTUAL needs credentialName, or clientCertificate and privateKey")
 	ErrForeignCredential  = errors.New("credentialName applies to a sidecar only in a rule with a workloadSelector")
-	ErrCredentialName     = errors.New("credentialName must name a Secret of the rule's namespace")
+	ErrCredentialName     = errors.New("credentialName must be a plain Secret name, of the client's namespace")
 	ErrFilePath           = errors.New("file paths must not contain '~', which separates them in SDS names")
 	errNotOrigination     = errors.New("not a SIMPLE or MUTUAL rule")
 )
 
 // CheckOrigination reports why a DestinationRule's TLS settings cannot be
-// applied as written whoever the client is, or nil. The client's
-// namespace is checked apart (ErrForeignCredential).
+// applied as written whoever the client is, or nil. Whether a
+// credentialName rule selects the client is checked apart
+// (ErrForeignCredential).
 func CheckOrigination(s *networkingv1.ClientTLSSettings, m Mesh) error {
 	switch s.GetMode() {
 	case networkingv1.ClientTLSSettings_SIMPLE, networkingv1.ClientTLSSettings_MUTUAL:
