@@ -38,6 +38,7 @@ func discovery(ctx context.Context, args []string, getenv func(string) string, s
 	fs.DurationVar(&cfg.JWTKeysRefreshInterval, "jwt-keys-refresh-interval", cfg.JWTKeysRefreshInterval, "least time between two fetches of the JWT issuer's keys, however many tokens name a key not held; how often RequestAuthentication key sets are fetched again")
 	audiences := fs.String("token-audiences", envOr(getenv, "TOKEN_AUDIENCES", strings.Join(cfg.TokenAudiences, ",")), "audiences a Kubernetes token must carry, comma-separated (env TOKEN_AUDIENCES)")
 	fs.BoolVar(&cfg.RequirePodBoundTokens, "require-pod-bound-tokens", false, "refuse Kubernetes tokens that are not bound to a pod")
+	fs.BoolVar(&cfg.AllowInsecureSkipVerify, "allow-insecure-skip-verify", false, "let DestinationRules originate TLS without verifying the server (insecureSkipVerify: true); default: such a rule's cluster gets no endpoints")
 	extraNames := fs.String("serving-dns-names", "", "extra DNS names for istiod's serving certificate, comma-separated")
 	fs.DurationVar(&cfg.DefaultCertTTL, "workload-cert-ttl", cfg.DefaultCertTTL, "default workload certificate lifetime")
 	fs.DurationVar(&cfg.MaxCertTTL, "max-workload-cert-ttl", cfg.MaxCertTTL, "longest workload certificate lifetime a caller may ask for")

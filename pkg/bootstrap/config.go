@@ -72,6 +72,9 @@ type Config struct {
 	TokenAudiences []string
 	// RequirePodBoundTokens refuses Kubernetes tokens not bound to a pod.
 	RequirePodBoundTokens bool
+	// AllowInsecureSkipVerify lets DestinationRules originate TLS to
+	// servers they do not verify (insecureSkipVerify: true).
+	AllowInsecureSkipVerify bool
 
 	// ConfigDir holds the mesh model as Kubernetes-style YAML manifests
 	// (Services, WorkloadEntries, Istio security resources); watched.

@@ -68,8 +68,10 @@ func (s *Server) wireXDS(chain authn.Authenticator, td spiffeid.TrustDomain) err
 		Mesh:          s.mesh,
 		Authenticator: chain,
 		TrustDomain:   td,
-		Registerer:    s.registry,
-		Logger:        s.log.With("component", "xds"),
+
+		AllowInsecureSkipVerify: s.cfg.AllowInsecureSkipVerify,
+		Registerer:              s.registry,
+		Logger:                  s.log.With("component", "xds"),
 
 		SystemNamespace: s.cfg.Namespace,
 		ControlPlane:    s.controlPlane(),

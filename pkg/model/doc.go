@@ -38,7 +38,9 @@
 //   - security.istio.io/v1 PeerAuthentication, AuthorizationPolicy and
 //     RequestAuthentication (read by the Envoy generator only, as
 //     proxyless gRPC has no JWT filter).
-//   - networking.istio.io/v1 DestinationRule (host and trafficPolicy.tls).
+//   - networking.istio.io/v1 DestinationRule (host, workloadSelector,
+//     subsets, and the TLS of trafficPolicy and its portLevelSettings;
+//     workloadSelector is read by the Envoy generator only).
 //
 // Specs are decoded strictly: an unknown field, a duplicate key, a wrong type
 // or an unknown kind rejects the whole directory read, which is logged, and

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	networkingv1 "istio.io/api/networking/v1"
 	securityv1 "istio.io/api/security/v1"
 	typev1beta1 "istio.io/api/type/v1beta1"
 )
@@ -297,6 +298,48 @@ func TestHeadlessIsClusterIPNone(t *testing.T) {
 			svcs := snap.Services()
 			if len(svcs) != 1 || svcs[0].Headless != tc.headless {
 				t.Errorf("services %+v, want one with Headless %v", svcs, tc.headless)
+			}
+		})
+	}
+}
+
+func TestDestinationRuleForAWorkload(t *testing.T) {
+	const host = "echo.app.svc.cluster.local"
+	dr := func(ns, name string, selector map[string]string) *DestinationRule {
+		spec := &networkingv1.DestinationRule{Host: host}
+		if selector != nil {
+			spec.WorkloadSelector = &typev1beta1.WorkloadSelector{MatchLabels: selector}
+		}
+		return &DestinationRule{Meta: Meta{Name: name, Namespace: ns}, Spec: spec}
+	}
+	snap := Build("v", Options{}, Resources{
+		Services: []*Service{{Meta: Meta{Name: "echo", Namespace: "app"}}},
+		DestinationRules: []*DestinationRule{
+			dr("app", "all", nil),
+			dr("app", "sleep", map[string]string{"app": "sleep"}),
+			dr("web", "only-selected", map[string]string{"app": "web"}),
+			dr("istio-system", "mesh", nil),
+			dr("istio-system", "mesh-selected", map[string]string{"app": "web"}),
+		},
+	})
+	for name, tc := range map[string]struct {
+		ns     string
+		labels map[string]string
+		want   string
+	}{
+		"a selected workload gets its rule":                                            {"app", map[string]string{"app": "sleep"}, "app/sleep"},
+		"another workload of the namespace gets the rule without selector":             {"app", map[string]string{"app": "other"}, "app/all"},
+		"a workload of the service's namespace is not selected by the rule of another": {"db", map[string]string{"app": "sleep"}, "app/all"},
+		"a namespace whose only rule selects others has none for the rest":             {"web", map[string]string{"app": "other"}, ""},
+		"that namespace's selected workload gets it":                                   {"web", map[string]string{"app": "web"}, "web/only-selected"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := ""
+			if r := snap.DestinationRuleFor(host, tc.ns, tc.labels); r != nil {
+				got = r.Namespace + "/" + r.Name
+			}
+			if got != tc.want {
+				t.Errorf("rule %q, want %q", got, tc.want)
 			}
 		})
 	}

@@ -139,7 +139,9 @@ func (s *Snapshot) RequestAuthentications(namespace string, labels map[string]st
 // DestinationRule returns the rule for hostname seen from clientNamespace:
 // a rule of the client's namespace first, then of the service's, then of
 // the root namespace. A rule's host is the FQDN or a short name resolved in
-// the rule's namespace. Wildcard hosts are not supported.
+// the rule's namespace. Wildcard hosts are not supported. A rule's
+// workloadSelector is not read (proxyless gRPC); DestinationRuleFor reads
+// it.
 func (s *Snapshot) DestinationRule(hostname, clientNamespace string) *DestinationRule {
 	svc := s.byHost[hostname]
 	order := []string{clientNamespace}
@@ -152,6 +154,44 @@ func (s *Snapshot) DestinationRule(hostname, clientNamespace string) *Destinatio
 			if dr.Namespace == ns && s.resolveHost(dr.Spec.GetHost(), dr.Namespace) == hostname {
 				return dr
 			}
+		}
+	}
+	return nil
+}
+
+// DestinationRuleFor is the rule for hostname seen from a workload with
+// labels in clientNamespace, as Istio's sidecar scope picks it: the first
+// namespace of DestinationRule's order with a rule for hostname decides;
+// in it, a rule of the client's own namespace whose workloadSelector
+// matches labels wins, else the one without a selector, else none. A rule
+// with a selector never applies to clients of another namespace.
+func (s *Snapshot) DestinationRuleFor(hostname, clientNamespace string, labels map[string]string) *DestinationRule {
+	svc := s.byHost[hostname]
+	order := []string{clientNamespace}
+	if svc != nil {
+		order = append(order, svc.Namespace)
+	}
+	order = append(order, s.Options.RootNamespace)
+	for _, ns := range order {
+		var found bool
+		var catchAll *DestinationRule
+		for _, dr := range s.res.DestinationRules {
+			if dr.Namespace != ns || s.resolveHost(dr.Spec.GetHost(), dr.Namespace) != hostname {
+				continue
+			}
+			found = true
+			sel := dr.Spec.GetWorkloadSelector()
+			switch {
+			case sel == nil:
+				if catchAll == nil {
+					catchAll = dr
+				}
+			case ns == clientNamespace && Matches(sel.GetMatchLabels(), labels):
+				return dr
+			}
+		}
+		if found {
+			return catchAll
 		}
 	}
 	return nil

@@ -27,7 +27,9 @@ type meshState struct {
 }
 
 func (s *Server) newMeshState(mc *meshv1alpha1.MeshConfig, keys *keyfetch.JWKSSnapshot) *meshState {
-	g := &envoygen.Generator{TrustDomain: s.cfg.TrustDomain, Mesh: envoyMesh(mc)}
+	m := envoyMesh(mc)
+	m.AllowInsecureSkipVerify = s.cfg.AllowInsecureSkipVerify
+	g := &envoygen.Generator{TrustDomain: s.cfg.TrustDomain, Mesh: m}
 	if keys != nil {
 		g.Keys = keys
 	}
@@ -80,6 +82,10 @@ func envoyMesh(mc *meshv1alpha1.MeshConfig) envoygen.Mesh {
 		RegistryOnly:       policy != nil && policy.GetMode() == meshv1alpha1.MeshConfig_OutboundTrafficPolicy_REGISTRY_ONLY,
 		DisableAutoMTLS:    autoMTLS != nil && !autoMTLS.GetValue(),
 		TrustDomainAliases: mc.GetTrustDomainAliases(),
+		TLSDefaults: envoygen.TLSDefaults{
+			ECDHCurves:   mc.GetTlsDefaults().GetEcdhCurves(),
+			CipherSuites: mc.GetTlsDefaults().GetCipherSuites(),
+		},
 	}
 }
 

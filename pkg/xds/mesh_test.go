@@ -5,6 +5,7 @@ import (
 	"google.golang.org/protobuf/encoding/prototext"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -256,5 +257,17 @@ spec: {rules: [{from: [{source: {principals: [cluster.local/ns/app/sa/client]}}]
 	write("trustDomainAliases: [old.td]\n")
 	if r = recv(t, st); !strings.Contains(prototext.Format(r), alias) {
 		t.Fatal("the alias's identity is not in the pushed RBAC")
+	}
+}
+
+func TestEnvoyMeshCarriesTLSDefaults(t *testing.T) {
+	m := envoyMesh(&meshv1alpha1.MeshConfig{TlsDefaults: &meshv1alpha1.MeshConfig_TLSConfig{
+		EcdhCurves: []string{"P-256"}, CipherSuites: []string{"ECDHE-ECDSA-AES128-GCM-SHA256"},
+	}})
+	if !slices.Equal(m.TLSDefaults.ECDHCurves, []string{"P-256"}) || !slices.Equal(m.TLSDefaults.CipherSuites, []string{"ECDHE-ECDSA-AES128-GCM-SHA256"}) {
+		t.Errorf("TLS defaults %+v", m.TLSDefaults)
+	}
+	if m := envoyMesh(nil); m.TLSDefaults.ECDHCurves != nil || m.TLSDefaults.CipherSuites != nil {
+		t.Errorf("no mesh configuration: TLS defaults %+v", m.TLSDefaults)
 	}
 }

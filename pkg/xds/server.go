@@ -120,6 +120,10 @@ type Config struct {
 	// every issuer whose rule has no inline jwks gets a key set that
 	// rejects its tokens.
 	KeySets KeySets
+	// AllowInsecureSkipVerify lets a DestinationRule's SIMPLE or MUTUAL
+	// TLS skip verifying the server; without it such a rule's clusters
+	// get no endpoints.
+	AllowInsecureSkipVerify bool
 }
 
 // Server is the ADS server.
@@ -353,6 +357,14 @@ func (s *Server) reportPolicies(snap *model.Snapshot) {
 		current[msg] = true
 		if !s.reported[msg] {
 			s.log.Warn("request authentication not enforced as written", "policy", p.Policy.Namespace+"/"+p.Policy.Name, "problem", msg)
+		}
+	}
+	for _, dr := range snap.Resources().DestinationRules {
+		for _, problem := range originationProblems(dr, s.mesh.Load().envoy.Mesh) {
+			current[problem] = true
+			if !s.reported[problem] {
+				s.log.Warn("destination rule TLS not applied as written", "rule", dr.Namespace+"/"+dr.Name, "problem", problem)
+			}
 		}
 	}
 	s.reported = current

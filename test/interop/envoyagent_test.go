@@ -97,6 +97,9 @@ func TestPilotAgentEnvoy(t *testing.T) {
 	t.Run("an AuthorizationPolicy created through the API puts RBAC on the inbound chains, and deleting it takes it off", func(t *testing.T) {
 		changeEnvoyPolicy(t, env, a, w)
 	})
+	t.Run("a DestinationRule's credentialName Secret reaches the stand-in over ADS through the agent, one its service account may not get does not, and deleting the rule drops them", func(t *testing.T) {
+		originateWithCredential(t, env, a, w, svc, p.MonitoringAddr)
+	})
 	t.Run("istioctl proxy-status and version read istiod over xDS, scoped to the caller's namespace", func(t *testing.T) {
 		checkIstioctl(t, env, bins, p, istiodNS, w, a)
 	})

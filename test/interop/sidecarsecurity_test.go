@@ -116,16 +116,34 @@ func newPolicies(t *testing.T, sc sidecarScenario) *policies {
 // root namespace. As in Istio (model.ResolveShortnameToFQDN) only a host
 // without a dot is a short name, of the rule's namespace; "name.namespace"
 // is taken as it is, and names no Kubernetes service.
-func (p *policies) destinationRule(host, clientNS, serviceNS string) *networkingapi.DestinationRule {
-	for _, ns := range []string{clientNS, serviceNS, "istio-system"} {
+// The first namespace with a rule for host decides: a rule of the
+// client's namespace whose workloadSelector matches the client's labels,
+// else its rule without a selector, else none (Istio's
+// SidecarScope.DestinationRule).
+func (p *policies) destinationRule(host string, client *corev1.Pod, serviceNS string) *networkingapi.DestinationRule {
+	for _, ns := range []string{client.Namespace, serviceNS, "istio-system"} {
+		found := false
+		var catchAll *networkingapi.DestinationRule
 		for _, dr := range p.rules {
 			h := dr.Spec.GetHost()
 			if !strings.Contains(h, ".") {
 				h += "." + dr.Namespace + ".svc.cluster.local"
 			}
-			if dr.Namespace == ns && h == host {
+			if dr.Namespace != ns || h != host {
+				continue
+			}
+			found = true
+			switch sel := dr.Spec.GetWorkloadSelector(); {
+			case sel == nil:
+				if catchAll == nil {
+					catchAll = &dr.Spec
+				}
+			case ns == client.Namespace && labelsMatch(sel.GetMatchLabels(), client.Labels):
 				return &dr.Spec
 			}
+		}
+		if found {
+			return catchAll
 		}
 	}
 	return nil
@@ -134,8 +152,8 @@ func (p *policies) destinationRule(host, clientNS, serviceNS string) *networking
 // tlsMode is the DestinationRule TLS mode of a cluster, merged as Istio
 // merges the rule's, its port's and its subset's traffic policies (with
 // Istio's own function); nil when the rule says nothing.
-func (p *policies) tlsMode(host, clientNS, serviceNS, subset string, port int) (*networkingapi.ClientTLSSettings, []string) {
-	dr := p.destinationRule(host, clientNS, serviceNS)
+func (p *policies) tlsMode(host string, client *corev1.Pod, serviceNS, subset string, port int) (*networkingapi.ClientTLSSettings, []string) {
+	dr := p.destinationRule(host, client, serviceNS)
 	if dr == nil {
 		return nil, nil
 	}
@@ -235,7 +253,7 @@ func outboundMTLSProblems(w *meshObjects, pol *policies, client *corev1.Pod, cfg
 			errs = append(errs, fmt.Errorf("cluster %s: no such service", c.GetName()))
 			continue
 		}
-		tls, subsetLabels := pol.tlsMode(host, client.Namespace, svc.Namespace, subset, port)
+		tls, subsetLabels := pol.tlsMode(host, client, svc.Namespace, subset, port)
 		var sans []string
 		istioEndpoints := false
 		for _, p := range w.endpointPods(svc) {
@@ -285,6 +303,11 @@ func outboundMTLSProblems(w *meshObjects, pol *policies, client *corev1.Pod, cfg
 				wrap("DestinationRule ISTIO_MUTUAL", errors.New("transport_socket_matches, whose plaintext catch-all would send plaintext to workloads without the label"))
 			}
 			wrap("DestinationRule ISTIO_MUTUAL", checkIstioUpstreamTLS(c.GetTransportSocket(), sans))
+		case mode == networkingapi.ClientTLSSettings_SIMPLE || mode == networkingapi.ClientTLSSettings_MUTUAL:
+			if len(c.GetTransportSocketMatches()) > 0 {
+				wrap("DestinationRule "+mode.String(), errors.New("transport_socket_matches: auto-mTLS overrides the rule"))
+			}
+			wrap("DestinationRule "+mode.String(), checkOriginationTLS(c.GetTransportSocket(), tls))
 		default:
 			wrap("DestinationRule", fmt.Errorf("the test does not judge TLS mode %s", mode))
 		}

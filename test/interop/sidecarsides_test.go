@@ -52,10 +52,15 @@ func istioServer(t *testing.T, sc sidecarScenario) *xds.FakeDiscoveryServer {
 		cfgs[i].Domain = "cluster.local"
 	}
 	opts := xds.FakeOptions{Configs: cfgs, KubernetesObjectString: sidecarWorld}
-	if sc.registryOnly {
+	if sc.registryOnly || sc.tlsDefaults[0] != nil || sc.tlsDefaults[1] != nil {
 		m := mesh.DefaultMeshConfig()
-		m.OutboundTrafficPolicy = &meshconfig.MeshConfig_OutboundTrafficPolicy{
-			Mode: meshconfig.MeshConfig_OutboundTrafficPolicy_REGISTRY_ONLY,
+		if sc.registryOnly {
+			m.OutboundTrafficPolicy = &meshconfig.MeshConfig_OutboundTrafficPolicy{
+				Mode: meshconfig.MeshConfig_OutboundTrafficPolicy_REGISTRY_ONLY,
+			}
+		}
+		if sc.tlsDefaults[0] != nil || sc.tlsDefaults[1] != nil {
+			m.TlsDefaults = &meshconfig.MeshConfig_TLSConfig{EcdhCurves: sc.tlsDefaults[0], CipherSuites: sc.tlsDefaults[1]}
 		}
 		opts.MeshConfig = m
 	}
@@ -172,7 +177,8 @@ func ourConfig(t *testing.T, snap *model.Snapshot, sc sidecarScenario, pod *core
 	t.Helper()
 	g := &envoygen.Generator{
 		TrustDomain: spiffeid.RequireTrustDomainFromString(trustDomain),
-		Mesh:        envoygen.Mesh{RegistryOnly: sc.registryOnly},
+		Mesh: envoygen.Mesh{RegistryOnly: sc.registryOnly, AllowInsecureSkipVerify: sc.allowInsecureSkipVerify,
+			TLSDefaults: envoygen.TLSDefaults{ECDHCurves: sc.tlsDefaults[0], CipherSuites: sc.tlsDefaults[1]}},
 	}
 	p := &envoygen.Proxy{Namespace: pod.Namespace, Labels: pod.Labels, IPs: []string{pod.Status.PodIP}}
 	var cfg sidecarResources

@@ -11,6 +11,8 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/proto"
 	"istio.io/istio/pilot/pkg/simulation"
 	"istio.io/istio/pilot/test/xdstest"
 )
@@ -286,6 +288,10 @@ func compareClusterTLS(d *differences, istioSim, ourSim *simulation.Simulation) 
 			continue // compareResourceNames reports it
 		}
 		d.check("cluster TLS "+ic.GetName(), ic.GetType().String()+" "+clusterTLS(ic), oc.GetType().String()+" "+clusterTLS(oc), "")
+		d.check("cluster upstream HTTP options "+ic.GetName(), autoSNI(ic), autoSNI(oc), "")
+		if ictx, octx := originationContext(ic), originationContext(oc); (ictx != nil || octx != nil) && !proto.Equal(ictx, octx) {
+			d.check("cluster origination TLS context "+ic.GetName(), prototext.Format(ictx), prototext.Format(octx), "")
+		}
 	}
 }
 

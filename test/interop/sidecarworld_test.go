@@ -250,6 +250,12 @@ type sidecarScenario struct {
 	istio string
 	// registryOnly is outboundTrafficPolicy REGISTRY_ONLY.
 	registryOnly bool
+	// allowInsecureSkipVerify is istiod's --allow-insecure-skip-verify
+	// (Istio always allows it).
+	allowInsecureSkipVerify bool
+	// tlsDefaults are mesh config tlsDefaults: ECDH curves, then cipher
+	// suites.
+	tlsDefaults [2][]string
 	// pods are the sidecars whose configuration is generated, by
 	// "<namespace>/<name>".
 	pods []string
@@ -522,6 +528,89 @@ spec:
   - to: [{operation: {notPorts: ["8080"]}}]
 `,
 	pods: []string{"app/echo-1", "app/sleep-1"},
+}, {
+	name:        "DestinationRules SIMPLE and MUTUAL with files, SNI and SANs, port-level and subsets",
+	tlsDefaults: [2][]string{{"P-256", "X25519"}, {"ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-RSA-AES128-GCM-SHA256"}},
+	istio: `
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: echo, namespace: app}
+spec:
+  host: echo
+  trafficPolicy:
+    tls: {mode: SIMPLE, caCertificates: /etc/certs/ca.pem, caCrl: /etc/certs/crl.pem, sni: echo.example.com, subjectAltNames: [echo.example.com, spiffe://example.com/echo]}
+    portLevelSettings:
+    - port: {number: 7070}
+      tls: {mode: MUTUAL, clientCertificate: /etc/certs/cert.pem, privateKey: /etc/certs/key.pem, caCertificates: /etc/certs/ca.pem}
+  subsets:
+  - name: v1
+    labels: {version: v1}
+    trafficPolicy:
+      tls: {mode: SIMPLE}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: backend, namespace: other}
+spec:
+  host: backend
+  trafficPolicy:
+    tls: {mode: MUTUAL, clientCertificate: /etc/certs/cert.pem, privateKey: /etc/certs/key.pem}
+  subsets:
+  - name: v1
+    labels: {version: v1}
+    trafficPolicy:
+      portLevelSettings:
+      - port: {number: 80}
+        tls: {mode: SIMPLE, subjectAltNames: [backend.example.com]}
+---
+# Only sleep: echo, of the same namespace, has no rule for legacy (the
+# namespace's rules decide, and none is without a selector), nor has
+# backend (the service's namespace decides as well).
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: legacy-from-sleep, namespace: app}
+spec:
+  host: legacy
+  workloadSelector: {matchLabels: {app: sleep}}
+  trafficPolicy:
+    tls: {mode: SIMPLE, sni: legacy.example.com}
+---
+# credentialName reaches a sidecar only through a rule that selects it.
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: echo-from-backend, namespace: other}
+spec:
+  host: echo.app.svc.cluster.local
+  workloadSelector: {matchLabels: {app: backend}}
+  trafficPolicy:
+    tls: {mode: MUTUAL, credentialName: echo-client, subjectAltNames: [echo.example.com]}
+`,
+	pods: allPods,
+}, {
+	name:                    "DestinationRules skipping server verification, where istiod allows it",
+	allowInsecureSkipVerify: true,
+	istio: `
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: echo, namespace: app}
+spec:
+  host: echo
+  trafficPolicy:
+    tls: {mode: SIMPLE, insecureSkipVerify: true}
+    portLevelSettings:
+    - port: {number: 7070}
+      tls: {mode: MUTUAL, insecureSkipVerify: true, clientCertificate: /etc/certs/cert.pem, privateKey: /etc/certs/key.pem, sni: echo.example.com}
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: echo-from-backend, namespace: other}
+spec:
+  host: echo.app.svc.cluster.local
+  workloadSelector: {matchLabels: {app: backend}}
+  trafficPolicy:
+    tls: {mode: MUTUAL, insecureSkipVerify: true, credentialName: echo-client}
+`,
+	pods: allPods,
 }, {
 	name:         "outbound REGISTRY_ONLY",
 	registryOnly: true,

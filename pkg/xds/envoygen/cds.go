@@ -48,7 +48,7 @@ type outboundCluster struct {
 func (b *builder) outboundClusters() []outboundCluster {
 	var out []outboundCluster
 	for _, svc := range b.snap.Services() {
-		dr := b.snap.DestinationRule(svc.Hostname, b.p.Namespace)
+		dr := b.snap.DestinationRuleFor(svc.Hostname, b.p.Namespace, b.p.Labels)
 		for _, port := range svc.Ports {
 			if protocolOf(port) == protoUDP {
 				continue
@@ -150,10 +150,11 @@ func unlimited() *cluster.CircuitBreakers {
 type clusterTLS int
 
 const (
-	tlsAuto    clusterTLS = iota // mTLS to endpoints marked tlsMode=istio, plaintext to the rest
-	tlsMutual                    // ISTIO_MUTUAL to every endpoint
-	tlsPlain                     // no TLS
-	tlsRefused                   // a mode not supported yet: no endpoints, so nothing leaks in plaintext
+	tlsAuto      clusterTLS = iota // mTLS to endpoints marked tlsMode=istio, plaintext to the rest
+	tlsMutual                      // ISTIO_MUTUAL to every endpoint
+	tlsPlain                       // no TLS
+	tlsOriginate                   // the rule's SIMPLE or MUTUAL TLS to every endpoint
+	tlsRefused                     // TLS settings that cannot be applied: no endpoints, so nothing leaks in plaintext
 )
 
 // tlsOf decides a cluster's TLS from its DestinationRule, else auto-mTLS.
@@ -165,8 +166,11 @@ func (b *builder) tlsOf(oc outboundCluster) clusterTLS {
 		return tlsMutual
 	case settings.GetMode() == networkingv1.ClientTLSSettings_DISABLE:
 		return tlsPlain
-	default: // SIMPLE, MUTUAL: origination is not supported yet
-		return tlsRefused
+	default: // SIMPLE, MUTUAL: never replaced by auto-mTLS
+		if b.originationProblem(oc, settings) != nil {
+			return tlsRefused
+		}
+		return tlsOriginate
 	}
 	if b.g.Mesh.DisableAutoMTLS {
 		return tlsPlain
@@ -201,7 +205,19 @@ func (b *builder) outboundClusterResource(oc outboundCluster) resource.Resource 
 	h2 := protocolOf(oc.port) == protoHTTP2
 	upstream := upstreamProtocolOf(oc.port)
 	name := oc.name
-	return resource.Resource{Name: name, Key: key("cds", name, strconv.Itoa(int(mode))), Encode: func() ([]byte, error) {
+	k := key("cds", name, strconv.Itoa(int(mode)))
+	if mode == tlsOriginate {
+		// The rule's settings are the cluster's content.
+		settings := oc.tlsSettings()
+		raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(settings)
+		if err != nil {
+			return resource.Resource{Name: name, Key: k, Encode: func() ([]byte, error) { return nil, fmt.Errorf("cluster %s: %w", name, err) }}
+		}
+		return resource.Resource{Name: name, Key: key("cds", name, strconv.Itoa(int(mode)), string(raw)), Encode: func() ([]byte, error) {
+			return b.originationCluster(oc, settings, upstream)
+		}}
+	}
+	return resource.Resource{Name: name, Key: k, Encode: func() ([]byte, error) {
 		if mode == tlsRefused || oc.headless() {
 			return b.otherCluster(oc, mode, upstream)
 		}

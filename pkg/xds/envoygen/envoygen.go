@@ -22,9 +22,12 @@
 //   - RDS: per outbound HTTP port, a virtual host per service; per
 //     sniffed service listener, "<host>:<port>" to that service alone.
 //
-// Certificates are never sent: every TLS context names the secrets
-// "default" and "ROOTCA" that pilot-agent serves over SDS on its
-// "sds-grpc" cluster.
+// Certificates are never sent in these resources: Istio mTLS names the
+// secrets "default" and "ROOTCA" that pilot-agent serves over SDS on its
+// "sds-grpc" cluster; a DestinationRule's SIMPLE or MUTUAL TLS names
+// files pilot-agent serves there ("file-cert:<cert>~<key>",
+// "file-root:<ca>") or a credentialName Secret of the client's namespace
+// that istiod serves over ADS ("kubernetes://<name>", "-cacert").
 package envoygen
 
 import (
@@ -67,6 +70,21 @@ type Mesh struct {
 	// domains whose identities AuthorizationPolicy principals match as
 	// the mesh's own, and the other way round.
 	TrustDomainAliases []string
+	// AllowInsecureSkipVerify lets a DestinationRule's SIMPLE or MUTUAL
+	// TLS skip verifying the server (insecureSkipVerify: true); without
+	// it such a rule is refused. Not part of Istio's mesh config: istiod's
+	// operator, not a rule's author, takes that risk.
+	AllowInsecureSkipVerify bool
+	// TLSDefaults (mesh config tlsDefaults) are the ECDH curves and
+	// cipher suites of a DestinationRule's SIMPLE or MUTUAL TLS, as Istio
+	// applies them; empty ones leave Envoy's defaults.
+	TLSDefaults TLSDefaults
+}
+
+// TLSDefaults are mesh config tlsDefaults.
+type TLSDefaults struct {
+	ECDHCurves   []string
+	CipherSuites []string
 }
 
 // Generator generates resources for Envoy sidecars.

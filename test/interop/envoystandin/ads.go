@@ -28,7 +28,7 @@ const (
 	typeSecret = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
 )
 
-var adsOrder = []string{typeCDS, typeEDS, typeLDS, typeRDS}
+var adsOrder = []string{typeCDS, typeEDS, typeLDS, typeRDS, typeSecret}
 
 func shortType(url string) string {
 	switch url {
@@ -285,6 +285,11 @@ func (a *ads) handle(as *adsStream, r *discoveryv3.DeltaDiscoveryResponse) error
 			return err
 		}
 	}
+	if t.url == typeCDS || t.url == typeLDS {
+		if err := a.resubscribe(as, a.types[typeSecret], a.adsSecretNames()); err != nil {
+			return err
+		}
+	}
 	a.sds.want(a.secretRefs())
 	return a.advance(as)
 }
@@ -326,7 +331,7 @@ func (a *ads) check(t *xdsType, r *discoveryv3.DeltaDiscoveryResponse) (map[stri
 			errs = append(errs, err)
 			continue
 		}
-		h.json = Held{Version: h.version, Resource: marshalJSON(msg)}
+		h.json = Held{Version: h.version, Resource: marshalJSON(withoutKey(msg))}
 		next[name] = h
 	}
 	if len(errs) == 0 && t.url == typeLDS {

@@ -31,6 +31,7 @@ type deps struct {
 type secretRef struct {
 	Name    string `json:"name"`
 	Cluster string `json:"cluster"` // the static cluster of its envoy_grpc source
+	ADS     bool   `json:"ads"`     // asked of ADS (credentialName secrets istiod serves)
 }
 
 // checker holds what references are checked against.
@@ -71,7 +72,7 @@ func (c *checker) common(kind, name, own string, m proto.Message) ([]secretRef, 
 			errs = append(errs, fmt.Errorf("%s '%s': %w", kind, name, err))
 			return
 		}
-		if ref.Cluster != "" && !slices.Contains(refs, ref) {
+		if (ref.Cluster != "" || ref.ADS) && !slices.Contains(refs, ref) {
 			refs = append(refs, ref)
 		}
 	})
@@ -90,8 +91,7 @@ func (c *checker) secretSource(sc *tlsv3.SdsSecretConfig) (secretRef, error) {
 		return secretRef{Name: sc.GetName()}, nil
 	}
 	if src.GetAds() != nil {
-		c.warnf("secret '%s' is asked of ADS, not of the agent's SDS", sc.GetName())
-		return secretRef{Name: sc.GetName()}, nil
+		return secretRef{Name: sc.GetName(), ADS: true}, nil
 	}
 	api := src.GetApiConfigSource()
 	if api == nil || len(api.GetGrpcServices()) != 1 || api.GetGrpcServices()[0].GetEnvoyGrpc() == nil {

@@ -8,7 +8,10 @@
 // for every route name), ACKing what it accepts and NACKing, with the
 // reason, what fails Envoy's proto validation or names something missing;
 // SotW SDS over the sds-grpc cluster's socket for every secret the config
-// names, checking that the workload chain verifies to ROOTCA; and the admin
+// names, checking that the workload chain verifies to ROOTCA; secrets the
+// config asks of ADS (credentialName) on the ADS stream, which pilot-agent
+// forwards to istiod, a cluster or listener warming until they are
+// answered (Envoy waits up to the source's initial fetch timeout); and the admin
 // endpoints pilot-agent reads (/stats for readiness, /drain_listeners on
 // shutdown).
 //

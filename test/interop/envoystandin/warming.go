@@ -12,7 +12,9 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/proto"
 )
 
 // checkOne checks one resource of a response and records its deps.
@@ -27,10 +29,28 @@ func (a *ads) checkOne(chk *checker, url, name string, h *heldResource) error {
 		h.deps, err = chk.listener(name, m)
 	case *routev3.RouteConfiguration:
 		err = chk.route(name, m)
+	case *tlsv3.Secret:
+		if m.GetName() != name {
+			err = fmt.Errorf("secret '%s': the response names it '%s'", name, m.GetName())
+		} else if verr := m.ValidateAll(); verr != nil {
+			err = fmt.Errorf("secret '%s': %w", name, verr)
+		}
 	default:
 		err = fmt.Errorf("resource '%s': unexpected %T for %s", name, m, shortType(url))
 	}
 	return err
+}
+
+// withoutKey is m with a secret's private key left out, for the state
+// file.
+func withoutKey(m proto.Message) proto.Message {
+	s, ok := m.(*tlsv3.Secret)
+	if !ok || s.GetTlsCertificate().GetPrivateKey() == nil {
+		return m
+	}
+	c := proto.Clone(s).(*tlsv3.Secret)
+	c.GetTlsCertificate().PrivateKey = nil
+	return c
 }
 
 // duplicateAddresses refuses two listeners that bind one address.
@@ -149,6 +169,18 @@ func (a *ads) resubscribe(as *adsStream, t *xdsType, wanted map[string]bool) err
 	return as.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: t.url, ResourceNamesSubscribe: add, ResourceNamesUnsubscribe: remove}, "subscribe")
 }
 
+// adsSecretNames are the secrets the held clusters and listeners ask of
+// ADS.
+func (a *ads) adsSecretNames() map[string]bool {
+	out := map[string]bool{}
+	for _, ref := range a.secretRefs() {
+		if ref.ADS {
+			out[ref.Name] = true
+		}
+	}
+	return out
+}
+
 func (a *ads) edsNames() map[string]bool {
 	out := map[string]bool{}
 	for _, h := range a.types[typeCDS].held {
@@ -195,6 +227,14 @@ func (a *ads) waitsFor(h *heldResource) []string {
 		}
 	}
 	for _, ref := range h.deps.secrets {
+		if ref.ADS {
+			// Envoy waits for it up to the source's initial fetch
+			// timeout (15 s unset); the stand-in waits until answered.
+			if !a.types[typeSecret].answered[ref.Name] {
+				out = append(out, "SDS (ADS) "+ref.Name)
+			}
+			continue
+		}
 		if !a.sds.has(ref.Name) {
 			out = append(out, "SDS "+ref.Name)
 		}
