@@ -4,6 +4,8 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net/http"
+	"net/http/pprof"
+	"net/netip"
 	"os"
 	"time"
 
@@ -36,8 +38,9 @@ func (s *Server) readyHandler() http.Handler {
 }
 
 // monitoringHandler serves /metrics, /version (istiod's version, as
-// Istio's istiod serves it to `istioctl version`), and /debug/syncz (per
-// proxy: what was sent, ACKed and NACKed) to loopback callers only.
+// Istio's istiod serves it to `istioctl version`), and, to loopback
+// callers only, /debug/syncz (per proxy: what was sent, ACKed and NACKed)
+// and Go's profiles under /debug/pprof/.
 func (s *Server) monitoringHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
@@ -46,7 +49,26 @@ func (s *Server) monitoringHandler() http.Handler {
 		_, _ = w.Write(s.controlPlane().VersionJSON())
 	})
 	mux.Handle("GET /debug/syncz", s.xds.SynczHandler())
+	mux.Handle("GET /debug/pprof/", loopbackOnly(http.HandlerFunc(pprof.Index)))
+	mux.Handle("GET /debug/pprof/cmdline", loopbackOnly(http.HandlerFunc(pprof.Cmdline)))
+	mux.Handle("GET /debug/pprof/profile", loopbackOnly(http.HandlerFunc(pprof.Profile)))
+	mux.Handle("GET /debug/pprof/symbol", loopbackOnly(http.HandlerFunc(pprof.Symbol)))
+	mux.Handle("GET /debug/pprof/trace", loopbackOnly(http.HandlerFunc(pprof.Trace)))
 	return mux
+}
+
+// loopbackOnly answers 403 to callers not on a loopback address: what h
+// serves is for an operator on istiod's host (kubectl port-forward, exec),
+// not for the network.
+func loopbackOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ap, err := netip.ParseAddrPort(r.RemoteAddr)
+		if err != nil || !ap.Addr().Unmap().IsLoopback() {
+			http.Error(w, "forbidden", http.StatusForbidden)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // jwtRoots are the roots trusted when fetching the OIDC issuer's discovery

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -33,9 +34,10 @@ type authority struct {
 	// for a chain with name constraints; otherwise its structure is
 	// checked (leafcheck.go).
 	verifyEach bool
-	// create signs a certificate; nil means x509.CreateCertificate. Tests
-	// replace it with one that misbehaves.
-	create func(rand io.Reader, tmpl, parent *x509.Certificate, pub, priv any) ([]byte, error)
+	// create signs a certificate; nil means createLeaf's own encoding or
+	// x509.CreateCertificate. Tests replace it with one that misbehaves.
+	create     func(rand io.Reader, tmpl, parent *x509.Certificate, pub, priv any) ([]byte, error)
+	leafSigner leafSigner // how createLeaf signs; zero: x509.CreateCertificate
 
 	roots       []*x509.Certificate // the set's roots, which its chain leads to
 	trust       []*x509.Certificate // the roots published: roots, then any a rotation keeps trusted
@@ -83,7 +85,8 @@ func newAuthority(set rawSet, now time.Time, source string) (*authority, error) 
 		return nil, fileErr(f.roots, err)
 	}
 	a := &authority{source: source, signer: signer, cert: cert, roots: roots, trust: roots, issued: new(highWater),
-		material: &KeyMaterial{CACert: set.cert, CAKey: set.key, CertChain: set.chain, RootCert: set.roots}}
+		leafSigner: leafSignerFor(signer),
+		material:   &KeyMaterial{CACert: set.cert, CAKey: set.key, CertChain: set.chain, RootCert: set.roots}}
 	if err := a.buildChain(extra, now, f); err != nil {
 		return nil, err
 	}
@@ -142,23 +145,32 @@ func (a *authority) buildChain(extra []*x509.Certificate, now time.Time, f setFi
 	return nil
 }
 
-// probeLeaf signs a leaf without names for the signer's own key and
+// probeLeaf signs a leaf for the signer's own key as Sign does and
 // verifies it up to the roots at now, once per authority: the chain then
 // accepts a leaf below the signing certificate (path length constraints
 // included, which verifying the signing certificate alone does not test),
-// and the signer makes valid signatures. Sign relies on it to check each
-// leaf by its structure only.
+// and the signer makes valid signatures over what createLeaf encodes. Sign
+// relies on it to check each leaf by its structure only. Under name
+// constraints the probe has no names (every leaf is verified in full
+// there anyway).
 func (a *authority) probeLeaf(now time.Time) error {
 	tmpl := &x509.Certificate{
 		SerialNumber:          newSerial(),
 		NotBefore:             a.notBefore,
 		NotAfter:              a.notAfter,
-		KeyUsage:              x509.KeyUsageDigitalSignature,
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		BasicConstraintsValid: true,
 		AuthorityKeyId:        a.cert.SubjectKeyId,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.cert, a.signer.Public(), a.signer)
+	var der []byte
+	var err error
+	if a.verifyEach {
+		der, err = x509.CreateCertificate(rand.Reader, tmpl, a.cert, a.signer.Public(), a.signer)
+	} else {
+		tmpl.URIs = []*url.URL{{Scheme: "spiffe", Host: "probe.invalid", Path: "/probe"}}
+		der, err = a.createLeaf(tmpl, a.signer.Public())
+	}
 	if err != nil {
 		return fmt.Errorf("cannot sign a leaf: %w", err)
 	}

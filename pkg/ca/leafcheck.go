@@ -13,9 +13,10 @@ import (
 // An issued leaf is checked before it is returned, without verifying its
 // signature and building its chain again for every certificate:
 //
-//   - x509.CreateCertificate has verified the signature it produced with
-//     the signer's public key, and refused a signer whose key is not the
-//     signing certificate's;
+//   - the signer's key is the signing certificate's (newAuthority), and its
+//     signatures over what createLeaf encodes verify (probeLeaf); a signer
+//     other than Go's own ECDSA and RSA keys goes through
+//     x509.CreateCertificate, which verifies every signature it made;
 //   - the signing certificate's chain to the roots was verified once, when
 //     the authority was built, with a leaf below it (buildChain, probeLeaf);
 //   - so what is left to check per leaf is its structure: issued by the

@@ -2,7 +2,6 @@ package ca
 
 import (
 	"crypto"
-	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
@@ -101,13 +100,7 @@ func (c *CA) checkRequest(req SignRequest) (time.Duration, []*url.URL, error) {
 // signLeaf signs tmpl for pub, checks the result (leafcheck.go) and returns
 // it with the chain in Istio's order.
 func (a *authority) signLeaf(tmpl *x509.Certificate, pub crypto.PublicKey, now time.Time) (*Issued, error) {
-	create := a.create
-	if create == nil {
-		create = x509.CreateCertificate
-	}
-	// CreateCertificate verifies the signature it made with the signer's
-	// public key, and refuses a signer that is not the parent's key.
-	der, err := create(rand.Reader, tmpl, a.cert, pub, a.signer)
+	der, err := a.createLeaf(tmpl, pub)
 	if err != nil {
 		return nil, fmt.Errorf("create certificate: %w", err)
 	}
