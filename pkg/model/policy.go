@@ -7,6 +7,7 @@ import (
 
 	securityv1 "istio.io/api/security/v1"
 	betav1 "istio.io/api/security/v1beta1"
+	betatypev1 "istio.io/api/type/v1beta1"
 )
 
 // MTLSMode is the effective PeerAuthentication mode of a workload port.
@@ -92,46 +93,47 @@ func (s *Snapshot) sortedPeerAuthentications() []*PeerAuthentication {
 // attached by targetRef(s) is for a gateway or waypoint, never a workload,
 // as in Istio.
 func (s *Snapshot) AuthorizationPolicies(namespace string, labels map[string]string) []*AuthorizationPolicy {
-	var out []*AuthorizationPolicy
-	for _, p := range s.res.AuthorizationPolicies {
-		if p.Namespace != namespace && p.Namespace != s.Options.RootNamespace {
-			continue
-		}
-		if p.Spec.GetTargetRef() != nil || len(p.Spec.GetTargetRefs()) > 0 {
-			continue
-		}
-		if !Matches(p.Spec.GetSelector().GetMatchLabels(), labels) {
-			continue
-		}
-		out = append(out, p)
-	}
-	slices.SortFunc(out, func(a, b *AuthorizationPolicy) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
-	})
-	return out
+	return selectedPolicies(s, s.res.AuthorizationPolicies, namespace, labels,
+		func(p *AuthorizationPolicy) (Meta, workloadSelected) { return p.Meta, p.Spec })
 }
 
 // RequestAuthentications returns the RequestAuthentications that apply to
 // the workload of namespace and labels, chosen as AuthorizationPolicies
-// are (Istio selects both alike): those of its namespace and of the root
-// namespace whose selector (if any) matches, none attached by
-// targetRef(s), sorted by namespace and name.
+// are (Istio selects both alike).
 func (s *Snapshot) RequestAuthentications(namespace string, labels map[string]string) []*RequestAuthentication {
-	var out []*RequestAuthentication
-	for _, p := range s.res.RequestAuthentications {
-		if p.Namespace != namespace && p.Namespace != s.Options.RootNamespace {
+	return selectedPolicies(s, s.res.RequestAuthentications, namespace, labels,
+		func(p *RequestAuthentication) (Meta, workloadSelected) { return p.Meta, p.Spec })
+}
+
+// workloadSelected is a policy's spec as selection reads it.
+type workloadSelected interface {
+	GetTargetRef() *betatypev1.PolicyTargetReference
+	GetTargetRefs() []*betatypev1.PolicyTargetReference
+	GetSelector() *betatypev1.WorkloadSelector
+}
+
+// selectedPolicies returns those of all, of namespace or the root
+// namespace, not attached by targetRef(s), whose selector (if any) matches
+// labels, sorted by namespace and name.
+func selectedPolicies[P any](s *Snapshot, all []P, namespace string, labels map[string]string, of func(P) (Meta, workloadSelected)) []P {
+	var out []P
+	for _, p := range all {
+		meta, spec := of(p)
+		if meta.Namespace != namespace && meta.Namespace != s.Options.RootNamespace {
 			continue
 		}
-		if p.Spec.GetTargetRef() != nil || len(p.Spec.GetTargetRefs()) > 0 {
+		if spec.GetTargetRef() != nil || len(spec.GetTargetRefs()) > 0 {
 			continue
 		}
-		if !Matches(p.Spec.GetSelector().GetMatchLabels(), labels) {
+		if !Matches(spec.GetSelector().GetMatchLabels(), labels) {
 			continue
 		}
 		out = append(out, p)
 	}
-	slices.SortFunc(out, func(a, b *RequestAuthentication) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	slices.SortFunc(out, func(a, b P) int {
+		ma, _ := of(a)
+		mb, _ := of(b)
+		return cmp.Or(cmp.Compare(ma.Namespace, mb.Namespace), cmp.Compare(ma.Name, mb.Name))
 	})
 	return out
 }
