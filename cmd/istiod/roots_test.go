@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,16 +19,27 @@ const rootsChildEnv = "BULWARK_TEST_NO_SYSTEM_ROOTS"
 // publicChainTime is when the recorded public chain was valid.
 var publicChainTime = time.Unix(1677615892, 0)
 
+// TestMain runs, in the child run of the test below, the verification
+// where the system has no roots, and the tests otherwise.
+func TestMain(m *testing.M) {
+	if os.Getenv(rootsChildEnv) != "" {
+		if _, err := verifyPublicChain(nil); err != nil {
+			fmt.Fprintf(os.Stderr, "the recorded chain does not verify with the built-in roots: %v\n", err)
+			os.Exit(1)
+		}
+		fmt.Println("the recorded chain verifies with the built-in roots")
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
 // TestBuiltInRootsVerifyAPublicChainWithoutSystemRoots runs this test binary
 // again where the system has no roots, as in istiod's image, and verifies a
 // recorded public chain there with the default roots: only the roots built
 // into istiod can verify it.
 func TestBuiltInRootsVerifyAPublicChainWithoutSystemRoots(t *testing.T) {
-	if os.Getenv(rootsChildEnv) != "" {
-		t.Skip("the parent runs this test")
-	}
 	empty := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestVerifyPublicChainWithDefaultRoots$", "-test.v")
+	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), rootsChildEnv+"=1",
 		"SSL_CERT_FILE="+filepath.Join(empty, "none.pem"), "SSL_CERT_DIR="+empty)
 	out, err := cmd.CombinedOutput()
@@ -35,16 +47,6 @@ func TestBuiltInRootsVerifyAPublicChainWithoutSystemRoots(t *testing.T) {
 		t.Fatalf("without system roots: %v\n%s", err, out)
 	}
 	t.Logf("%s", out)
-}
-
-// TestVerifyPublicChainWithDefaultRoots is the child of the test above.
-func TestVerifyPublicChainWithDefaultRoots(t *testing.T) {
-	if os.Getenv(rootsChildEnv) == "" {
-		t.Skip("run by TestBuiltInRootsVerifyAPublicChainWithoutSystemRoots")
-	}
-	if _, err := verifyPublicChain(t, nil); err != nil {
-		t.Fatalf("the recorded chain does not verify with the built-in roots: %v", err)
-	}
 }
 
 func TestTheBuiltInBundleHoldsThePublicChainsRoot(t *testing.T) {
@@ -60,25 +62,31 @@ func TestTheBuiltInBundleHoldsThePublicChainsRoot(t *testing.T) {
 			pool.AddCert(c)
 		}
 	}
-	chains, err := verifyPublicChain(t, pool)
+	chains, err := verifyPublicChain(pool)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if root := chains[0][len(chains[0])-1]; root.Subject.CommonName != "GTS Root R1" {
 		t.Errorf("verified to %s, want GTS Root R1", root.Subject)
 	}
-	if _, err := verifyPublicChain(t, x509.NewCertPool()); err == nil {
+	if _, err := verifyPublicChain(x509.NewCertPool()); err == nil {
 		t.Error("the chain verifies without its root")
 	}
 }
 
 // verifyPublicChain verifies the recorded chain at the time it was valid,
 // with roots, or the default roots when nil.
-func verifyPublicChain(t *testing.T, roots *x509.CertPool) ([][]*x509.Certificate, error) {
-	t.Helper()
-	leaf := readCert(t, "leaf.pem")
+func verifyPublicChain(roots *x509.CertPool) ([][]*x509.Certificate, error) {
+	leaf, err := readCert("leaf.pem")
+	if err != nil {
+		return nil, err
+	}
+	intermediate, err := readCert("intermediate.pem")
+	if err != nil {
+		return nil, err
+	}
 	inter := x509.NewCertPool()
-	inter.AddCert(readCert(t, "intermediate.pem"))
+	inter.AddCert(intermediate)
 	return leaf.Verify(x509.VerifyOptions{
 		DNSName:       "www.google.com",
 		Roots:         roots,
@@ -87,19 +95,14 @@ func verifyPublicChain(t *testing.T, roots *x509.CertPool) ([][]*x509.Certificat
 	})
 }
 
-func readCert(t *testing.T, name string) *x509.Certificate {
-	t.Helper()
+func readCert(name string) (*x509.Certificate, error) {
 	b, err := os.ReadFile(filepath.Join("testdata", "publicchain", name))
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	block, _ := pem.Decode(b)
 	if block == nil {
-		t.Fatalf("%s: no PEM", name)
+		return nil, fmt.Errorf("%s: no PEM", name)
 	}
-	c, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return x509.ParseCertificate(block.Bytes)
 }
