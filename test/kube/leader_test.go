@@ -3,7 +3,6 @@ package kube
 import (
 	"context"
 	"encoding/pem"
-	"net/url"
 	"regexp"
 	"strings"
 	"testing"
@@ -92,20 +91,13 @@ func checkOneWriterAtATime(t *testing.T, ps ...*istiod) {
 // its namespaces.
 func TestLeaderLostHandsOverTheNamespaceController(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartPrivate(t)
-	installIstioCRDsIn(t, env)
+	env, ns, apiHost := privateCluster(t)
 	client := env.Client(t)
-	ns := env.Namespace(t)
-	grantIstiodRBAC(t, env, ns)
-	apiHost, err := url.Parse(env.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
 	kubeconfig := istiodKubeconfig(t, env, ns)
 	links := map[string]*link{}
 	var all []*istiod
 	for _, name := range []string{"istiod-a", "istiod-b", "istiod-c"} {
-		links[name] = newLink(t, apiHost.Host)
+		links[name] = newLink(t, apiHost)
 		p := newIstiodIn(t, env, name, ns, kubeconfigVia(t, kubeconfig, env.URL, links[name].URL()))
 		p.run(t)
 		all = append(all, p)

@@ -30,6 +30,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 	pb "istio.io/api/security/v1alpha1"
+
+	"github.com/bulwark-mesh/bulwark/internal/testenv"
 )
 
 // link is a TCP forwarder between istiod and the API server that a test
@@ -296,4 +298,20 @@ func (p *istiod) adsWithToken(roots *x509.CertPool, ns, sa, token string) error 
 	}
 	_, err = st.Recv()
 	return err
+}
+
+// privateCluster starts an API server of the test's own with Istio's CRDs
+// and a namespace for istiod with its RBAC, and returns them with the API
+// server's host:port, for a link the test can cut.
+func privateCluster(t *testing.T) (env *testenv.Env, ns, apiHost string) {
+	t.Helper()
+	env = testenv.StartPrivate(t)
+	installIstioCRDsIn(t, env)
+	ns = env.Namespace(t)
+	grantIstiodRBAC(t, env, ns)
+	u, err := url.Parse(env.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env, ns, u.Host
 }

@@ -2,7 +2,6 @@ package kube
 
 import (
 	"context"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -145,16 +144,9 @@ func (p *istiod) leading() bool {
 // cut, so that changes can be made while istiod cannot see them.
 func TestAPIServerGoesAwayAndComesBack(t *testing.T) {
 	t.Parallel()
-	env := testenv.StartPrivate(t)
-	installIstioCRDsIn(t, env)
+	env, ns, apiHost := privateCluster(t)
 	client := env.Client(t)
-	ns := env.Namespace(t)
-	grantIstiodRBAC(t, env, ns)
-	apiHost, err := url.Parse(env.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lnk := newLink(t, apiHost.Host)
+	lnk := newLink(t, apiHost)
 	kubeconfig := kubeconfigVia(t, istiodKubeconfig(t, env, ns), env.URL, lnk.URL())
 	a, b := newIstiodIn(t, env, "istiod-a", ns, kubeconfig), newIstiodIn(t, env, "istiod-b", ns, kubeconfig)
 	a.run(t)

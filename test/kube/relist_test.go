@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -92,16 +91,9 @@ func reflectorLog(t *testing.T) *logtest.Buffer {
 // Not parallel: see reflectorLog.
 func TestWatchExpiredRelistsWithoutAPush(t *testing.T) {
 	klogs := reflectorLog(t)
-	env := testenv.StartPrivate(t)
-	installIstioCRDsIn(t, env)
+	env, ns, apiHost := privateCluster(t)
 	client := env.Client(t)
-	ns := env.Namespace(t)
-	grantIstiodRBAC(t, env, ns)
-	apiHost, err := url.Parse(env.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lnk := newLink(t, apiHost.Host)
+	lnk := newLink(t, apiHost)
 	p := newIstiodIn(t, env, "istiod", ns, kubeconfigVia(t, istiodKubeconfig(t, env, ns), env.URL, lnk.URL()))
 	p.run(t)
 	waitFor(t, "istiod ready", 90*time.Second, p.ready)
