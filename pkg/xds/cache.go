@@ -3,6 +3,7 @@ package xds
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -21,10 +22,16 @@ type pushState struct {
 	// mesh is the mesh configuration snap is seen with (mesh.go); nil: the one in force
 	mesh *meshState
 
-	mu          sync.Mutex
-	built       map[string]*builtResource
-	shared      map[sharedKey]*response
-	sharedBytes int
+	// seq numbers push states in the order they were pushed; the server's
+	// history says what each changed (incremental.go).
+	seq uint64
+
+	mu            sync.Mutex
+	built         map[string]*builtResource
+	shared        map[sharedKey]*response
+	sharedBytes   int
+	sinceCache    map[uint64]sinceResult
+	affectedCache map[affectedKey][]string
 }
 
 type builtResource struct {
@@ -113,30 +120,72 @@ func (r *response) deltaEncoded(st *pushState) (encoded []byte, ends []int) {
 // response returns the resources of key for a proxy generating with gen,
 // generating them once per push state and key however many proxies ask.
 func (st *pushState) response(s *Server, gen generateFunc, key sharedKey, names []string) *response {
+	r := st.sharedResponse(key, len(names))
+	r.once.Do(func() { r.build(s, st, gen, key, names) })
+	return r
+}
+
+// derived returns the resources of key as base, a response to the same
+// request in an earlier push state, with those named in changed
+// generated again: what key gives when nothing else changed since base.
+func (st *pushState) derived(s *Server, gen generateFunc, key sharedKey, base *response, changed []string) *response {
+	r := st.sharedResponse(key, len(base.gen))
+	r.once.Do(func() { r.derive(s, st, gen, key, base, changed) })
+	return r
+}
+
+// sharedResponse returns the response of key in st, new and not built
+// when no proxy asked for it yet; it is kept for other proxies while st's
+// responses stay under maxSharedBytes.
+func (st *pushState) sharedResponse(key sharedKey, names int) *response {
 	st.mu.Lock()
 	r, ok := st.shared[key]
 	if !ok {
 		r = &response{}
 		// The key, and per name a generated resource and a pointer.
-		if cost := len(key.names) + len(key.proxy) + 64*len(names); st.sharedBytes+cost <= maxSharedBytes {
+		if cost := len(key.names) + len(key.proxy) + 64*names; st.sharedBytes+cost <= maxSharedBytes {
 			st.shared[key] = r
 			st.sharedBytes += cost
 		}
 	}
 	st.mu.Unlock()
-	r.once.Do(func() { r.build(s, st, gen, key, names) })
 	return r
 }
 
 func (r *response) build(s *Server, st *pushState, gen generateFunc, key sharedKey, names []string) {
-	for _, res := range gen(st.snap, key.typeURL, names, key.wildcard) {
-		b, err := st.resource(key.typeURL, res)
+	r.gen = st.generate(s, gen, key.typeURL, names, key.wildcard)
+	r.finish(key)
+}
+
+// generate generates and marshals what a proxy asks for of typeURL.
+func (st *pushState) generate(s *Server, gen generateFunc, typeURL string, names []string, wildcard bool) []generated {
+	var out []generated
+	for _, res := range gen(st.snap, typeURL, names, wildcard) {
+		b, err := st.resource(typeURL, res)
 		if err != nil {
-			s.log.Error("generating resource; leaving it out", "type", shortType(key.typeURL), "name", res.Name, "err", err)
+			s.log.Error("generating resource; leaving it out", "type", shortType(typeURL), "name", res.Name, "err", err)
 			continue
 		}
-		r.gen = append(r.gen, generated{name: res.Name, hash: b.hash, any: b.any})
+		out = append(out, generated{name: res.Name, hash: b.hash, any: b.any})
 	}
+	return out
+}
+
+// derive makes r base with the resources named in changed (sorted)
+// generated again; those no longer generated are left out.
+func (r *response) derive(s *Server, st *pushState, gen generateFunc, key sharedKey, base *response, changed []string) {
+	fresh := st.generate(s, gen, key.typeURL, changed, false)
+	r.gen = make([]generated, 0, len(base.gen)+len(fresh))
+	i := 0 // next of fresh; both lists are sorted by name
+	for _, g := range base.gen {
+		for ; i < len(fresh) && fresh[i].name < g.name; i++ {
+			r.gen = append(r.gen, fresh[i])
+		}
+		if _, ok := slices.BinarySearch(changed, g.name); !ok {
+			r.gen = append(r.gen, g)
+		}
+	}
+	r.gen = append(r.gen, fresh[i:]...)
 	r.finish(key)
 }
 
@@ -161,6 +210,15 @@ func (r *response) finish(key sharedKey) {
 		r.size += len(g.any.Value)
 	}
 	r.version = hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// names yields the names of r's resources, in order.
+func (r *response) names(yield func(string) bool) {
+	for _, g := range r.gen {
+		if !yield(g.name) {
+			return
+		}
+	}
 }
 
 // namesKey is sorted names as one string. Each name is length-prefixed, so

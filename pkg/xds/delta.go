@@ -2,6 +2,7 @@ package xds
 
 import (
 	"slices"
+	"time"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/codes"
@@ -23,6 +24,13 @@ type deltaState struct {
 	held     *deltaHeld // what the last response left the client holding
 	answered bool       // a response was sent
 	open     bool       // a request awaits its response
+	// basis is the push and scope held was last brought up to date with;
+	// added, the names subscribed to since; reshaped, whether the
+	// subscription changed otherwise (wildcard on or off), which needs a
+	// full answer.
+	basis    basis
+	added    []string
+	reshaped bool
 }
 
 func newDeltaState(req *discovery.DeltaDiscoveryRequest) *deltaState {
@@ -40,8 +48,15 @@ func (d *deltaState) update(sets *nameSets, subscribe, unsubscribe []string) err
 		}
 		d.legacy = false // still wildcard until "*" is unsubscribed
 	}
+	wasWildcard := d.wildcard
+	defer func() { d.reshaped = d.reshaped || d.wildcard != wasWildcard }()
 	if slices.Contains(subscribe, "*") {
 		d.wildcard = true
+	}
+	for _, n := range subscribe {
+		if n != "*" && !d.names.contains(n) {
+			d.added = append(d.added, n)
+		}
 	}
 	names := sets.update(d.names, subscribe, nil)
 	var gone map[string]bool // a name unsubscribed twice is not held the second time
@@ -100,6 +115,12 @@ func (p *proxy) respondDeltaLocked(typeURL string, d *deltaState, st *pushState)
 		return
 	}
 	start := p.srv.cfg.Clock()
+	if generatedType(typeURL) {
+		p.rescopeLocked(st)
+		if p.respondDeltaChangesLocked(typeURL, d, st, start) {
+			return
+		}
+	}
 	r := p.responseLocked(st, typeURL, d.names.subscription(d.wildcard))
 	held := heldOf(d.recorded, d.held)
 	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: typeURL}
@@ -112,6 +133,7 @@ func (p *proxy) respondDeltaLocked(typeURL string, d *deltaState, st *pushState)
 	slices.Sort(resp.RemovedResources)
 	first := !d.answered && d.wildcard
 	if n == 0 && len(resp.RemovedResources) == 0 && !first {
+		d.upToDate(p, st)
 		return
 	}
 	resp.SystemVersionInfo = st.snap.Version
@@ -128,9 +150,84 @@ func (p *proxy) respondDeltaLocked(typeURL string, d *deltaState, st *pushState)
 	d.held = &deltaHeld{versions: r.versions}
 	d.recorded = nil
 	d.answered = true
+	d.upToDate(p, st)
+	p.queuedDeltaLocked(typeURL, d, st, start, size, r.bundle(typeURL))
+}
+
+// queuedDeltaLocked records that a response of typeURL is queued.
+func (p *proxy) queuedDeltaLocked(typeURL string, d *deltaState, st *pushState, start time.Time, size int, bundle string) {
 	d.open = false
-	p.pending[typeURL] = sent{bundle: r.bundle(typeURL), changedAt: st.changedAt}
+	p.pending[typeURL] = sent{bundle: bundle, changedAt: st.changedAt}
 	p.srv.metrics.observe(typeURL, p.srv.cfg.Clock().Sub(start), size)
+}
+
+// upToDate records that the client holds what st gives it.
+func (d *deltaState) upToDate(p *proxy, st *pushState) {
+	d.basis = basis{seq: st.seq, scope: p.scopeKey, set: true}
+	d.added, d.reshaped = nil, false
+}
+
+// respondDeltaChangesLocked answers from the client's basis when only
+// endpoints changed since and the client subscribed to names, not to
+// anything else: with the load assignments of the changed services it
+// subscribes to, and the resources of the names added, those whose
+// version differs from what it holds. It reports false when the client
+// must be answered in full.
+func (p *proxy) respondDeltaChangesLocked(typeURL string, d *deltaState, st *pushState, start time.Time) bool {
+	if !d.answered || d.recorded != nil || d.reshaped || d.held.overgrown() {
+		return false
+	}
+	hosts, ok := p.srv.changesSince(st, d.basis, p.scopeKey)
+	if !ok || (d.wildcard && (len(d.added) > 0 || (typeURL == typeEndpoint && len(hosts) > 0))) {
+		return false
+	}
+	var want []string
+	if typeURL == typeEndpoint && len(hosts) > 0 {
+		want = slices.Clone(st.affected(affectedKey{d.names, d.basis.seq}, d.names.all, hosts))
+	}
+	for _, n := range d.added {
+		if d.names.contains(n) {
+			want = append(want, n)
+		}
+	}
+	slices.Sort(want)
+	want = slices.Compact(want)
+	if len(want) == 0 {
+		d.upToDate(p, st)
+		return true
+	}
+	r := st.response(p.srv, p.scopeGen, sharedKey{typeURL: typeURL, proxy: p.scopeKey, names: namesKey(want)}, want)
+	held := heldOf(nil, d.held)
+	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: typeURL}
+	n, size := selectDelta(resp, r, held, st)
+	for _, name := range want {
+		if _, ok := r.versions[name]; !ok {
+			if _, ok := held.version(name); ok {
+				resp.RemovedResources = append(resp.RemovedResources, name)
+			}
+		}
+	}
+	if n == 0 && len(resp.RemovedResources) == 0 {
+		d.upToDate(p, st)
+		return true
+	}
+	resp.SystemVersionInfo = st.snap.Version
+	select {
+	case p.deltaOut <- resp:
+	default:
+		p.srv.log.Error("response queue full; retrying on the next push", "node", p.node.GetId(), "type", shortType(typeURL))
+		return true
+	}
+	if d.held == nil {
+		d.held = &deltaHeld{}
+	}
+	for _, g := range r.gen {
+		d.held.set(g.name, g.hash)
+	}
+	d.held.drop(resp.RemovedResources)
+	d.upToDate(p, st)
+	p.queuedDeltaLocked(typeURL, d, st, start, size, "")
+	return true
 }
 
 // selectDelta sets as resp's resources those of r whose version
@@ -170,20 +267,37 @@ func selectDelta(resp *discovery.DeltaDiscoveryResponse, r *response, held held,
 	return n, size
 }
 
-// deltaHeld is the versions of the response last sent, which every proxy
-// sent it shares, less the names unsubscribed since. A thousand sidecars
-// of one scope hold one set of versions, not a thousand copies.
+// deltaHeld is the versions of the last full response sent, which every
+// proxy sent it shares, with the versions sent since by answers to
+// changes, less the names unsubscribed or removed since. A thousand
+// sidecars of one scope hold one set of versions, not a thousand copies,
+// and each its own few changes.
 type deltaHeld struct {
 	versions map[string]string // the response's; read-only
-	dropped  map[string]bool   // names of versions unsubscribed since
+	over     map[string]string // versions sent since, which replace the response's
+	dropped  map[string]bool   // names of versions no longer held
 }
 
-// drop records that the client unsubscribed from names; h may be nil.
+// set records that the client was sent version of name.
+func (h *deltaHeld) set(name, version string) {
+	if v, ok := h.versions[name]; ok && v == version && !h.dropped[name] {
+		delete(h.over, name)
+		return
+	}
+	if h.over == nil {
+		h.over = map[string]string{}
+	}
+	h.over[name] = version
+	delete(h.dropped, name)
+}
+
+// drop records that the client no longer holds names; h may be nil.
 func (h *deltaHeld) drop(names []string) {
 	if h == nil {
 		return
 	}
 	for _, n := range names {
+		delete(h.over, n)
 		if _, ok := h.versions[n]; !ok {
 			continue // only names of versions: bounded by them
 		}
@@ -192,6 +306,13 @@ func (h *deltaHeld) drop(names []string) {
 		}
 		h.dropped[n] = true
 	}
+}
+
+// overgrown reports whether the versions sent since the last full
+// response have grown past what sharing it saves: the client is then
+// answered in full, which gives it a shared set again.
+func (h *deltaHeld) overgrown() bool {
+	return h != nil && len(h.over) > max(64, len(h.versions)/4)
 }
 
 // held is the version of each resource a client holds: recorded, else
@@ -207,7 +328,13 @@ func (h held) version(name string) (string, bool) {
 	if v, ok := h.recorded[name]; ok {
 		return v, true
 	}
-	if h.last == nil || h.last.dropped[name] {
+	if h.last == nil {
+		return "", false
+	}
+	if v, ok := h.last.over[name]; ok {
+		return v, true
+	}
+	if h.last.dropped[name] {
 		return "", false
 	}
 	v, ok := h.last.versions[name]
@@ -222,8 +349,15 @@ func (h held) each(fn func(name string)) {
 	if h.last == nil {
 		return
 	}
+	for name := range h.last.over {
+		if _, ok := h.recorded[name]; !ok {
+			fn(name)
+		}
+	}
 	for name := range h.last.versions {
-		if _, ok := h.recorded[name]; !ok && !h.last.dropped[name] {
+		_, recorded := h.recorded[name]
+		_, over := h.last.over[name]
+		if !recorded && !over && !h.last.dropped[name] {
 			fn(name)
 		}
 	}

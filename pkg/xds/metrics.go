@@ -14,6 +14,9 @@ type metrics struct {
 	convergence prometheus.Histogram
 	configSize  *prometheus.HistogramVec
 	rejects     *prometheus.CounterVec
+	// pushTriggers counts pushes by what they changed: "endpoint" when
+	// only endpoints, "config" otherwise.
+	pushTriggers *prometheus.CounterVec
 
 	// byType holds pushTime and configSize of each served type, resolved
 	// once rather than per response.
@@ -57,13 +60,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		rejects: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pilot_total_xds_rejects", Help: "xDS responses rejected by proxies, by type.",
 		}, []string{"type"}),
+		pushTriggers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pilot_push_triggers", Help: "Pushes of model changes, by what they changed: endpoint (endpoints only), config (anything else).",
+		}, []string{"type"}),
 	}
 	m.byType = make(map[string]typeObservers)
 	for _, t := range []string{typeListener, typeRoute, typeCluster, typeEndpoint, typeSecret} {
 		m.byType[t] = typeObservers{m.pushTime.WithLabelValues(shortType(t)), m.configSize.WithLabelValues(shortType(t))}
 	}
 	if reg != nil {
-		reg.MustRegister(m.proxies, m.pushes, m.pushTime, m.convergence, m.configSize, m.rejects)
+		reg.MustRegister(m.proxies, m.pushes, m.pushTime, m.convergence, m.configSize, m.rejects, m.pushTriggers)
 	}
 	return m
 }

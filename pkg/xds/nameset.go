@@ -25,6 +25,18 @@ func (s *nameSet) contains(name string) bool {
 	return ok
 }
 
+// all yields the names of s in order; s may be nil.
+func (s *nameSet) all(yield func(string) bool) {
+	if s == nil {
+		return
+	}
+	for _, n := range s.names {
+		if !yield(n) {
+			return
+		}
+	}
+}
+
 // subscription is s as the response cache asks for it.
 func (s *nameSet) subscription(wildcard bool) subscription {
 	if s == nil {

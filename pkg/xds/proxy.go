@@ -33,6 +33,7 @@ type proxy struct {
 	scopeGen  generateFunc
 	watches   map[string]*watch
 	subs      map[string]subscription // from the last request that was not stale
+	last      map[string]lastResponse // state of the world: the response last computed, by type URL
 	pending   map[string]sent         // enqueued, by version
 	sent      map[string]sent         // last sent, by type URL
 	acked     map[string]string
@@ -72,7 +73,7 @@ type sent struct {
 func newProxy(srv *Server, id int64, delta bool) *proxy {
 	p := &proxy{
 		srv: srv, streamID: id,
-		watches: map[string]*watch{}, subs: map[string]subscription{}, pending: map[string]sent{}, sent: map[string]sent{},
+		watches: map[string]*watch{}, subs: map[string]subscription{}, last: map[string]lastResponse{}, pending: map[string]sent{}, sent: map[string]sent{},
 		acked: map[string]string{}, nacked: map[string]string{},
 	}
 	if delta {
@@ -132,7 +133,7 @@ func (p *proxy) pushAll(st *pushState) {
 // repeated until one of them changes.
 func (p *proxy) respondLocked(typeURL string, w *watch, st *pushState) {
 	start := p.srv.cfg.Clock()
-	r := p.responseLocked(st, typeURL, p.subs[typeURL])
+	r := p.sotwResponseLocked(st, typeURL, p.subs[typeURL])
 	if last, ok := p.sent[typeURL]; ok && last.version == r.version {
 		return
 	}
@@ -171,12 +172,51 @@ func (p *proxy) responseLocked(st *pushState, typeURL string, sub subscription) 
 	case TypeProxyConfig:
 		return p.proxyConfigLocked(key)
 	}
+	p.rescopeLocked(st)
+	key.proxy = p.scopeKey
+	return st.response(p.srv, p.scopeGen, key, sub.names)
+}
+
+// rescopeLocked makes the proxy's generation scope that of st.
+func (p *proxy) rescopeLocked(st *pushState) {
 	if ms := p.srv.meshOf(st); p.scopeSnap != st.snap || p.scopeMesh != ms {
 		p.scopeKey, p.scopeGen = p.wl.scopeIn(p.srv, st.snap, ms)
 		p.scopeSnap, p.scopeMesh = st.snap, ms
 	}
-	key.proxy = p.scopeKey
-	return st.response(p.srv, p.scopeGen, key, sub.names)
+}
+
+// lastResponse is the response last computed for one type of a state of
+// the world stream, and what it was computed for.
+type lastResponse struct {
+	r        *response
+	basis    basis
+	names    string // the subscription's key
+	wildcard bool
+}
+
+// sotwResponseLocked is responseLocked, brought up to date from the
+// response last computed for the proxy when only endpoints changed since:
+// the same response, or for load assignments the last one with those of
+// the changed services generated again.
+func (p *proxy) sotwResponseLocked(st *pushState, typeURL string, sub subscription) *response {
+	if !generatedType(typeURL) {
+		return p.responseLocked(st, typeURL, sub)
+	}
+	p.rescopeLocked(st)
+	last := p.last[typeURL]
+	r := last.r
+	hosts, ok := p.srv.changesSince(st, last.basis, p.scopeKey)
+	switch {
+	case !ok || r == nil || last.names != sub.key || last.wildcard != sub.wildcard:
+		r = p.responseLocked(st, typeURL, sub)
+	case typeURL == typeEndpoint && len(hosts) > 0:
+		if changed := st.affected(affectedKey{r, last.basis.seq}, r.names, hosts); len(changed) > 0 {
+			key := sharedKey{typeURL: typeURL, proxy: p.scopeKey, names: sub.key, wildcard: sub.wildcard}
+			r = st.derived(p.srv, p.scopeGen, key, r, changed)
+		}
+	}
+	p.last[typeURL] = lastResponse{r: r, basis: basis{seq: st.seq, scope: p.scopeKey, set: true}, names: sub.key, wildcard: sub.wildcard}
+	return r
 }
 
 // responded records a response the stream is sending. It reports whether

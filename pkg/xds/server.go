@@ -140,8 +140,9 @@ type Server struct {
 	deltaStreams atomic.Int64 // incremental streams opened
 	names        nameSets     // the name sets they subscribe to
 
-	state atomic.Pointer[pushState]
-	mesh  atomic.Pointer[meshState] // in force; the next push state is built with it
+	state   atomic.Pointer[pushState]
+	history history                   // what each recent push changed
+	mesh    atomic.Pointer[meshState] // in force; the next push state is built with it
 
 	reportMu sync.Mutex
 	reported map[string]bool // policy problems logged, by description
@@ -313,8 +314,17 @@ func (s *Server) HasSynced() bool { return s.state.Load().snap.Version != "" }
 func (s *Server) push(snap *model.Snapshot, changedAt time.Time) {
 	s.wantKeys(snap)
 	st := s.newState(snap, changedAt)
-	if prev := s.state.Load(); st.snap.Version != "" && st.snap.Version == prev.snap.Version && st.mesh == prev.mesh {
+	prev := s.state.Load()
+	if st.snap.Version != "" && st.snap.Version == prev.snap.Version && st.mesh == prev.mesh {
 		return // nothing new: a model change already pushed with a mesh change
+	}
+	st.seq = prev.seq + 1
+	c := s.classify(prev, st)
+	s.history.record(c)
+	if c.full {
+		s.metrics.pushTriggers.WithLabelValues("config").Inc()
+	} else {
+		s.metrics.pushTriggers.WithLabelValues("endpoint").Inc()
 	}
 	s.state.Store(st)
 	s.mu.Lock()
@@ -323,7 +333,7 @@ func (s *Server) push(snap *model.Snapshot, changedAt time.Time) {
 		proxies = append(proxies, p)
 	}
 	s.mu.Unlock()
-	s.log.Debug("pushing model", "version", st.snap.Version, "proxies", len(proxies))
+	s.log.Debug("pushing model", "version", st.snap.Version, "proxies", len(proxies), "full", c.full, "endpointsOf", len(c.hosts))
 	s.reportPolicies(st.snap)
 	for _, p := range proxies {
 		p.pushAll(st)

@@ -67,6 +67,35 @@ func (b *builder) outboundClusters() []outboundCluster {
 	return out
 }
 
+// outboundClusterNamed is the outbound cluster of that name the proxy
+// sees, as outboundClusters lists it.
+func (b *builder) outboundClusterNamed(name string) (outboundCluster, bool) {
+	host, subset, port, ok := resource.ParseClusterName(name)
+	if !ok {
+		return outboundCluster{}, false
+	}
+	svc := b.snap.Service(host)
+	if svc == nil {
+		return outboundCluster{}, false
+	}
+	i := slices.IndexFunc(svc.Ports, func(p model.Port) bool { return p.Port == port && protocolOf(p) != protoUDP })
+	if i < 0 {
+		return outboundCluster{}, false
+	}
+	dr := b.snap.DestinationRuleFor(svc.Hostname, b.p.Namespace, b.p.Labels)
+	oc := outboundCluster{name: name, svc: svc, port: svc.Ports[i], dr: dr}
+	if subset == "" {
+		return oc, true
+	}
+	for _, ss := range dr.GetSpec().GetSubsets() {
+		if ss.GetName() == subset {
+			oc.subset = ss
+			return oc, true
+		}
+	}
+	return outboundCluster{}, false
+}
+
 func (b *builder) clusters() []resource.Resource {
 	var out []resource.Resource
 	for _, oc := range b.outboundClusters() {

@@ -24,8 +24,26 @@ const transportSocketMatchKey = "envoy.transport_socket_match"
 // warms forever. Its content depends on the cluster alone, so every proxy
 // shares it.
 func (b *builder) endpoints() []resource.Resource {
+	return b.loadAssignments(b.outboundClusters())
+}
+
+// namedEndpoints is endpoints() of the clusters named, without listing
+// every cluster: a proxy that subscribes to one more cluster's endpoints,
+// or the load assignments of one service whose endpoints changed, cost
+// what they are.
+func (b *builder) namedEndpoints(names []string) []resource.Resource {
+	var ocs []outboundCluster
+	for _, n := range names {
+		if oc, ok := b.outboundClusterNamed(n); ok {
+			ocs = append(ocs, oc)
+		}
+	}
+	return b.loadAssignments(ocs)
+}
+
+func (b *builder) loadAssignments(ocs []outboundCluster) []resource.Resource {
 	var out []resource.Resource
-	for _, oc := range b.outboundClusters() {
+	for _, oc := range ocs {
 		if b.tlsOf(oc) == tlsRefused || oc.headless() {
 			continue // a static cluster without endpoints, or ORIGINAL_DST
 		}

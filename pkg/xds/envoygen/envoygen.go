@@ -111,6 +111,10 @@ func (g *Generator) Generate(snap *model.Snapshot, p *Proxy, typeURL string, nam
 	case resource.RouteType:
 		out = b.routes()
 	case resource.EndpointType:
+		if !wildcard {
+			out = b.namedEndpoints(slices.Compact(slices.Sorted(slices.Values(names))))
+			break
+		}
 		out = b.endpoints()
 	default:
 		return nil

@@ -49,16 +49,7 @@ func (g *Generator) cluster(snap *model.Snapshot, p *Proxy, name string) *Resour
 // DISABLE. gRPC sets TLS per cluster, not per endpoint, so a cluster mixing
 // both kinds uses mTLS and fails closed toward plaintext-only endpoints.
 func (g *Generator) upstreamMTLS(snap *model.Snapshot, p *Proxy, svc *model.Service, port model.Port) ([]string, bool) {
-	eps := svc.Endpoints[port.Port]
-	sans := make([]string, 0, len(eps))
-	for _, ep := range eps {
-		id, err := spiffeid.FromSegments(g.TrustDomain, "ns", ep.Namespace, "sa", ep.ServiceAccount)
-		if err == nil {
-			sans = append(sans, id.String())
-		}
-	}
-	slices.Sort(sans)
-	sans = slices.Compact(sans)
+	sans, auto := g.endpointTLS(snap, svc, port)
 	if dr := snap.DestinationRule(svc.Hostname, p.Namespace); dr != nil {
 		if tls := drTLS(dr.Spec, port.Port); tls != nil {
 			switch tls.GetMode() {
@@ -69,12 +60,48 @@ func (g *Generator) upstreamMTLS(snap *model.Snapshot, p *Proxy, svc *model.Serv
 			}
 		}
 	}
-	for _, ep := range eps {
-		if ep.TLSMode() == "istio" && snap.MTLSMode(ep.Namespace, ep.Labels, ep.Port) != model.MTLSDisable {
-			return sans, true
-		}
+	if auto {
+		return sans, true
 	}
 	return nil, false
+}
+
+// endpointTLS is what a cluster reads of the endpoints of svc:port: the
+// SPIFFE IDs they run as, and whether auto-mTLS chooses mTLS toward them.
+func (g *Generator) endpointTLS(snap *model.Snapshot, svc *model.Service, port model.Port) (sans []string, auto bool) {
+	eps := svc.Endpoints[port.Port]
+	sans = make([]string, 0, len(eps))
+	for _, ep := range eps {
+		id, err := spiffeid.FromSegments(g.TrustDomain, "ns", ep.Namespace, "sa", ep.ServiceAccount)
+		if err == nil {
+			sans = append(sans, id.String())
+		}
+		if ep.TLSMode() == "istio" && snap.MTLSMode(ep.Namespace, ep.Labels, ep.Port) != model.MTLSDisable {
+			auto = true
+		}
+	}
+	slices.Sort(sans)
+	return slices.Compact(sans), auto
+}
+
+// EndpointsReadElsewhere reports whether resources other than load
+// assignments read something different of the endpoints of the service
+// of hostname in old and new, two snapshots that differ in endpoints
+// only. When they do not, an endpoint change is the load assignments'
+// alone. Only clusters read endpoints, through endpointTLS.
+func (g *Generator) EndpointsReadElsewhere(old, new *model.Snapshot, hostname string) bool {
+	os, ns := old.Service(hostname), new.Service(hostname)
+	if os == nil || ns == nil {
+		return true
+	}
+	for _, port := range ns.Ports {
+		oldSANs, oldAuto := g.endpointTLS(old, os, port)
+		newSANs, newAuto := g.endpointTLS(new, ns, port)
+		if oldAuto != newAuto || !slices.Equal(oldSANs, newSANs) {
+			return true
+		}
+	}
+	return false
 }
 
 // drTLS is the rule's TLS setting for port: port-level first.

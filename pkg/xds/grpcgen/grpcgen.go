@@ -115,15 +115,11 @@ func hostPort(host string, port uint32) string {
 // parseClusterName reads "outbound|<port>||<host>"; subsets are not
 // supported.
 func parseClusterName(name string) (host string, port uint32, ok bool) {
-	parts := strings.Split(name, "|")
-	if len(parts) != 4 || parts[0] != "outbound" || parts[2] != "" {
+	host, subset, port, ok := resource.ParseClusterName(name)
+	if !ok || subset != "" {
 		return "", 0, false
 	}
-	p, err := strconv.ParseUint(parts[1], 10, 16)
-	if err != nil || p == 0 {
-		return "", 0, false
-	}
-	return parts[3], uint32(p), true
+	return host, port, true
 }
 
 // lookup resolves "<host>[:<port>]" to a service and port. Without a port,

@@ -5,6 +5,7 @@ package resource
 
 import (
 	"strconv"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 )
@@ -34,4 +35,26 @@ type Resource struct {
 // "outbound|<port>|<subset>|<host>".
 func ClusterName(host, subset string, port uint32) string {
 	return "outbound|" + strconv.FormatUint(uint64(port), 10) + "|" + subset + "|" + host
+}
+
+// ParseClusterName reads a name ClusterName writes.
+func ParseClusterName(name string) (host, subset string, port uint32, ok bool) {
+	rest, ok := strings.CutPrefix(name, "outbound|")
+	if !ok {
+		return "", "", 0, false
+	}
+	portStr, rest, _ := strings.Cut(rest, "|")
+	subset, host, ok = strings.Cut(rest, "|")
+	p, err := strconv.ParseUint(portStr, 10, 16)
+	if !ok || err != nil || p == 0 || host == "" || strings.Contains(host, "|") {
+		return "", "", 0, false
+	}
+	return host, subset, uint32(p), true
+}
+
+// ClusterHost is the host of a name ClusterName writes; "" for any other
+// name.
+func ClusterHost(name string) string {
+	host, _, _, _ := ParseClusterName(name)
+	return host
 }

@@ -1,0 +1,124 @@
+package model
+
+import (
+	"maps"
+	"slices"
+
+	"google.golang.org/protobuf/proto"
+)
+
+// Change is what differs between two snapshots. A pod starting,
+// stopping or moving changes endpoints and pods only; generators then
+// rebuild what reads those, not everything.
+type Change struct {
+	// Config is true when anything but endpoints and pods differs: the
+	// services themselves (ports, addresses, selectors, a service added or
+	// removed), a policy, a DestinationRule or the options. Endpoints and
+	// Pods are empty then: everything may differ.
+	Config bool
+	// Endpoints are the hostnames of services whose endpoints differ.
+	Endpoints map[string]bool
+	// Pods are the registry's pods added, removed or changed.
+	Pods map[Meta]bool
+}
+
+// None reports whether nothing differs.
+func (c Change) None() bool { return !c.Config && len(c.Endpoints) == 0 && len(c.Pods) == 0 }
+
+// Diff is what differs from old to new. WorkloadEntries count through the
+// endpoints they give services: nothing else reads them.
+func Diff(old, new *Snapshot) Change {
+	if old == new || (old.Version != "" && old.Version == new.Version) {
+		return Change{}
+	}
+	if old.Options != new.Options || old.HasPods() != new.HasPods() || !samePolicies(&old.res, &new.res) ||
+		len(old.services) != len(new.services) {
+		return Change{Config: true}
+	}
+	var c Change
+	for i, os := range old.services {
+		ns := new.services[i]
+		if !sameService(os, ns) {
+			return Change{Config: true}
+		}
+		if !sameEndpoints(os.Endpoints, ns.Endpoints) {
+			if c.Endpoints == nil {
+				c.Endpoints = map[string]bool{}
+			}
+			c.Endpoints[ns.Hostname] = true
+		}
+	}
+	c.Pods = podChanges(old.pods, new.pods)
+	return c
+}
+
+// sameService reports whether a and b are the same service but for their
+// endpoints.
+func sameService(a, b *Service) bool {
+	return a.Meta == b.Meta && a.Hostname == b.Hostname && a.Headless == b.Headless &&
+		slices.Equal(a.Addresses, b.Addresses) && maps.Equal(a.Selector, b.Selector) && slices.Equal(a.Ports, b.Ports)
+}
+
+func sameEndpoints(a, b map[uint32][]Endpoint) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for port, eps := range a {
+		other, ok := b[port]
+		if !ok || !slices.EqualFunc(eps, other, sameEndpoint) {
+			return false
+		}
+	}
+	return true
+}
+
+func sameEndpoint(a, b Endpoint) bool {
+	return a.Address == b.Address && a.Port == b.Port && a.Locality == b.Locality && a.ServiceAccount == b.ServiceAccount &&
+		a.Namespace == b.Namespace && a.Weight == b.Weight && maps.Equal(a.Labels, b.Labels)
+}
+
+func podChanges(old, new map[Meta]*Pod) map[Meta]bool {
+	var out map[Meta]bool
+	mark := func(m Meta) {
+		if out == nil {
+			out = map[Meta]bool{}
+		}
+		out[m] = true
+	}
+	for m, op := range old {
+		if np, ok := new[m]; !ok || !samePod(op, np) {
+			mark(m)
+		}
+	}
+	for m := range new {
+		if _, ok := old[m]; !ok {
+			mark(m)
+		}
+	}
+	return out
+}
+
+func samePod(a, b *Pod) bool {
+	return a.UID == b.UID && a.ServiceAccount == b.ServiceAccount && maps.Equal(a.Labels, b.Labels) && slices.Equal(a.IPs, b.IPs)
+}
+
+// samePolicies reports whether a and b hold equal policies and rules.
+func samePolicies(a, b *Resources) bool {
+	return sameSpecs(a.PeerAuthentications, b.PeerAuthentications, (*PeerAuthentication).parts) &&
+		sameSpecs(a.AuthorizationPolicies, b.AuthorizationPolicies, (*AuthorizationPolicy).parts) &&
+		sameSpecs(a.RequestAuthentications, b.RequestAuthentications, (*RequestAuthentication).parts) &&
+		sameSpecs(a.DestinationRules, b.DestinationRules, (*DestinationRule).parts)
+}
+
+func sameSpecs[T any](a, b []T, parts func(T) (Meta, proto.Message)) bool {
+	return slices.EqualFunc(a, b, func(x, y T) bool {
+		xm, xs := parts(x)
+		ym, ys := parts(y)
+		return xm == ym && proto.Equal(xs, ys)
+	})
+}
+
+func (p *PeerAuthentication) parts() (Meta, proto.Message)    { return p.Meta, p.Spec }
+func (p *AuthorizationPolicy) parts() (Meta, proto.Message)   { return p.Meta, p.Spec }
+func (p *RequestAuthentication) parts() (Meta, proto.Message) { return p.Meta, p.Spec }
+func (p *DestinationRule) parts() (Meta, proto.Message)       { return p.Meta, p.Spec }

@@ -1,0 +1,162 @@
+package xds
+
+import (
+	"sync"
+
+	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
+)
+
+// A push carries what it changed since the one before: everything, or
+// the endpoints of some services and nothing else (a pod starting,
+// stopping or moving). A proxy's holdings of each type remember the push
+// and scope they were last brought up to date with (its basis); from
+// there, the pushes since tell what it may lack. After endpoint changes
+// that is the load assignments of those services' clusters that it
+// subscribes to, and nothing of the other types: those are neither
+// regenerated nor compared nor sent. A proxy whose scope changed, or that
+// is further behind than the history reaches, is answered in full.
+
+// historyLen is how many pushes back a proxy's basis may be and still be
+// brought up to date by their changes alone.
+const historyLen = 64
+
+// change is what one push changed since the push before it.
+type change struct {
+	seq   uint64
+	full  bool            // everything may have changed
+	hosts map[string]bool // else: the services whose endpoints changed
+}
+
+// history is the changes of the last historyLen pushes.
+type history struct {
+	mu   sync.Mutex
+	ring [historyLen]change
+}
+
+func (h *history) record(c change) {
+	h.mu.Lock()
+	h.ring[c.seq%historyLen] = c
+	h.mu.Unlock()
+}
+
+// since returns the services whose endpoints changed after push from up
+// to push to, or false when something else changed or the history does
+// not reach back to from.
+func (h *history) since(from, to uint64) (map[string]bool, bool) {
+	if from > to || to-from >= historyLen {
+		return nil, false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var hosts map[string]bool
+	for seq := from + 1; seq <= to; seq++ {
+		c := h.ring[seq%historyLen]
+		if c.seq != seq || c.full {
+			return nil, false
+		}
+		if hosts == nil && len(c.hosts) > 0 {
+			hosts = make(map[string]bool, len(c.hosts))
+		}
+		for host := range c.hosts {
+			hosts[host] = true
+		}
+	}
+	return hosts, true
+}
+
+// classify is what st changes since prev, the push state before it.
+func (s *Server) classify(prev, st *pushState) change {
+	c := change{seq: st.seq, full: true}
+	if st.mesh == nil || prev.mesh != st.mesh || prev.snap.Version == "" || st.snap.Version == "" {
+		return c
+	}
+	d := model.Diff(prev.snap, st.snap)
+	if d.Config {
+		return c
+	}
+	for host := range d.Endpoints {
+		if st.mesh.envoy.EndpointsReadElsewhere(prev.snap, st.snap, host) || s.gen.EndpointsReadElsewhere(prev.snap, st.snap, host) {
+			return c
+		}
+	}
+	c.full, c.hosts = false, d.Endpoints
+	return c
+}
+
+// basis is the push and scope that a proxy's holdings of one type were
+// last brought up to date with; the zero basis is none.
+type basis struct {
+	seq   uint64
+	scope string
+	set   bool
+}
+
+// changesSince returns the services whose endpoints changed between b and
+// st for a proxy of scope, or false when the proxy must be answered in
+// full: no basis, another scope, or more than endpoints changed.
+func (s *Server) changesSince(st *pushState, b basis, scope string) (map[string]bool, bool) {
+	if !b.set || b.scope != scope {
+		return nil, false
+	}
+	return st.since(&s.history, b.seq)
+}
+
+// since is history.since(from, st.seq), once per push state and from:
+// the proxies of a fleet share their basis.
+func (st *pushState) since(h *history, from uint64) (map[string]bool, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if r, ok := st.sinceCache[from]; ok {
+		return r.hosts, r.ok
+	}
+	hosts, ok := h.since(from, st.seq)
+	if st.sinceCache == nil {
+		st.sinceCache = map[uint64]sinceResult{}
+	}
+	st.sinceCache[from] = sinceResult{hosts, ok}
+	return hosts, ok
+}
+
+type sinceResult struct {
+	hosts map[string]bool
+	ok    bool
+}
+
+// affectedKey names a list of subscribed names and a set of changed
+// services within one push state.
+type affectedKey struct {
+	names any // *nameSet, or a subscription's names key
+	from  uint64
+}
+
+// affected returns the load assignments among names (sorted) of the
+// services in hosts, once per push state, list and basis.
+func (st *pushState) affected(k affectedKey, names func(yield func(string) bool), hosts map[string]bool) []string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if r, ok := st.affectedCache[k]; ok {
+		return r
+	}
+	var out []string
+	for n := range names {
+		if hosts[resource.ClusterHost(n)] {
+			out = append(out, n)
+		}
+	}
+	if st.affectedCache == nil {
+		st.affectedCache = map[affectedKey][]string{}
+	}
+	st.affectedCache[k] = out
+	return out
+}
+
+// generatedType reports whether typeURL is generated from the model, and
+// so follows its changes.
+func generatedType(typeURL string) bool {
+	switch typeURL {
+	case typeCluster, typeEndpoint, typeListener, typeRoute:
+		return true
+	}
+	return false
+}
