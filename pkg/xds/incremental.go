@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
@@ -23,9 +24,51 @@ const historyLen = 64
 
 // change is what one push changed since the push before it.
 type change struct {
-	seq   uint64
-	full  bool            // everything may have changed
-	hosts map[string]bool // else: the services whose endpoints changed
+	seq  uint64
+	full bool // everything may have changed
+	endpointChanges
+}
+
+// endpointChanges are changes of endpoints and pods only.
+type endpointChanges struct {
+	hosts map[string]bool     // the services whose endpoints changed
+	addrs map[string]bool     // the addresses of their endpoints, before and after
+	pods  map[model.Meta]bool // the pods that changed
+}
+
+// add adds o to c, allocating what c lacks.
+func (c *endpointChanges) add(o endpointChanges) {
+	c.hosts = union(c.hosts, o.hosts)
+	c.addrs = union(c.addrs, o.addrs)
+	c.pods = union(c.pods, o.pods)
+}
+
+func union[K comparable](m, o map[K]bool) map[K]bool {
+	if len(o) == 0 {
+		return m
+	}
+	if m == nil {
+		m = make(map[K]bool, len(o))
+	}
+	for k := range o {
+		m[k] = true
+	}
+	return m
+}
+
+// touches reports whether the changes may change the scope of w in snap
+// (see envoygen's Scope): its pod changed, or an endpoint at one of its
+// addresses, the only endpoints a scope reads besides headless ones,
+// whose changes are never endpoint changes alone.
+func (c endpointChanges) touches(w *nodeWorkload, snap *model.Snapshot) bool {
+	if w.pod != "" && c.pods[model.Meta{Name: w.pod, Namespace: w.namespace}] {
+		return true
+	}
+	ips := w.ips
+	if pod := w.registryPod(snap); pod != nil {
+		ips = append(slices.Clip(ips), pod.IPs...)
+	}
+	return slices.ContainsFunc(ips, func(ip string) bool { return c.addrs[ip] })
 }
 
 // history is the changes of the last historyLen pushes.
@@ -43,26 +86,24 @@ func (h *history) record(c change) {
 // since returns the services whose endpoints changed after push from up
 // to push to, or false when something else changed or the history does
 // not reach back to from.
-func (h *history) since(from, to uint64) (map[string]bool, bool) {
+func (h *history) since(from, to uint64) (endpointChanges, bool) {
 	if from > to || to-from >= historyLen {
-		return nil, false
+		return endpointChanges{}, false
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var hosts map[string]bool
+	var out endpointChanges
 	for seq := from + 1; seq <= to; seq++ {
 		c := h.ring[seq%historyLen]
 		if c.seq != seq || c.full {
-			return nil, false
+			return endpointChanges{}, false
 		}
-		if hosts == nil && len(c.hosts) > 0 {
-			hosts = make(map[string]bool, len(c.hosts))
+		if from+1 == to {
+			return c.endpointChanges, true // shared, read-only
 		}
-		for host := range c.hosts {
-			hosts[host] = true
-		}
+		out.add(c.endpointChanges)
 	}
-	return hosts, true
+	return out, true
 }
 
 // classify is what st changes since prev, the push state before it.
@@ -80,7 +121,19 @@ func (s *Server) classify(prev, st *pushState) change {
 			return c
 		}
 	}
-	c.full, c.hosts = false, d.Endpoints
+	c.full, c.hosts, c.pods = false, d.Endpoints, d.Pods
+	for host := range d.Endpoints {
+		for _, svc := range []*model.Service{prev.snap.Service(host), st.snap.Service(host)} {
+			for _, eps := range svc.Endpoints {
+				for _, ep := range eps {
+					if c.addrs == nil {
+						c.addrs = map[string]bool{}
+					}
+					c.addrs[ep.Address] = true
+				}
+			}
+		}
+	}
 	return c
 }
 
@@ -99,28 +152,29 @@ func (s *Server) changesSince(st *pushState, b basis, scope string) (map[string]
 	if !b.set || b.scope != scope {
 		return nil, false
 	}
-	return st.since(&s.history, b.seq)
+	c, ok := st.since(&s.history, b.seq)
+	return c.hosts, ok
 }
 
 // since is history.since(from, st.seq), once per push state and from:
 // the proxies of a fleet share their basis.
-func (st *pushState) since(h *history, from uint64) (map[string]bool, bool) {
+func (st *pushState) since(h *history, from uint64) (endpointChanges, bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if r, ok := st.sinceCache[from]; ok {
-		return r.hosts, r.ok
+		return r.endpointChanges, r.ok
 	}
-	hosts, ok := h.since(from, st.seq)
+	c, ok := h.since(from, st.seq)
 	if st.sinceCache == nil {
 		st.sinceCache = map[uint64]sinceResult{}
 	}
-	st.sinceCache[from] = sinceResult{hosts, ok}
-	return hosts, ok
+	st.sinceCache[from] = sinceResult{c, ok}
+	return c, ok
 }
 
 type sinceResult struct {
-	hosts map[string]bool
-	ok    bool
+	endpointChanges
+	ok bool
 }
 
 // affectedKey names a list of subscribed names and a set of changed

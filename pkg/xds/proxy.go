@@ -28,6 +28,7 @@ type proxy struct {
 	// The generation scope of wl in scopeSnap, the last snapshot asked,
 	// under the mesh configuration scopeMesh.
 	scopeSnap *model.Snapshot
+	scopeSeq  uint64 // scopeSnap's push state's
 	scopeMesh *meshState
 	scopeKey  string
 	scopeGen  generateFunc
@@ -177,12 +178,21 @@ func (p *proxy) responseLocked(st *pushState, typeURL string, sub subscription) 
 	return st.response(p.srv, p.scopeGen, key, sub.names)
 }
 
-// rescopeLocked makes the proxy's generation scope that of st.
+// rescopeLocked makes the proxy's generation scope that of st: the one it
+// has when only endpoints and pods that it does not read changed since.
 func (p *proxy) rescopeLocked(st *pushState) {
-	if ms := p.srv.meshOf(st); p.scopeSnap != st.snap || p.scopeMesh != ms {
-		p.scopeKey, p.scopeGen = p.wl.scopeIn(p.srv, st.snap, ms)
-		p.scopeSnap, p.scopeMesh = st.snap, ms
+	ms := p.srv.meshOf(st)
+	if p.scopeSnap == st.snap && p.scopeMesh == ms {
+		return
 	}
+	if p.scopeSnap != nil && p.scopeMesh == ms {
+		if c, ok := st.since(&p.srv.history, p.scopeSeq); ok && !c.touches(p.wl, st.snap) {
+			p.scopeSnap, p.scopeSeq = st.snap, st.seq
+			return
+		}
+	}
+	p.scopeKey, p.scopeGen = p.wl.scopeIn(p.srv, st.snap, ms)
+	p.scopeSnap, p.scopeMesh, p.scopeSeq = st.snap, ms, st.seq
 }
 
 // lastResponse is the response last computed for one type of a state of

@@ -1,0 +1,162 @@
+package xds
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+
+	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
+)
+
+// benchSidecar is a connected Envoy sidecar without a transport: its
+// responses are taken off its queue and acknowledged in place.
+type benchSidecar struct {
+	p     *proxy
+	nonce int
+}
+
+// connectBenchSidecars connects a sidecar for each of the n pods of
+// sidecarBenchModel, each subscribed as Envoy subscribes over Delta ADS.
+func connectBenchSidecars(b *testing.B, srv *Server, snap *model.Snapshot, n int) []*benchSidecar {
+	b.Helper()
+	var out []*benchSidecar
+	for i, pod := range snap.Resources().Pods {
+		if i == n {
+			break
+		}
+		p := newProxy(srv, int64(-i-1), true)
+		p.node = envoyNode(pod.Namespace, pod.ServiceAccount, pod.IPs[0])
+		p.wl = &nodeWorkload{envoy: true, namespace: pod.Namespace, serviceAccount: pod.ServiceAccount, pod: pod.Name, ips: pod.IPs}
+		srv.mu.Lock()
+		srv.streams[p.streamID] = p
+		srv.mu.Unlock()
+		s := &benchSidecar{p: p}
+		clusters := s.request(b, resource.ClusterType, nil)
+		var eds []string
+		for _, r := range clusters {
+			if strings.HasPrefix(r.GetName(), "outbound|") {
+				eds = append(eds, r.GetName())
+			}
+		}
+		s.request(b, resource.EndpointType, eds)
+		var rds []string
+		for _, r := range s.request(b, resource.ListenerType, nil) {
+			if port, ok := strings.CutPrefix(r.GetName(), "0.0.0.0_"); ok {
+				if _, err := strconv.Atoi(port); err == nil {
+					rds = append(rds, port)
+				}
+			}
+		}
+		s.request(b, resource.RouteType, rds)
+		out = append(out, s)
+	}
+	return out
+}
+
+// request subscribes to names of typeURL and returns the answer,
+// acknowledged.
+func (s *benchSidecar) request(b *testing.B, typeURL string, names []string) []*discovery.Resource {
+	b.Helper()
+	if err := s.p.deltaRequest(typeURL, &discovery.DeltaDiscoveryRequest{TypeUrl: typeURL, ResourceNamesSubscribe: names}); err != nil {
+		b.Fatal(err)
+	}
+	resps := s.drain(b)
+	if len(resps) != 1 {
+		b.Fatalf("%s: %d responses", typeURL, len(resps))
+	}
+	// The resources were encoded for the wire; decode them as a client.
+	raw, err := Codec().Marshal(resps[0])
+	if err != nil {
+		b.Fatal(err)
+	}
+	var decoded discovery.DeltaDiscoveryResponse
+	if err := Codec().Unmarshal(raw, &decoded); err != nil {
+		b.Fatal(err)
+	}
+	return decoded.GetResources()
+}
+
+// drain takes every queued response off the sidecar's queue and
+// acknowledges it, as Envoy would, until nothing more is queued.
+func (s *benchSidecar) drain(b *testing.B) []*discovery.DeltaDiscoveryResponse {
+	var out []*discovery.DeltaDiscoveryResponse
+	for {
+		select {
+		case resp := <-s.p.deltaOut:
+			s.nonce++
+			resp.Nonce = strconv.Itoa(s.nonce)
+			s.p.respondedDelta(resp)
+			out = append(out, resp)
+			s.p.received(resp.GetTypeUrl(), resp.GetNonce(), nil)
+			if err := s.p.deltaRequest(resp.GetTypeUrl(), &discovery.DeltaDiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}); err != nil {
+				b.Fatal(err)
+			}
+		default:
+			return out
+		}
+	}
+}
+
+// movedEndpoint is sidecarBenchModel with the first pod of service k at
+// another address, as when it is replaced.
+func movedEndpoint(b *testing.B, n, k, round int) *model.Snapshot {
+	snap := sidecarBenchModel(b, n)
+	svc := snap.Resources().Services[k]
+	addr := fmt.Sprintf("10.9.%d.%d", round/250%250, round%250+1)
+	old := svc.Endpoints[80][0].Address
+	for port, eps := range svc.Endpoints {
+		for i := range eps {
+			if eps[i].Address == old {
+				svc.Endpoints[port][i].Address = addr
+			}
+		}
+	}
+	for _, pod := range snap.Resources().Pods {
+		if len(pod.IPs) > 0 && pod.IPs[0] == old {
+			pod.IPs = []string{addr}
+		}
+	}
+	return model.Build(fmt.Sprintf("moved-%d-%d", k, round), model.Options{}, *snap.Resources())
+}
+
+// BenchmarkEndpointMove is one pod of a mesh of M services replaced (its
+// endpoint moves to another address) while N sidecars are connected, each
+// subscribed to everything: the push, and every response queued and
+// acknowledged. The pods whose sidecars are connected stay.
+func BenchmarkEndpointMove(b *testing.B) {
+	for _, size := range []struct{ services, proxies int }{{100, 200}, {500, 1000}, {1000, 200}} {
+		b.Run(fmt.Sprintf("services=%d/proxies=%d", size.services, size.proxies), func(b *testing.B) {
+			srv, err := New(Config{Model: model.NewStore(), Authenticator: headerAuth{}, TrustDomain: testTD})
+			if err != nil {
+				b.Fatal(err)
+			}
+			srv.push(sidecarBenchModel(b, size.services), time.Time{})
+			fleet := connectBenchSidecars(b, srv, srv.state.Load().snap, size.proxies)
+			k := size.services - 1 // a service whose pods run no connected sidecar
+			b.ResetTimer()
+			for i := range b.N {
+				b.StopTimer()
+				snap := movedEndpoint(b, size.services, k, i)
+				b.StartTimer()
+				srv.push(snap, time.Time{})
+				sent := 0
+				for _, s := range fleet {
+					for _, resp := range s.drain(b) {
+						if resp.GetTypeUrl() != resource.EndpointType {
+							b.Fatalf("a %s response for an endpoint move", shortType(resp.GetTypeUrl()))
+						}
+						sent++
+					}
+				}
+				if sent != len(fleet) {
+					b.Fatalf("%d load assignment responses for %d sidecars", sent, len(fleet))
+				}
+			}
+		})
+	}
+}
