@@ -64,6 +64,9 @@ func (s *Server) closeStream(id int64) {
 	delete(s.streams, id)
 	if p != nil {
 		p.mu.Lock()
+		if p.warm.timer != nil {
+			p.warm.timer.Stop()
+		}
 		if p.node != nil {
 			delete(s.byNode, p.node)
 			if p.debug == nil {

@@ -103,6 +103,9 @@ func (p *proxy) deltaRequest(typeURL string, req *discovery.DeltaDiscoveryReques
 	}
 	d.open = true
 	p.respondDeltaLocked(typeURL, d, p.srv.state.Load())
+	if typeURL == typeEndpoint {
+		p.endpointsAskedLocked()
+	}
 	return nil
 }
 
@@ -146,12 +149,21 @@ func (p *proxy) respondDeltaLocked(typeURL string, d *deltaState, st *pushState)
 		p.srv.log.Error("response queue full; retrying on the next push", "node", p.node.GetId(), "type", shortType(typeURL))
 		return
 	}
+	var clusters []string
+	if typeURL == typeCluster {
+		for _, g := range r.gen {
+			if v, _ := held.version(g.name); v != g.hash {
+				clusters = append(clusters, g.name)
+			}
+		}
+	}
 	// The client now holds r's versions: the proxies sent r share them.
 	d.held = &deltaHeld{versions: r.versions}
 	d.recorded = nil
 	d.answered = true
 	d.upToDate(p, st)
 	p.queuedDeltaLocked(typeURL, d, st, start, size, r.bundle(typeURL))
+	p.clustersSentLocked(st, clusters)
 }
 
 // queuedDeltaLocked records that a response of typeURL is queued.

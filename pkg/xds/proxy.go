@@ -39,6 +39,7 @@ type proxy struct {
 	sent      map[string]sent         // last sent, by type URL
 	acked     map[string]string
 	nacked    map[string]string
+	warm      warming                 // listeners and routes held back
 	// bundleAcked is the content hash of the last trust bundle (PCDS) the
 	// proxy ACKed.
 	bundleAcked string
@@ -97,6 +98,9 @@ func (p *proxy) open(typeURL string, w *watch) func() {
 	dc := p.debug
 	if dc == nil {
 		p.respondLocked(typeURL, w, p.srv.state.Load())
+		if typeURL == typeEndpoint {
+			p.endpointsAskedLocked()
+		}
 	}
 	p.mu.Unlock()
 	// A debug client's every request but the ACK of the last response is
@@ -113,12 +117,21 @@ func (p *proxy) open(typeURL string, w *watch) func() {
 	}
 }
 
-// pushAll answers every open watch that st changes.
+// pushAll answers every open watch that st changes: clusters first, then
+// endpoints, then, unless new clusters warm (warming.go), listeners and
+// routes.
 func (p *proxy) pushAll(st *pushState) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	// Answer in Istio's order so that Envoy warms clusters first.
-	for _, t := range []string{typeCluster, typeEndpoint, typeListener, typeRoute} {
+	p.respondTypesLocked(st, typeCluster, typeEndpoint)
+	if !p.warm.holding() {
+		p.respondTypesLocked(st, typeListener, typeRoute)
+	}
+}
+
+// respondTypesLocked answers the open watches of types, in order.
+func (p *proxy) respondTypesLocked(st *pushState, types ...string) {
+	for _, t := range types {
 		if w := p.watches[t]; w != nil {
 			p.respondLocked(t, w, st)
 		}
@@ -158,6 +171,9 @@ func (p *proxy) respondLocked(typeURL string, w *watch, st *pushState) {
 	delete(p.watches, typeURL) // one response per watch
 	p.pending[typeURL] = sent{version: r.version, bundle: r.bundle(typeURL), changedAt: st.changedAt}
 	p.srv.metrics.observe(typeURL, p.srv.cfg.Clock().Sub(start), r.size)
+	if typeURL == typeCluster {
+		p.clustersSentLocked(st, slices.Collect(r.names))
+	}
 }
 
 // responseLocked returns the resources of typeURL the proxy asks for in

@@ -147,6 +147,8 @@ type Server struct {
 	reportMu sync.Mutex
 	reported map[string]bool // policy problems logged, by description
 
+	warmingHold time.Duration // see warming.go
+
 	bundles      bundleVersions                   // the roots of recent PCDS versions
 	rotationRoot atomic.Pointer[x509.Certificate] // the root a rotation waits for, if any
 
@@ -172,13 +174,14 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		gen:     &grpcgen.Generator{TrustDomain: cfg.TrustDomain},
-		metrics: newMetrics(cfg.Registerer),
-		limiter: rate.NewLimiter(cfg.StreamRate, cfg.StreamBurst),
-		streams: make(map[int64]*proxy),
-		byNode:  make(map[*core.Node]*proxy),
+		cfg:         cfg,
+		log:         cfg.Logger,
+		gen:         &grpcgen.Generator{TrustDomain: cfg.TrustDomain},
+		metrics:     newMetrics(cfg.Registerer),
+		limiter:     rate.NewLimiter(cfg.StreamRate, cfg.StreamBurst),
+		warmingHold: defaultWarmingHold,
+		streams:     make(map[int64]*proxy),
+		byNode:      make(map[*core.Node]*proxy),
 	}
 	s.mesh.Store(s.newMeshState(currentMesh(cfg.Mesh), currentKeys(cfg.KeySets)))
 	s.state.Store(s.newState(cfg.Model.Current(), time.Time{}))
