@@ -39,7 +39,7 @@ type proxy struct {
 	sent      map[string]sent         // last sent, by type URL
 	acked     map[string]string
 	nacked    map[string]string
-	warm      warming                 // listeners and routes held back
+	warm      warming // listeners and routes held back
 	// bundleAcked is the content hash of the last trust bundle (PCDS) the
 	// proxy ACKed.
 	bundleAcked string
