@@ -11,11 +11,15 @@ import (
 // stopping or moving changes endpoints and pods only; generators then
 // rebuild what reads those, not everything.
 type Change struct {
-	// Config is true when anything but endpoints and pods differs: the
-	// services themselves (ports, addresses, selectors, a service added or
-	// removed), a policy, a DestinationRule or the options. Endpoints and
-	// Pods are empty then: everything may differ.
+	// Config is true when anything but endpoints, pods and authorization
+	// differs: the services themselves (ports, addresses, selectors, a
+	// service added or removed), a PeerAuthentication, a DestinationRule
+	// or the options. The other fields are empty then: everything may
+	// differ.
 	Config bool
+	// Authorization is true when AuthorizationPolicies or
+	// RequestAuthentications differ.
+	Authorization bool
 	// Endpoints are the hostnames of services whose endpoints differ.
 	Endpoints map[string]bool
 	// Pods are the registry's pods added, removed or changed.
@@ -23,7 +27,9 @@ type Change struct {
 }
 
 // None reports whether nothing differs.
-func (c Change) None() bool { return !c.Config && len(c.Endpoints) == 0 && len(c.Pods) == 0 }
+func (c Change) None() bool {
+	return !c.Config && !c.Authorization && len(c.Endpoints) == 0 && len(c.Pods) == 0
+}
 
 // Diff is what differs from old to new. WorkloadEntries count through the
 // endpoints they give services: nothing else reads them.
@@ -31,11 +37,11 @@ func Diff(old, new *Snapshot) Change {
 	if old == new || (old.Version != "" && old.Version == new.Version) {
 		return Change{}
 	}
-	if old.Options != new.Options || old.HasPods() != new.HasPods() || !samePolicies(&old.res, &new.res) ||
+	if old.Options != new.Options || old.HasPods() != new.HasPods() || !sameRules(&old.res, &new.res) ||
 		len(old.services) != len(new.services) {
 		return Change{Config: true}
 	}
-	var c Change
+	c := Change{Authorization: !sameAuthorization(&old.res, &new.res)}
 	for i, os := range old.services {
 		ns := new.services[i]
 		if !sameService(os, ns) {
@@ -102,12 +108,18 @@ func samePod(a, b *Pod) bool {
 	return a.UID == b.UID && a.ServiceAccount == b.ServiceAccount && maps.Equal(a.Labels, b.Labels) && slices.Equal(a.IPs, b.IPs)
 }
 
-// samePolicies reports whether a and b hold equal policies and rules.
-func samePolicies(a, b *Resources) bool {
+// sameRules reports whether a and b hold equal PeerAuthentications and
+// DestinationRules.
+func sameRules(a, b *Resources) bool {
 	return sameSpecs(a.PeerAuthentications, b.PeerAuthentications, (*PeerAuthentication).parts) &&
-		sameSpecs(a.AuthorizationPolicies, b.AuthorizationPolicies, (*AuthorizationPolicy).parts) &&
-		sameSpecs(a.RequestAuthentications, b.RequestAuthentications, (*RequestAuthentication).parts) &&
 		sameSpecs(a.DestinationRules, b.DestinationRules, (*DestinationRule).parts)
+}
+
+// sameAuthorization reports whether a and b hold equal
+// AuthorizationPolicies and RequestAuthentications.
+func sameAuthorization(a, b *Resources) bool {
+	return sameSpecs(a.AuthorizationPolicies, b.AuthorizationPolicies, (*AuthorizationPolicy).parts) &&
+		sameSpecs(a.RequestAuthentications, b.RequestAuthentications, (*RequestAuthentication).parts)
 }
 
 func sameSpecs[T any](a, b []T, parts func(T) (Meta, proto.Message)) bool {

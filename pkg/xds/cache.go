@@ -102,6 +102,25 @@ type response struct {
 	deltaOnce sync.Once
 	delta     []byte // each of gen as an incremental response's resources field
 	deltaEnds []int  // where each of gen's ends in delta
+
+	heldOnce sync.Once
+	held     *heldBase
+}
+
+// heldBase is what a client sent a response holds of it: the names and
+// versions, without the resources, which a client's holdings must not
+// keep alive.
+type heldBase struct {
+	names    []string // in order
+	versions map[string]string
+}
+
+// heldBase returns r's names and versions, once for every client sent r.
+func (r *response) heldBase() *heldBase {
+	r.heldOnce.Do(func() {
+		r.held = &heldBase{names: slices.Collect(r.names), versions: r.versions}
+	})
+	return r.held
 }
 
 // deltaEncoded returns gen encoded as the resources of an incremental

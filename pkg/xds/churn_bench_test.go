@@ -36,14 +36,7 @@ func connectBenchSidecars(b *testing.B, srv *Server, snap *model.Snapshot, n int
 		srv.streams[p.streamID] = p
 		srv.mu.Unlock()
 		s := &benchSidecar{p: p}
-		clusters := s.request(b, resource.ClusterType, nil)
-		var eds []string
-		for _, r := range clusters {
-			if strings.HasPrefix(r.GetName(), "outbound|") {
-				eds = append(eds, r.GetName())
-			}
-		}
-		s.request(b, resource.EndpointType, eds)
+		s.request(b, resource.ClusterType, nil) // and the endpoints of its clusters
 		var rds []string
 		for _, r := range s.request(b, resource.ListenerType, nil) {
 			if port, ok := strings.CutPrefix(r.GetName(), "0.0.0.0_"); ok {
@@ -66,23 +59,15 @@ func (s *benchSidecar) request(b *testing.B, typeURL string, names []string) []*
 		b.Fatal(err)
 	}
 	resps := s.drain(b)
-	if len(resps) != 1 {
-		b.Fatalf("%s: %d responses", typeURL, len(resps))
+	if len(resps) == 0 || resps[0].GetTypeUrl() != typeURL {
+		b.Fatalf("%s: no response", typeURL)
 	}
-	// The resources were encoded for the wire; decode them as a client.
-	raw, err := Codec().Marshal(resps[0])
-	if err != nil {
-		b.Fatal(err)
-	}
-	var decoded discovery.DeltaDiscoveryResponse
-	if err := Codec().Unmarshal(raw, &decoded); err != nil {
-		b.Fatal(err)
-	}
-	return decoded.GetResources()
+	return decodeDelta(b, resps[0]).GetResources()
 }
 
 // drain takes every queued response off the sidecar's queue and
-// acknowledges it, as Envoy would, until nothing more is queued.
+// acknowledges it, as Envoy would, subscribing to the endpoints of new
+// outbound clusters, until nothing more is queued.
 func (s *benchSidecar) drain(b *testing.B) []*discovery.DeltaDiscoveryResponse {
 	var out []*discovery.DeltaDiscoveryResponse
 	for {
@@ -96,10 +81,38 @@ func (s *benchSidecar) drain(b *testing.B) []*discovery.DeltaDiscoveryResponse {
 			if err := s.p.deltaRequest(resp.GetTypeUrl(), &discovery.DeltaDiscoveryRequest{TypeUrl: resp.GetTypeUrl(), ResponseNonce: resp.GetNonce()}); err != nil {
 				b.Fatal(err)
 			}
+			if resp.GetTypeUrl() != resource.ClusterType {
+				continue
+			}
+			var eds []string
+			for _, r := range decodeDelta(b, resp).GetResources() {
+				if strings.HasPrefix(r.GetName(), "outbound|") && !s.p.asksEndpointsLocked(r.GetName()) {
+					eds = append(eds, r.GetName())
+				}
+			}
+			if len(eds) > 0 {
+				if err := s.p.deltaRequest(resource.EndpointType, &discovery.DeltaDiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNamesSubscribe: eds}); err != nil {
+					b.Fatal(err)
+				}
+			}
 		default:
 			return out
 		}
 	}
+}
+
+// decodeDelta decodes resp as a client would: its resources were encoded
+// for the wire.
+func decodeDelta(b *testing.B, resp *discovery.DeltaDiscoveryResponse) *discovery.DeltaDiscoveryResponse {
+	raw, err := Codec().Marshal(resp)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var decoded discovery.DeltaDiscoveryResponse
+	if err := Codec().Unmarshal(raw, &decoded); err != nil {
+		b.Fatal(err)
+	}
+	return &decoded
 }
 
 // movedEndpoint is sidecarBenchModel with the first pod of service k at
@@ -155,6 +168,69 @@ func BenchmarkEndpointMove(b *testing.B) {
 				}
 				if sent != len(fleet) {
 					b.Fatalf("%d load assignment responses for %d sidecars", sent, len(fleet))
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkNewService is a Service added to a mesh of M services while N
+// sidecars are connected: the push of its cluster, listeners and routes,
+// each sidecar's request for the new cluster's endpoints and its answer,
+// every response acknowledged.
+func BenchmarkNewService(b *testing.B) {
+	for _, size := range []struct{ services, proxies int }{{100, 200}, {500, 1000}, {1000, 200}} {
+		b.Run(fmt.Sprintf("services=%d/proxies=%d", size.services, size.proxies), func(b *testing.B) {
+			srv, err := New(Config{Model: model.NewStore(), Authenticator: headerAuth{}, TrustDomain: testTD})
+			if err != nil {
+				b.Fatal(err)
+			}
+			srv.push(sidecarBenchModel(b, size.services), time.Time{})
+			fleet := connectBenchSidecars(b, srv, srv.state.Load().snap, size.proxies)
+			b.ResetTimer()
+			for i := range b.N {
+				b.StopTimer()
+				// Every other round the service comes, then goes.
+				snap := sidecarBenchModel(b, size.services+1-i%2)
+				b.StartTimer()
+				srv.push(snap, time.Time{})
+				for _, s := range fleet {
+					if len(s.drain(b)) == 0 {
+						b.Fatal("nothing was sent")
+					}
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPolicyChange is an AuthorizationPolicy of a mesh of M services
+// edited while N sidecars are connected (the methods it allows change):
+// the push and every response, acknowledged.
+func BenchmarkPolicyChange(b *testing.B) {
+	for _, size := range []struct{ services, proxies int }{{100, 200}, {500, 1000}, {1000, 200}} {
+		b.Run(fmt.Sprintf("services=%d/proxies=%d", size.services, size.proxies), func(b *testing.B) {
+			srv, err := New(Config{Model: model.NewStore(), Authenticator: headerAuth{}, TrustDomain: testTD})
+			if err != nil {
+				b.Fatal(err)
+			}
+			srv.push(sidecarBenchModel(b, size.services), time.Time{})
+			fleet := connectBenchSidecars(b, srv, srv.state.Load().snap, size.proxies)
+			b.ResetTimer()
+			for i := range b.N {
+				b.StopTimer()
+				snap := sidecarBenchModel(b, size.services)
+				op := snap.Resources().AuthorizationPolicies[0].Spec.GetRules()[0].GetTo()[0].GetOperation()
+				op.Methods = []string{[]string{"POST", "GET"}[i%2]}
+				snap = model.Build(fmt.Sprintf("policy-%d", i), model.Options{}, *snap.Resources())
+				b.StartTimer()
+				srv.push(snap, time.Time{})
+				sent := 0
+				for _, s := range fleet {
+					sent += len(s.drain(b))
+				}
+				if sent == 0 {
+					b.Fatal("nothing was sent")
 				}
 			}
 		})

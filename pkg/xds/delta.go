@@ -158,7 +158,7 @@ func (p *proxy) respondDeltaLocked(typeURL string, d *deltaState, st *pushState)
 		}
 	}
 	// The client now holds r's versions: the proxies sent r share them.
-	d.held = &deltaHeld{versions: r.versions}
+	d.held = &deltaHeld{base: r.heldBase(), versions: r.versions}
 	d.recorded = nil
 	d.answered = true
 	d.upToDate(p, st)
@@ -189,14 +189,16 @@ func (p *proxy) respondDeltaChangesLocked(typeURL string, d *deltaState, st *pus
 	if !d.answered || d.recorded != nil || d.reshaped || d.held.overgrown() {
 		return false
 	}
-	hosts, ok := p.srv.changesSince(st, d.basis, p.scopeKey)
-	if !ok || (d.wildcard && (len(d.added) > 0 || (typeURL == typeEndpoint && len(hosts) > 0))) {
+	c, ok := p.srv.changesSince(st, d.basis, p.scopeKey)
+	if !ok || (d.wildcard && (len(d.added) > 0 || (typeURL == typeEndpoint && len(c.hosts) > 0))) {
 		return false
 	}
-	var want []string
-	if typeURL == typeEndpoint && len(hosts) > 0 {
-		want = slices.Clone(st.affected(affectedKey{d.names, d.basis.seq}, d.names.all, hosts))
+	// A wildcard subscription's names are those it holds.
+	k, names := affectedKey{names: d.names, from: d.basis.seq}, d.names.all
+	if d.wildcard {
+		k.names, names = d.held.names()
 	}
+	want := slices.Clone(st.changedNames(p, typeURL, c, k, names))
 	for _, n := range d.added {
 		if d.names.contains(n) {
 			want = append(want, n)
@@ -245,36 +247,49 @@ func (p *proxy) respondDeltaChangesLocked(typeURL string, d *deltaState, st *pus
 // selectDelta sets as resp's resources those of r whose version
 // differs from what the client holds, already encoded as unknown fields
 // (see the codec): all of them, the usual first response, share r's
-// encoding; a few, the usual push, are copied. It returns how many, and
-// their size.
+// encoding, made once for every proxy sent r; a few, the usual push, are
+// encoded alone. It returns how many, and their size.
 func selectDelta(resp *discovery.DeltaDiscoveryResponse, r *response, held held, st *pushState) (n, size int) {
-	encoded, ends := r.deltaEncoded(st)
-	var (
-		sel     []byte // the resources sent, once one is left out
-		skipped bool
-		start   int
-	)
+	var differ []int // indexes into r.gen, once one is held
 	for i, g := range r.gen {
-		from := start
-		start = ends[i]
 		if v, _ := held.version(g.name); v == g.hash {
-			if !skipped {
-				skipped = true
-				sel = append(sel, encoded[:from]...) // every one before it is sent
+			if differ == nil {
+				differ = make([]int, 0, i+8)
+				for j := range i {
+					differ = append(differ, j) // every one before it is sent
+				}
 			}
 			continue
 		}
 		n++
 		size += len(g.any.GetValue())
-		if skipped {
-			sel = append(sel, encoded[from:start]...)
+		if differ != nil {
+			differ = append(differ, i)
 		}
 	}
-	if !skipped {
-		sel = encoded
-	}
-	if n > 0 {
+	switch {
+	case n == 0:
+	case differ == nil:
+		encoded, _ := r.deltaEncoded(st)
+		resp.ProtoReflect().SetUnknown(encoded)
+	case 2*n > len(r.gen):
+		encoded, ends := r.deltaEncoded(st)
+		var sel []byte
+		for _, i := range differ {
+			from := 0
+			if i > 0 {
+				from = ends[i-1]
+			}
+			sel = append(sel, encoded[from:ends[i]]...)
+		}
 		resp.ProtoReflect().SetUnknown(sel)
+	default:
+		gen := make([]generated, len(differ))
+		for k, i := range differ {
+			gen[k] = r.gen[i]
+		}
+		encoded, _ := encodeDeltaResources(gen, size)
+		resp.ProtoReflect().SetUnknown(encoded)
 	}
 	return n, size
 }
@@ -285,7 +300,8 @@ func selectDelta(resp *discovery.DeltaDiscoveryResponse, r *response, held held,
 // sidecars of one scope hold one set of versions, not a thousand copies,
 // and each its own few changes.
 type deltaHeld struct {
-	versions map[string]string // the response's; read-only
+	base     *heldBase         // the response's names and versions; read-only
+	versions map[string]string // base's
 	over     map[string]string // versions sent since, which replace the response's
 	dropped  map[string]bool   // names of versions no longer held
 }
@@ -317,6 +333,18 @@ func (h *deltaHeld) drop(names []string) {
 			h.dropped = map[string]bool{}
 		}
 		h.dropped[n] = true
+	}
+}
+
+// names returns the names h holds, and what identifies them: the
+// response's when they are its names, which every client sent it
+// shares; h may be nil.
+func (h *deltaHeld) names() (id any, names func(yield func(string) bool)) {
+	if h != nil && h.base != nil && len(h.over) == 0 && len(h.dropped) == 0 {
+		return h.base, slices.Values(h.base.names)
+	}
+	return h, func(yield func(string) bool) {
+		heldOf(nil, h).each(func(name string) { _ = yield(name) })
 	}
 }
 

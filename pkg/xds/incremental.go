@@ -5,6 +5,8 @@ import (
 	"sync"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/envoygen"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
 
@@ -29,15 +31,17 @@ type change struct {
 	endpointChanges
 }
 
-// endpointChanges are changes of endpoints and pods only.
+// endpointChanges are changes of endpoints, pods and authorization only.
 type endpointChanges struct {
 	hosts map[string]bool     // the services whose endpoints changed
 	addrs map[string]bool     // the addresses of their endpoints, before and after
 	pods  map[model.Meta]bool // the pods that changed
+	authz bool                // AuthorizationPolicies or RequestAuthentications changed
 }
 
 // add adds o to c, allocating what c lacks.
 func (c *endpointChanges) add(o endpointChanges) {
+	c.authz = c.authz || o.authz
 	c.hosts = union(c.hosts, o.hosts)
 	c.addrs = union(c.addrs, o.addrs)
 	c.pods = union(c.pods, o.pods)
@@ -121,7 +125,7 @@ func (s *Server) classify(prev, st *pushState) change {
 			return c
 		}
 	}
-	c.full, c.hosts, c.pods = false, d.Endpoints, d.Pods
+	c.full, c.hosts, c.pods, c.authz = false, d.Endpoints, d.Pods, d.Authorization
 	for host := range d.Endpoints {
 		for _, svc := range []*model.Service{prev.snap.Service(host), st.snap.Service(host)} {
 			for _, eps := range svc.Endpoints {
@@ -148,12 +152,31 @@ type basis struct {
 // changesSince returns the services whose endpoints changed between b and
 // st for a proxy of scope, or false when the proxy must be answered in
 // full: no basis, another scope, or more than endpoints changed.
-func (s *Server) changesSince(st *pushState, b basis, scope string) (map[string]bool, bool) {
+func (s *Server) changesSince(st *pushState, b basis, scope string) (endpointChanges, bool) {
 	if !b.set || b.scope != scope {
-		return nil, false
+		return endpointChanges{}, false
 	}
-	c, ok := st.since(&s.history, b.seq)
-	return c.hosts, ok
+	return st.since(&s.history, b.seq)
+}
+
+// changedNames returns the names among names (sorted) of the resources of
+// typeURL that c may have changed for proxy p: the load assignments of the
+// services whose endpoints changed, and the resources that read
+// authorization when it changed. k names the list, so that the proxies
+// sharing it share the answer.
+func (st *pushState) changedNames(p *proxy, typeURL string, c endpointChanges, k affectedKey, names func(yield func(string) bool)) []string {
+	switch {
+	case typeURL == typeEndpoint && len(c.hosts) > 0:
+		return st.affected(k, names, func(n string) bool { return c.hosts[resource.ClusterHost(n)] })
+	case c.authz:
+		reads := grpcgen.ReadsAuthorization
+		if p.wl.envoy {
+			reads = envoygen.ReadsAuthorization
+		}
+		k.typeURL, k.envoy = typeURL, p.wl.envoy
+		return st.affected(k, names, func(n string) bool { return reads(typeURL, n) })
+	}
+	return nil
 }
 
 // since is history.since(from, st.seq), once per push state and from:
@@ -177,16 +200,18 @@ type sinceResult struct {
 	ok bool
 }
 
-// affectedKey names a list of subscribed names and a set of changed
-// services within one push state.
+// affectedKey names a list of names, the changes since a basis and what
+// of them is asked, within one push state.
 type affectedKey struct {
-	names any // *nameSet, or a subscription's names key
-	from  uint64
+	names   any // *nameSet, a response, or the versions a client holds
+	from    uint64
+	typeURL string // for changes that are not endpoints'
+	envoy   bool
 }
 
-// affected returns the load assignments among names (sorted) of the
-// services in hosts, once per push state, list and basis.
-func (st *pushState) affected(k affectedKey, names func(yield func(string) bool), hosts map[string]bool) []string {
+// affected returns the names that changed says changed, once per push
+// state and key.
+func (st *pushState) affected(k affectedKey, names func(yield func(string) bool), changed func(string) bool) []string {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if r, ok := st.affectedCache[k]; ok {
@@ -194,7 +219,7 @@ func (st *pushState) affected(k affectedKey, names func(yield func(string) bool)
 	}
 	var out []string
 	for n := range names {
-		if hosts[resource.ClusterHost(n)] {
+		if changed(n) {
 			out = append(out, n)
 		}
 	}

@@ -37,6 +37,8 @@ type randomMesh struct {
 	pods     map[string]*meshPod     // by "<name>.<namespace>"
 	next     int                     // for names and addresses
 	mtls     string                  // namespace a's PeerAuthentication mode
+	allowNS  string                  // the namespace svc-1's AuthorizationPolicy allows
+	jwt      bool                    // a RequestAuthentication selects svc-2
 	drTLS    string                  // svc-0's DestinationRule TLS mode
 	v2Label  string                  // the label value of svc-0's subset v2
 }
@@ -56,7 +58,7 @@ type meshPod struct {
 
 func newRandomMesh(seed uint64) *randomMesh {
 	m := &randomMesh{rnd: rand.New(rand.NewPCG(seed, seed)), services: map[string]*meshService{}, pods: map[string]*meshPod{},
-		mtls: "STRICT", drTLS: "ISTIO_MUTUAL", v2Label: "v2"}
+		mtls: "STRICT", drTLS: "ISTIO_MUTUAL", v2Label: "v2", allowNS: "a"}
 	for i := range 4 {
 		ns := []string{"a", "b"}[i%2]
 		svc := m.addService(fmt.Sprintf("svc-%d", i), ns)
@@ -128,6 +130,17 @@ func (m *randomMesh) endpointChange() string {
 		}
 	}
 	return "nothing"
+}
+
+// authorizationChange changes an AuthorizationPolicy or a
+// RequestAuthentication.
+func (m *randomMesh) authorizationChange() string {
+	if m.rnd.IntN(2) == 0 {
+		m.allowNS = map[string]string{"a": "b", "b": "a"}[m.allowNS]
+		return "allow namespace " + m.allowNS
+	}
+	m.jwt = !m.jwt
+	return fmt.Sprintf("request authentication %t", m.jwt)
 }
 
 // otherChange changes something else than endpoints, or endpoints in a
@@ -223,7 +236,7 @@ kind: AuthorizationPolicy
 metadata: {name: allow, namespace: b}
 spec:
   selector: {matchLabels: {app: svc-1}}
-  rules: [{from: [{source: {namespaces: [a]}}]}]
+  rules: [{from: [{source: {namespaces: [%s]}}]}]
 ---
 apiVersion: networking.istio.io/v1
 kind: DestinationRule
@@ -232,11 +245,26 @@ spec:
   host: svc-0.a.svc.cluster.local
   trafficPolicy: {tls: {mode: %s}}
   subsets: [{name: v1, labels: {version: v1}}, {name: v2, labels: {version: %s}}]
-`, m.mtls, m.drTLS, m.v2Label)).Resources()
+%s`, m.mtls, m.allowNS, m.drTLS, m.v2Label, m.requestAuthentication())).Resources()
 	res.PeerAuthentications = policies.PeerAuthentications
 	res.AuthorizationPolicies = policies.AuthorizationPolicies
+	res.RequestAuthentications = policies.RequestAuthentications
 	res.DestinationRules = policies.DestinationRules
 	return model.Build(fmt.Sprintf("random-%d", m.version), model.Options{}, res)
+}
+
+func (m *randomMesh) requestAuthentication() string {
+	if !m.jwt {
+		return ""
+	}
+	return `---
+apiVersion: security.istio.io/v1
+kind: RequestAuthentication
+metadata: {name: jwt, namespace: a}
+spec:
+  selector: {matchLabels: {app: svc-2}}
+  jwtRules: [{issuer: "https://issuer.example", jwks: '{"keys":[]}'}]
+`
 }
 
 func (p *meshPod) labels() map[string]string {
@@ -575,12 +603,16 @@ func TestIncrementalPushesEndAsAFullGeneration(t *testing.T) {
 	endpointPushes := func() float64 { return testutil.ToFloat64(h.srv.metrics.pushTriggers.WithLabelValues("endpoint")) }
 	for i := range 60 {
 		var did []string
-		endpointsOnly := m.rnd.IntN(4) != 0
+		kind := m.rnd.IntN(6) // 0: other; 1: authorization; else endpoints
+		endpointsOnly := kind > 1
 		for range 1 + m.rnd.IntN(3) {
-			if endpointsOnly {
-				did = append(did, m.endpointChange())
-			} else {
+			switch kind {
+			case 0:
 				did = append(did, m.otherChange())
+			case 1:
+				did = append(did, m.authorizationChange())
+			default:
+				did = append(did, m.endpointChange())
 			}
 		}
 		before := map[*fakeEnvoy]map[string]int{}
@@ -593,14 +625,20 @@ func TestIncrementalPushesEndAsAFullGeneration(t *testing.T) {
 		h.store.Publish(m.snapshot(t))
 		step := fmt.Sprintf("step %d (%s)", i, strings.Join(did, "; "))
 		converge(step)
-		if !endpointsOnly || endpointPushes() == triggered {
+		untouched := []string{resource.ClusterType, resource.EndpointType, resource.RouteType}
+		switch {
+		case endpointsOnly && endpointPushes() == triggered:
 			continue // not classified as endpoints only: a tlsMode toggle may read elsewhere
+		case endpointsOnly:
+			untouched = []string{resource.ClusterType, resource.ListenerType, resource.RouteType}
+		case kind == 0:
+			continue
 		}
 		for _, e := range fleet {
 			e.mu.Lock()
-			for _, typeURL := range []string{resource.ClusterType, resource.ListenerType, resource.RouteType} {
+			for _, typeURL := range untouched {
 				if e.received[typeURL] != before[e][typeURL] {
-					t.Errorf("%s: %s was sent %s resources for a change of endpoints", step, e.nodeID, shortType(typeURL))
+					t.Errorf("%s: %s was sent %s resources", step, e.nodeID, shortType(typeURL))
 				}
 			}
 			e.mu.Unlock()

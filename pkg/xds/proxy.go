@@ -231,12 +231,12 @@ func (p *proxy) sotwResponseLocked(st *pushState, typeURL string, sub subscripti
 	p.rescopeLocked(st)
 	last := p.last[typeURL]
 	r := last.r
-	hosts, ok := p.srv.changesSince(st, last.basis, p.scopeKey)
+	c, ok := p.srv.changesSince(st, last.basis, p.scopeKey)
 	switch {
 	case !ok || r == nil || last.names != sub.key || last.wildcard != sub.wildcard:
 		r = p.responseLocked(st, typeURL, sub)
-	case typeURL == typeEndpoint && len(hosts) > 0:
-		if changed := st.affected(affectedKey{r, last.basis.seq}, r.names, hosts); len(changed) > 0 {
+	default:
+		if changed := st.changedNames(p, typeURL, c, affectedKey{names: r, from: last.basis.seq}, r.names); len(changed) > 0 {
 			key := sharedKey{typeURL: typeURL, proxy: p.scopeKey, names: sub.key, wildcard: sub.wildcard}
 			r = st.derived(p.srv, p.scopeGen, key, r, changed)
 		}

@@ -107,6 +107,10 @@ func (g *Generator) Generate(snap *model.Snapshot, p *Proxy, typeURL string, nam
 	case resource.ClusterType:
 		out = b.clusters()
 	case resource.ListenerType:
+		if !wildcard && len(names) > 0 && !slices.ContainsFunc(names, func(n string) bool { return n != virtualInbound }) {
+			out = []resource.Resource{b.inboundListener()} // what authorization changes
+			break
+		}
 		out = b.listeners()
 	case resource.RouteType:
 		out = b.routes()

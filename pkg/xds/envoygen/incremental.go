@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
 
 // EndpointsReadElsewhere reports whether resources other than load
@@ -25,4 +26,11 @@ func (g *Generator) EndpointsReadElsewhere(old, new *model.Snapshot, hostname st
 	}
 	ob, nb := &builder{g: g, snap: old}, &builder{g: g, snap: new}
 	return !slices.Equal(ob.serviceIdentities(os), nb.serviceIdentities(ns))
+}
+
+// ReadsAuthorization reports whether the resource of typeURL named name
+// reads AuthorizationPolicies or RequestAuthentications: the inbound
+// listener alone (inboundListener's RBAC and jwt_authn filters).
+func ReadsAuthorization(typeURL, name string) bool {
+	return typeURL == resource.ListenerType && name == virtualInbound
 }

@@ -104,6 +104,13 @@ func (g *Generator) EndpointsReadElsewhere(old, new *model.Snapshot, hostname st
 	return false
 }
 
+// ReadsAuthorization reports whether the resource of typeURL named name
+// reads AuthorizationPolicies: server listeners alone (their RBAC
+// filters).
+func ReadsAuthorization(typeURL, name string) bool {
+	return typeURL == ListenerType && strings.HasPrefix(name, InboundPrefix)
+}
+
 // drTLS is the rule's TLS setting for port: port-level first.
 func drTLS(dr *networkingv1.DestinationRule, port uint32) *networkingv1.ClientTLSSettings {
 	tp := dr.GetTrafficPolicy()
