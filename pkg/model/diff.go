@@ -20,7 +20,11 @@ type Change struct {
 	// Authorization is true when AuthorizationPolicies or
 	// RequestAuthentications differ.
 	Authorization bool
-	// Endpoints are the hostnames of services whose endpoints differ.
+	// Services are the hostnames of services added, removed or changed
+	// otherwise than in their endpoints.
+	Services map[string]bool
+	// Endpoints are the hostnames of the other services whose endpoints
+	// differ.
 	Endpoints map[string]bool
 	// Pods are the registry's pods added, removed or changed.
 	Pods map[Meta]bool
@@ -28,7 +32,7 @@ type Change struct {
 
 // None reports whether nothing differs.
 func (c Change) None() bool {
-	return !c.Config && !c.Authorization && len(c.Endpoints) == 0 && len(c.Pods) == 0
+	return !c.Config && !c.Authorization && len(c.Services) == 0 && len(c.Endpoints) == 0 && len(c.Pods) == 0
 }
 
 // Diff is what differs from old to new. WorkloadEntries count through the
@@ -37,21 +41,27 @@ func Diff(old, new *Snapshot) Change {
 	if old == new || (old.Version != "" && old.Version == new.Version) {
 		return Change{}
 	}
-	if old.Options != new.Options || old.HasPods() != new.HasPods() || !sameRules(&old.res, &new.res) ||
-		len(old.services) != len(new.services) {
+	if old.Options != new.Options || old.HasPods() != new.HasPods() || !sameRules(&old.res, &new.res) {
 		return Change{Config: true}
 	}
 	c := Change{Authorization: !sameAuthorization(&old.res, &new.res)}
-	for i, os := range old.services {
-		ns := new.services[i]
-		if !sameService(os, ns) {
-			return Change{Config: true}
+	mark := func(m *map[string]bool, host string) {
+		if *m == nil {
+			*m = map[string]bool{}
 		}
-		if !sameEndpoints(os.Endpoints, ns.Endpoints) {
-			if c.Endpoints == nil {
-				c.Endpoints = map[string]bool{}
-			}
-			c.Endpoints[ns.Hostname] = true
+		(*m)[host] = true
+	}
+	for host, os := range old.byHost {
+		switch ns := new.byHost[host]; {
+		case ns == nil || !sameService(os, ns):
+			mark(&c.Services, host)
+		case !sameEndpoints(os.Endpoints, ns.Endpoints):
+			mark(&c.Endpoints, host)
+		}
+	}
+	for host := range new.byHost {
+		if old.byHost[host] == nil {
+			mark(&c.Services, host)
 		}
 	}
 	c.Pods = podChanges(old.pods, new.pods)

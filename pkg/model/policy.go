@@ -199,6 +199,18 @@ func (s *Snapshot) DestinationRuleFor(hostname, clientNamespace string, labels m
 	return nil
 }
 
+// DestinationRulesOf returns the rules of any namespace whose host is
+// hostname: those that some client may see for it.
+func (s *Snapshot) DestinationRulesOf(hostname string) []*DestinationRule {
+	var out []*DestinationRule
+	for _, dr := range s.res.DestinationRules {
+		if s.resolveHost(dr.Spec.GetHost(), dr.Namespace) == hostname {
+			out = append(out, dr)
+		}
+	}
+	return out
+}
+
 // resolveHost expands a short host name, one without a dot, to the FQDN in
 // namespace, as Istio does; "svc.ns" is taken as written, so it names no
 // Kubernetes service.

@@ -190,7 +190,7 @@ func (p *proxy) respondDeltaChangesLocked(typeURL string, d *deltaState, st *pus
 		return false
 	}
 	c, ok := p.srv.changesSince(st, d.basis, p.scopeKey)
-	if !ok || (d.wildcard && (len(d.added) > 0 || (typeURL == typeEndpoint && len(c.hosts) > 0))) {
+	if !ok || (d.wildcard && (len(d.added) > 0 || typeURL == typeEndpoint || !p.wl.envoy)) {
 		return false
 	}
 	// A wildcard subscription's names are those it holds.
@@ -198,7 +198,7 @@ func (p *proxy) respondDeltaChangesLocked(typeURL string, d *deltaState, st *pus
 	if d.wildcard {
 		k.names, names = d.held.names()
 	}
-	want := slices.Clone(st.changedNames(p, typeURL, c, k, names))
+	want := slices.Clone(st.changedNames(p, typeURL, c, k, names, d.wildcard))
 	for _, n := range d.added {
 		if d.names.contains(n) {
 			want = append(want, n)
@@ -235,12 +235,17 @@ func (p *proxy) respondDeltaChangesLocked(typeURL string, d *deltaState, st *pus
 	if d.held == nil {
 		d.held = &deltaHeld{}
 	}
+	var clusters []string
 	for _, g := range r.gen {
+		if v, _ := held.version(g.name); v != g.hash && typeURL == typeCluster {
+			clusters = append(clusters, g.name)
+		}
 		d.held.set(g.name, g.hash)
 	}
 	d.held.drop(resp.RemovedResources)
 	d.upToDate(p, st)
 	p.queuedDeltaLocked(typeURL, d, st, start, size, "")
+	p.clustersSentLocked(st, clusters)
 	return true
 }
 

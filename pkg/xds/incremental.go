@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"maps"
 	"slices"
 	"sync"
 
@@ -31,17 +32,43 @@ type change struct {
 	endpointChanges
 }
 
-// endpointChanges are changes of endpoints, pods and authorization only.
+// trigger is the push trigger c counts as (pilot_push_triggers' type):
+// "service" when services changed, "endpoint" when only endpoints (or
+// pods), "config" otherwise.
+func (c change) trigger() string {
+	switch {
+	case c.full || c.authz:
+		return "config"
+	case len(c.services) > 0:
+		return "service"
+	}
+	return "endpoint"
+}
+
+// endpointChanges are changes of services, endpoints, pods and
+// authorization only.
 type endpointChanges struct {
 	hosts map[string]bool     // the services whose endpoints changed
 	addrs map[string]bool     // the addresses of their endpoints, before and after
 	pods  map[model.Meta]bool // the pods that changed
 	authz bool                // AuthorizationPolicies or RequestAuthentications changed
+	// services changed otherwise (added, removed, their definition), and
+	// by type URL the names of what reads them for Envoy, before or after
+	// (envoygen.ServiceNames).
+	services     map[string]bool
+	serviceNames map[string]map[string]bool
 }
 
 // add adds o to c, allocating what c lacks.
 func (c *endpointChanges) add(o endpointChanges) {
 	c.authz = c.authz || o.authz
+	c.services = union(c.services, o.services)
+	for typeURL, names := range o.serviceNames {
+		if c.serviceNames == nil {
+			c.serviceNames = map[string]map[string]bool{}
+		}
+		c.serviceNames[typeURL] = union(c.serviceNames[typeURL], names)
+	}
 	c.hosts = union(c.hosts, o.hosts)
 	c.addrs = union(c.addrs, o.addrs)
 	c.pods = union(c.pods, o.pods)
@@ -65,6 +92,9 @@ func union[K comparable](m, o map[K]bool) map[K]bool {
 // addresses, the only endpoints a scope reads besides headless ones,
 // whose changes are never endpoint changes alone.
 func (c endpointChanges) touches(w *nodeWorkload, snap *model.Snapshot) bool {
+	if len(c.services) > 0 { // a service may select the workload
+		return true
+	}
 	if w.pod != "" && c.pods[model.Meta{Name: w.pod, Namespace: w.namespace}] {
 		return true
 	}
@@ -120,14 +150,36 @@ func (s *Server) classify(prev, st *pushState) change {
 	if d.Config {
 		return c
 	}
+	// An endpoint change that more than load assignments read is a change
+	// of its service.
 	for host := range d.Endpoints {
 		if st.mesh.envoy.EndpointsReadElsewhere(prev.snap, st.snap, host) || s.gen.EndpointsReadElsewhere(prev.snap, st.snap, host) {
-			return c
+			delete(d.Endpoints, host)
+			if d.Services == nil {
+				d.Services = map[string]bool{}
+			}
+			d.Services[host] = true
 		}
 	}
-	c.full, c.hosts, c.pods, c.authz = false, d.Endpoints, d.Pods, d.Authorization
+	c.full, c.hosts, c.pods, c.authz, c.services = false, d.Endpoints, d.Pods, d.Authorization, d.Services
+	for host := range d.Services {
+		for _, snap := range []*model.Snapshot{prev.snap, st.snap} {
+			envoygen.ServiceNames(snap, host, func(typeURL, name string) {
+				if c.serviceNames == nil {
+					c.serviceNames = map[string]map[string]bool{}
+				}
+				if c.serviceNames[typeURL] == nil {
+					c.serviceNames[typeURL] = map[string]bool{}
+				}
+				c.serviceNames[typeURL][name] = true
+			})
+		}
+	}
 	for host := range d.Endpoints {
 		for _, svc := range []*model.Service{prev.snap.Service(host), st.snap.Service(host)} {
+			if svc == nil {
+				continue
+			}
 			for _, eps := range svc.Endpoints {
 				for _, ep := range eps {
 					if c.addrs == nil {
@@ -164,19 +216,51 @@ func (s *Server) changesSince(st *pushState, b basis, scope string) (endpointCha
 // services whose endpoints changed, and the resources that read
 // authorization when it changed. k names the list, so that the proxies
 // sharing it share the answer.
-func (st *pushState) changedNames(p *proxy, typeURL string, c endpointChanges, k affectedKey, names func(yield func(string) bool)) []string {
-	switch {
-	case typeURL == typeEndpoint && len(c.hosts) > 0:
-		return st.affected(k, names, func(n string) bool { return c.hosts[resource.ClusterHost(n)] })
-	case c.authz:
-		reads := grpcgen.ReadsAuthorization
-		if p.wl.envoy {
-			reads = envoygen.ReadsAuthorization
-		}
+//
+// With wildcard, names are what the proxy holds, and the names of what
+// reads a changed service are returned too, held or not: they may be new.
+func (st *pushState) changedNames(p *proxy, typeURL string, c endpointChanges, k affectedKey, names func(yield func(string) bool), wildcard bool) []string {
+	if c.authz || len(c.services) > 0 || typeURL != typeEndpoint {
 		k.typeURL, k.envoy = typeURL, p.wl.envoy
-		return st.affected(k, names, func(n string) bool { return reads(typeURL, n) })
 	}
-	return nil
+	if wildcard && p.wl.envoy {
+		// An Envoy sidecar's wildcard types are not endpoints: what
+		// changed is what reads authorization and the changed services,
+		// held or not.
+		var out []string
+		if c.authz {
+			out = append(out, envoygen.AuthorizationReaders(typeURL)...)
+		}
+		for n := range c.serviceNames[typeURL] {
+			out = append(out, n)
+		}
+		slices.Sort(out)
+		return slices.Compact(out)
+	}
+	readsAuthz := grpcgen.ReadsAuthorization
+	if p.wl.envoy {
+		readsAuthz = envoygen.ReadsAuthorization
+	}
+	changed := st.affected(k, names, func(n string) bool {
+		switch {
+		case typeURL == typeEndpoint && c.hosts[resource.ClusterHost(n)]:
+		case c.authz && readsAuthz(typeURL, n):
+		case p.wl.envoy && c.serviceNames[typeURL][n]:
+		case !p.wl.envoy && len(c.services) > 0 && slices.ContainsFunc(slices.Collect(maps.Keys(c.services)), func(h string) bool { return grpcgen.ReadsService(typeURL, n, h) }):
+		default:
+			return false
+		}
+		return true
+	})
+	if !wildcard || len(c.serviceNames[typeURL]) == 0 {
+		return changed
+	}
+	out := slices.Clone(changed)
+	for n := range c.serviceNames[typeURL] {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // since is history.since(from, st.seq), once per push state and from:

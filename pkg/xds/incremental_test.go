@@ -600,7 +600,10 @@ func TestIncrementalPushesEndAsAFullGeneration(t *testing.T) {
 		}
 	}
 	converge("connecting")
-	endpointPushes := func() float64 { return testutil.ToFloat64(h.srv.metrics.pushTriggers.WithLabelValues("endpoint")) }
+	pushes := func(trigger string) float64 {
+		return testutil.ToFloat64(h.srv.metrics.pushTriggers.WithLabelValues(trigger))
+	}
+	endpointPushes := func() float64 { return pushes("endpoint") }
 	for i := range 60 {
 		var did []string
 		kind := m.rnd.IntN(6) // 0: other; 1: authorization; else endpoints
@@ -621,14 +624,14 @@ func TestIncrementalPushesEndAsAFullGeneration(t *testing.T) {
 			before[e] = maps.Clone(e.received)
 			e.mu.Unlock()
 		}
-		triggered := endpointPushes()
+		triggered, services, configs := endpointPushes(), pushes("service"), pushes("config")
 		h.store.Publish(m.snapshot(t))
 		step := fmt.Sprintf("step %d (%s)", i, strings.Join(did, "; "))
 		converge(step)
 		untouched := []string{resource.ClusterType, resource.EndpointType, resource.RouteType}
 		switch {
-		case endpointsOnly && endpointPushes() == triggered:
-			continue // not classified as endpoints only: a tlsMode toggle may read elsewhere
+		case endpointsOnly && (endpointPushes() == triggered || pushes("service") != services || pushes("config") != configs):
+			continue // not endpoints only: a service account or tlsMode is read elsewhere
 		case endpointsOnly:
 			untouched = []string{resource.ClusterType, resource.ListenerType, resource.RouteType}
 		case kind == 0:
@@ -644,7 +647,7 @@ func TestIncrementalPushesEndAsAFullGeneration(t *testing.T) {
 			e.mu.Unlock()
 		}
 	}
-	if endpointPushes() == 0 {
-		t.Error("no change was pushed as endpoints only")
+	if endpointPushes() == 0 || pushes("service") == 0 {
+		t.Errorf("pushes of endpoints only: %v, of services: %v; want some of each", endpointPushes(), pushes("service"))
 	}
 }

@@ -15,7 +15,7 @@ type metrics struct {
 	configSize  *prometheus.HistogramVec
 	rejects     *prometheus.CounterVec
 	// pushTriggers counts pushes by what they changed: "endpoint" when
-	// only endpoints, "config" otherwise.
+	// only endpoints, "service" when services, "config" otherwise.
 	pushTriggers *prometheus.CounterVec
 
 	// byType holds pushTime and configSize of each served type, resolved
@@ -61,7 +61,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "pilot_total_xds_rejects", Help: "xDS responses rejected by proxies, by type.",
 		}, []string{"type"}),
 		pushTriggers: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pilot_push_triggers", Help: "Pushes of model changes, by what they changed: endpoint (endpoints only), config (anything else).",
+			Name: "pilot_push_triggers", Help: "Pushes of model changes, by what they changed: endpoint (endpoints only), service (services and endpoints), config (anything else).",
 		}, []string{"type"}),
 	}
 	m.byType = make(map[string]typeObservers)

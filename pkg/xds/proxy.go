@@ -233,10 +233,14 @@ func (p *proxy) sotwResponseLocked(st *pushState, typeURL string, sub subscripti
 	r := last.r
 	c, ok := p.srv.changesSince(st, last.basis, p.scopeKey)
 	switch {
-	case !ok || r == nil || last.names != sub.key || last.wildcard != sub.wildcard:
+	case !ok || r == nil || last.names != sub.key || last.wildcard != sub.wildcard || (sub.wildcard && !p.wl.envoy):
 		r = p.responseLocked(st, typeURL, sub)
 	default:
-		if changed := st.changedNames(p, typeURL, c, affectedKey{names: r, from: last.basis.seq}, r.names); len(changed) > 0 {
+		names := r.names // a wildcard's: those it was sent; else those asked for
+		if !sub.wildcard {
+			names = slices.Values(sub.names)
+		}
+		if changed := st.changedNames(p, typeURL, c, affectedKey{names: r, from: last.basis.seq}, names, sub.wildcard); len(changed) > 0 {
 			key := sharedKey{typeURL: typeURL, proxy: p.scopeKey, names: sub.key, wildcard: sub.wildcard}
 			r = st.derived(p.srv, p.scopeGen, key, r, changed)
 		}

@@ -324,11 +324,7 @@ func (s *Server) push(snap *model.Snapshot, changedAt time.Time) {
 	st.seq = prev.seq + 1
 	c := s.classify(prev, st)
 	s.history.record(c)
-	if c.full {
-		s.metrics.pushTriggers.WithLabelValues("config").Inc()
-	} else {
-		s.metrics.pushTriggers.WithLabelValues("endpoint").Inc()
-	}
+	s.metrics.pushTriggers.WithLabelValues(c.trigger()).Inc()
 	s.state.Store(st)
 	s.mu.Lock()
 	proxies := make([]*proxy, 0, len(s.streams))

@@ -41,6 +41,17 @@ func (b *builder) namedEndpoints(names []string) []resource.Resource {
 	return b.loadAssignments(ocs)
 }
 
+// namedClusters is clusters() of the outbound clusters named.
+func (b *builder) namedClusters(names []string) []resource.Resource {
+	var out []resource.Resource
+	for _, n := range slices.Compact(slices.Sorted(slices.Values(names))) {
+		if oc, ok := b.outboundClusterNamed(n); ok {
+			out = append(out, b.outboundClusterResource(oc))
+		}
+	}
+	return out
+}
+
 func (b *builder) loadAssignments(ocs []outboundCluster) []resource.Resource {
 	var out []resource.Resource
 	for _, oc := range ocs {

@@ -105,15 +105,23 @@ func (g *Generator) Generate(snap *model.Snapshot, p *Proxy, typeURL string, nam
 	var out []resource.Resource
 	switch typeURL {
 	case resource.ClusterType:
+		if !wildcard && !slices.ContainsFunc(names, func(n string) bool { return resource.ClusterHost(n) == "" }) {
+			out = b.namedClusters(names) // outbound ones alone: what a service changes
+			break
+		}
 		out = b.clusters()
 	case resource.ListenerType:
 		if !wildcard && len(names) > 0 && !slices.ContainsFunc(names, func(n string) bool { return n != virtualInbound }) {
 			out = []resource.Resource{b.inboundListener()} // what authorization changes
 			break
 		}
+		if !wildcard && !slices.Contains(names, virtualInbound) && !slices.Contains(names, virtualOutbound) {
+			out = b.namedOutboundListeners(names) // what a service changes
+			break
+		}
 		out = b.listeners()
 	case resource.RouteType:
-		out = b.routes()
+		out = b.routes(wildcard || slices.ContainsFunc(names, func(n string) bool { return strings.Contains(n, ":") }))
 	case resource.EndpointType:
 		if !wildcard {
 			out = b.namedEndpoints(slices.Compact(slices.Sorted(slices.Values(names))))

@@ -2,6 +2,7 @@ package envoygen
 
 import (
 	"slices"
+	"strconv"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
@@ -33,4 +34,63 @@ func (g *Generator) EndpointsReadElsewhere(old, new *model.Snapshot, hostname st
 // listener alone (inboundListener's RBAC and jwt_authn filters).
 func ReadsAuthorization(typeURL, name string) bool {
 	return typeURL == resource.ListenerType && name == virtualInbound
+}
+
+// AuthorizationReaders are the names of the resources of typeURL that
+// ReadsAuthorization: every sidecar has them.
+func AuthorizationReaders(typeURL string) []string {
+	if typeURL == resource.ListenerType {
+		return []string{virtualInbound}
+	}
+	return nil
+}
+
+// ServiceNames calls add with the type and name of every resource that
+// may read the service of hostname in snap, whichever proxy it is
+// generated for; nothing when snap has no such service. A change of the
+// service (added, removed, or its definition or endpoints changed) may
+// change these and, through the proxy's scope, its inbound resources,
+// nothing else:
+//   - its clusters and their load assignments, "outbound|<port>|<subset>|<host>",
+//     the subsets of every DestinationRule for it (clients of different
+//     namespaces see different rules);
+//   - the listeners of its addresses, "<address>_<port>", its virtual IPs
+//     or, headless, its endpoints' addresses (outboundEntries), and the
+//     listener "0.0.0.0_<port>" of each port (httpPorts);
+//   - the route "<port>" of each port (routes) and "<host>:<port>"
+//     (sniffedRoute).
+func ServiceNames(snap *model.Snapshot, hostname string, add func(typeURL, name string)) {
+	svc := snap.Service(hostname)
+	if svc == nil {
+		return
+	}
+	var subsets []string
+	for _, dr := range snap.DestinationRulesOf(hostname) {
+		for _, ss := range dr.GetSpec().GetSubsets() {
+			if ss.GetName() != "" {
+				subsets = append(subsets, ss.GetName())
+			}
+		}
+	}
+	addrs := slices.Clone(svc.Addresses)
+	if svc.Headless {
+		for _, eps := range svc.Endpoints {
+			for _, ep := range eps {
+				addrs = append(addrs, ep.Address)
+			}
+		}
+	}
+	for _, sp := range svc.Ports {
+		for _, subset := range append([]string{""}, subsets...) {
+			name := resource.ClusterName(hostname, subset, sp.Port)
+			add(resource.ClusterType, name)
+			add(resource.EndpointType, name)
+		}
+		for _, a := range addrs {
+			add(resource.ListenerType, listenerName(a, sp.Port))
+		}
+		add(resource.ListenerType, listenerName("0.0.0.0", sp.Port))
+		add(resource.RouteType, strconv.FormatUint(uint64(sp.Port), 10))
+		add(resource.RouteType, sniffedRouteName(hostname, sp.Port))
+	}
 }

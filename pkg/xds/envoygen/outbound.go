@@ -38,6 +38,28 @@ func (b *builder) listeners() []resource.Resource {
 	return slices.CompactFunc(out, func(x, y resource.Resource) bool { return x.Name == y.Name })
 }
 
+// namedOutboundListeners is listeners() of the outbound listeners named,
+// those of services' addresses and ports: every service's entries are
+// listed, as they share addresses, but only those named are built.
+func (b *builder) namedOutboundListeners(names []string) []resource.Resource {
+	want := make(map[string]bool, len(names))
+	for _, n := range names {
+		want[n] = true
+	}
+	var out []resource.Resource
+	for _, e := range b.outboundEntries() {
+		if want[e.name()] {
+			out = append(out, e.listener())
+		}
+	}
+	for _, port := range b.httpPorts() {
+		if name := listenerName("0.0.0.0", port); want[name] && !slices.ContainsFunc(out, func(r resource.Resource) bool { return r.Name == name }) {
+			out = append(out, httpListener(port))
+		}
+	}
+	return out
+}
+
 // httpPorts are the ports some service declares HTTP on: each has the
 // listener "0.0.0.0_<port>" and the route "<port>".
 func (b *builder) httpPorts() []uint32 {

@@ -17,9 +17,9 @@ import (
 // routes returns the route configuration "<port>" of every port some
 // service declares HTTP on: a virtual host per service with that port
 // declared HTTP or undeclared (as Istio's IsHTTPOrSniffed), and a
-// catch-all; and the route "<host>:<port>" of every HTTP chain sniffed on
-// a service's own listener.
-func (b *builder) routes() []resource.Resource {
+// catch-all; and, with sniffed, the route "<host>:<port>" of every HTTP
+// chain sniffed on a service's own listener.
+func (b *builder) routes(sniffed bool) []resource.Resource {
 	httpPorts := b.httpPorts()
 	byPort := map[uint32][]*model.Service{}
 	for _, svc := range b.snap.Services() {
@@ -56,6 +56,9 @@ func (b *builder) routes() []resource.Resource {
 			}
 			return append(w, catchAll...), nil
 		}})
+	}
+	if !sniffed {
+		return out
 	}
 	seen := map[string]bool{}
 	for _, e := range b.outboundEntries() {

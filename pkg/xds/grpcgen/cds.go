@@ -11,6 +11,7 @@ import (
 	networkingv1 "istio.io/api/networking/v1"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
 
 func (g *Generator) cluster(snap *model.Snapshot, p *Proxy, name string) *Resource {
@@ -109,6 +110,20 @@ func (g *Generator) EndpointsReadElsewhere(old, new *model.Snapshot, hostname st
 // filters).
 func ReadsAuthorization(typeURL, name string) bool {
 	return typeURL == ListenerType && strings.HasPrefix(name, InboundPrefix)
+}
+
+// ReadsService reports whether the resource of typeURL named name reads
+// the service of hostname: its listeners and routes "<host>[:<port>]",
+// its clusters and their load assignments.
+func ReadsService(typeURL, name, hostname string) bool {
+	switch typeURL {
+	case ClusterType, EndpointType:
+		return resource.ClusterHost(name) == hostname
+	case ListenerType, RouteType:
+		host, _, _ := strings.Cut(name, ":")
+		return host == hostname
+	}
+	return false
 }
 
 // drTLS is the rule's TLS setting for port: port-level first.

@@ -1,0 +1,76 @@
+package model_test
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
+)
+
+const diffBase = `
+apiVersion: v1
+kind: Service
+metadata: {name: echo, namespace: app}
+spec:
+  clusterIP: 10.96.0.10
+  selector: {app: echo}
+  ports: [{name: http, port: 80, targetPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: app}
+spec:
+  clusterIP: 10.96.0.11
+  selector: {app: web}
+  ports: [{name: http, port: 80}]
+---
+apiVersion: networking.istio.io/v1
+kind: WorkloadEntry
+metadata: {name: echo-1, namespace: app}
+spec: {address: 10.0.0.5, labels: {app: echo}, serviceAccount: echo}
+---
+apiVersion: security.istio.io/v1
+kind: PeerAuthentication
+metadata: {name: default, namespace: app}
+spec: {mtls: {mode: STRICT}}
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: allow, namespace: app}
+spec:
+  rules: [{from: [{source: {namespaces: [app]}}]}]
+`
+
+func TestDiffTellsWhatChanged(t *testing.T) {
+	base := modeltest.Load(t, diffBase)
+	for name, tc := range map[string]struct {
+		old, new            string
+		config, authz       bool
+		services, endpoints []string
+	}{
+		"an endpoint moves":                    {old: "address: 10.0.0.5", new: "address: 10.0.0.6", endpoints: []string{"echo.app.svc.cluster.local"}},
+		"an endpoint's service account":        {old: "serviceAccount: echo", new: "serviceAccount: other", endpoints: []string{"echo.app.svc.cluster.local"}},
+		"a service's port":                     {old: "ports: [{name: http, port: 80}]", new: "ports: [{name: http, port: 81}]", services: []string{"web.app.svc.cluster.local"}},
+		"a service's address":                  {old: "clusterIP: 10.96.0.11", new: "clusterIP: 10.96.0.12", services: []string{"web.app.svc.cluster.local"}},
+		"a service renamed: one gone, one new": {old: "name: web,", new: "name: www,", services: []string{"web.app.svc.cluster.local", "www.app.svc.cluster.local"}},
+		"an authorization policy":              {old: "namespaces: [app]", new: "namespaces: [other]", authz: true},
+		"a peer authentication":                {old: "mode: STRICT", new: "mode: PERMISSIVE", config: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if !strings.Contains(diffBase, tc.old) {
+				t.Fatalf("%q not in the manifests", tc.old)
+			}
+			d := model.Diff(base, modeltest.Load(t, strings.Replace(diffBase, tc.old, tc.new, 1)))
+			if d.Config != tc.config || d.Authorization != tc.authz ||
+				!slices.Equal(slices.Sorted(maps.Keys(d.Services)), tc.services) || !slices.Equal(slices.Sorted(maps.Keys(d.Endpoints)), tc.endpoints) {
+				t.Errorf("got %+v", d)
+			}
+		})
+	}
+	if d := model.Diff(base, modeltest.Load(t, diffBase)); !d.None() {
+		t.Errorf("the same manifests differ: %+v", d)
+	}
+}
