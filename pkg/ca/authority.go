@@ -73,9 +73,9 @@ func newAuthority(set rawSet, now time.Time, source string) (*authority, error) 
 		return nil, fileErr(f.cert, err)
 	}
 	extra := certs[1:]
+	var chain []*x509.Certificate
 	if f.chain != "" && len(bytes.TrimSpace(set.chain)) > 0 {
-		chain, err := parseCerts(set.chain)
-		if err != nil {
+		if chain, err = parseCerts(set.chain); err != nil {
 			return nil, fileErr(f.chain, err)
 		}
 		extra = append(extra, chain...)
@@ -84,17 +84,22 @@ func newAuthority(set rawSet, now time.Time, source string) (*authority, error) 
 	if err != nil {
 		return nil, fileErr(f.roots, err)
 	}
+	files := certFiles{}
+	files.add(f.roots, roots...)
+	files.add(f.cert, certs...)
+	files.add(f.chain, chain...)
 	a := &authority{source: source, signer: signer, cert: cert, roots: roots, trust: roots, issued: new(highWater),
 		leafSigner: leafSignerFor(signer),
 		material:   &KeyMaterial{CACert: set.cert, CAKey: set.key, CertChain: set.chain, RootCert: set.roots}}
-	if err := a.buildChain(extra, now, f); err != nil {
+	if err := a.buildChain(extra, now, f, files); err != nil {
 		return nil, err
 	}
 	return a, nil
 }
 
-// buildChain verifies the signing cert up to the roots and keeps the path.
-func (a *authority) buildChain(extra []*x509.Certificate, now time.Time, f setFiles) error {
+// buildChain verifies the signing cert up to the roots and keeps the path,
+// one whose certificates allow the usages leaves carry.
+func (a *authority) buildChain(extra []*x509.Certificate, now time.Time, f setFiles, files certFiles) error {
 	a.rootPool = x509.NewCertPool()
 	for _, r := range a.roots {
 		a.rootPool.AddCert(r)
@@ -105,6 +110,9 @@ func (a *authority) buildChain(extra []*x509.Certificate, now time.Time, f setFi
 			candidates.AddCert(c)
 		}
 	}
+	// Every path, whatever usages it allows: pathForLeaves then picks one
+	// that allows the leaves' usages, or names the certificate that does
+	// not, and the probe verifies a leaf with exactly those usages.
 	chains, err := a.cert.Verify(x509.VerifyOptions{
 		Roots:         a.rootPool,
 		Intermediates: candidates,
@@ -114,7 +122,10 @@ func (a *authority) buildChain(extra []*x509.Certificate, now time.Time, f setFi
 	if err != nil {
 		return fileErr(f.cert, fmt.Errorf("does not verify to %s: %w", f.roots, err))
 	}
-	path := chains[0] // signing cert, intermediates..., root
+	path, err := pathForLeaves(chains, files) // signing cert, intermediates..., root
+	if err != nil {
+		return err
+	}
 	a.notBefore, a.notAfter = a.cert.NotBefore, a.cert.NotAfter
 	for _, c := range path {
 		if c.NotBefore.After(a.notBefore) {
@@ -225,15 +236,21 @@ func (h *highWater) get() time.Time {
 	return time.Time{}
 }
 
-// verifyToRoots verifies leaf up to the authority's roots at now.
+// verifyToRoots verifies leaf up to the authority's roots at now, once for
+// each usage a leaf carries: Go's verifier accepts a chain that allows any
+// one of the usages asked for together, and a peer asks for one of them.
 func (a *authority) verifyToRoots(leaf *x509.Certificate, now time.Time) error {
-	_, err := leaf.Verify(x509.VerifyOptions{
-		Roots:         a.rootPool,
-		Intermediates: a.interPool,
-		CurrentTime:   now,
-		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
-	})
-	return err
+	for _, u := range leafExtKeyUsages {
+		if _, err := leaf.Verify(x509.VerifyOptions{
+			Roots:         a.rootPool,
+			Intermediates: a.interPool,
+			CurrentTime:   now,
+			KeyUsages:     []x509.ExtKeyUsage{u},
+		}); err != nil {
+			return fmt.Errorf("as %s: %w", u, err)
+		}
+	}
+	return nil
 }
 
 // checkCACert checks that cert may sign certificates at time now.
