@@ -12,7 +12,6 @@ import (
 	"io"
 	"net/url"
 	"slices"
-	"sync/atomic"
 	"time"
 )
 
@@ -41,7 +40,7 @@ type authority struct {
 
 	roots       []*x509.Certificate // the set's roots, which its chain leads to
 	trust       []*x509.Certificate // the roots published: roots, then any a rotation keeps trusted
-	issued      *highWater          // the latest expiry the key signed, shared by copies
+	issued      *issuance           // the latest expiry the key signed, shared by copies (issuance.go)
 	material    *KeyMaterial        // the set as read, for a rotation to keep it
 	rootPool    *x509.CertPool
 	interPool   *x509.CertPool // the signing cert and the intermediates above it
@@ -88,7 +87,7 @@ func newAuthority(set rawSet, now time.Time, source string) (*authority, error) 
 	files.add(f.roots, roots...)
 	files.add(f.cert, certs...)
 	files.add(f.chain, chain...)
-	a := &authority{source: source, signer: signer, cert: cert, roots: roots, trust: roots, issued: new(highWater),
+	a := &authority{source: source, signer: signer, cert: cert, roots: roots, trust: roots, issued: new(issuance),
 		leafSigner: leafSignerFor(signer),
 		material:   &KeyMaterial{CACert: set.cert, CAKey: set.key, CertChain: set.chain, RootCert: set.roots}}
 	if err := a.buildChain(extra, now, f, files); err != nil {
@@ -213,27 +212,6 @@ func (a *authority) withTrust(extra []*x509.Certificate) *authority {
 	h.Sum(b.fingerprint[:0])
 	b.bundle = nil
 	return &b
-}
-
-// highWater is the latest expiry of the certificates a key signed.
-type highWater struct{ unixNano atomic.Int64 }
-
-func (h *highWater) raise(t time.Time) {
-	n := t.UnixNano()
-	for {
-		cur := h.unixNano.Load()
-		if n <= cur || h.unixNano.CompareAndSwap(cur, n) {
-			return
-		}
-	}
-}
-
-// get is the latest expiry, zero if the key signed nothing.
-func (h *highWater) get() time.Time {
-	if n := h.unixNano.Load(); n != 0 {
-		return time.Unix(0, n).UTC()
-	}
-	return time.Time{}
 }
 
 // verifyToRoots verifies leaf up to the authority's roots at now, once for

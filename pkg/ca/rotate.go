@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 )
@@ -96,17 +95,29 @@ func (c *CA) rotateOnce(ctx context.Context, dp DataPlaneFunc) error {
 		return nil // a plugged-in root is the operator's to change
 	}
 	now := c.cfg.Clock()
-	next := &Rotation{}
-	if rec != nil {
-		cp := *rec
-		cp.Replicas = maps.Clone(rec.Replicas)
-		next = &cp
+	next, changed, err := c.advance(ctx, rec, base, dp, now)
+	if err != nil {
+		return err
 	}
-	changed := c.noteIssued(next)
+	saved, waiting, err := c.commitStep(ctx, base, next, changed, rev, now)
+	if err != nil || saved == nil {
+		return err
+	}
+	c.noteStatus(rec, saved, waiting)
+	return nil
+}
+
+// advance is a copy of rec with what this replica knows added: the
+// expiries its signer issued, a rotation begun when the self-signed root
+// is due, its report of the data plane. changed reports whether it
+// differs from rec.
+func (c *CA) advance(ctx context.Context, rec *Rotation, base *authority, dp DataPlaneFunc, now time.Time) (next *Rotation, changed bool, err error) {
+	next = rec.clone()
+	changed = c.noteIssued(next, c.auth.Load())
 	if !next.InProgress() && base.source == sourceSelfSigned && c.dueForRotation(now) {
 		begun, err := c.begin(ctx, next, now)
 		if err != nil {
-			return err
+			return nil, false, err
 		}
 		next, changed = begun, true
 		c.log.Warn("root rotation: the self-signed root is in its last "+fmt.Sprint(c.cfg.RootGracePercentile)+"% of life; rotating",
@@ -115,25 +126,71 @@ func (c *CA) rotateOnce(ctx context.Context, dp DataPlaneFunc) error {
 	if next.Phase == PhasePrepare {
 		changed = c.report(ctx, next, dp, now) || changed
 	}
-	stepped, waiting := next.Step(now, next.DataPlane(now.Add(-staleReports*c.cfg.RotationTick)), c.cfg.RotationPolicy)
-	if stepped != next || changed {
-		if _, err := c.cfg.Rotations.Save(ctx, stepped, rev); errors.Is(err, ErrRotationConflict) {
-			return nil // another replica moved it: read it again next tick
-		} else if err != nil {
-			return err
-		}
-	}
-	if err := c.publish(base, stepped, now); err != nil {
-		return err
-	}
-	c.noteStatus(rec, stepped, waiting)
-	return nil
+	return next, changed, nil
 }
 
-// noteIssued raises the recorded expiry of what the key this replica signs
-// with has issued, and reports whether it did.
-func (c *CA) noteIssued(r *Rotation) bool {
-	a := c.auth.Load()
+// commitStep steps r at now, saves the result at rev when it differs from
+// what was loaded, and installs the signer it asks for over base. When
+// that signer keeps another issuance record than the one in force (the
+// new key activating), the record in force is closed first and its last
+// value noted in r, which is stepped again with it: the state saved then
+// bounds every certificate the signer giving way signed. It returns the
+// state saved, nil when another writer moved the stored one first.
+func (c *CA) commitStep(ctx context.Context, base *authority, r *Rotation, changed bool, rev string, now time.Time) (saved *Rotation, waiting string, err error) {
+	dp := r.DataPlane(now.Add(-staleReports * c.cfg.RotationTick))
+	stepped, waiting := r.Step(now, dp, c.cfg.RotationPolicy)
+	sets := c.sets
+	defer func() {
+		if saved == nil {
+			c.sets = sets // the sets of the state in force, not of one not saved
+		}
+	}()
+	a, err := c.compose(base, stepped, now)
+	if err != nil {
+		return nil, "", err
+	}
+	h := c.beginHandOver(a)
+	defer h.abort()
+	if h.closing && c.noteIssued(r, h.from) {
+		changed = true
+		stepped, waiting = r.Step(now, dp, c.cfg.RotationPolicy)
+		if h.next, err = c.compose(base, stepped, now); err != nil {
+			return nil, "", err
+		}
+	}
+	if stepped != r || changed {
+		if err := c.save(ctx, h, stepped, rev); errors.Is(err, ErrRotationConflict) {
+			return nil, "", nil // another replica moved it: read it again next tick
+		} else if err != nil {
+			return nil, "", err
+		}
+	}
+	h.finish()
+	return stepped, waiting, nil
+}
+
+// handOverTimeout bounds a save made while a signer's record is closed:
+// Signs wait for it.
+const handOverTimeout = 10 * time.Second
+
+// save saves r at rev, within handOverTimeout while h holds a record
+// closed.
+func (c *CA) save(ctx context.Context, h *handOver, r *Rotation, rev string) error {
+	if h.closing {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, handOverTimeout)
+		defer cancel()
+	}
+	_, err := c.cfg.Rotations.Save(ctx, r, rev)
+	return err
+}
+
+// noteIssued raises, in r, the recorded expiry of what a's key has issued
+// (a nil a issued nothing), and reports whether it did.
+func (c *CA) noteIssued(r *Rotation, a *authority) bool {
+	if a == nil {
+		return false
+	}
 	hw := a.issued.get()
 	target := &r.Watermark
 	if r.InProgress() && bytes.Equal(a.roots[0].Raw, r.OldRoot) {
@@ -224,16 +281,24 @@ func (c *CA) report(ctx context.Context, r *Rotation, dp DataPlaneFunc, now time
 	return true
 }
 
-// publish installs the signer and bundle r asks for over base, if they
-// are not those in force.
-func (c *CA) publish(base *authority, r *Rotation, now time.Time) error {
+// publish makes base the loaded set and installs the signer and bundle r
+// (stored at rev) asks for over it, if they are not those in force. When
+// the signer in force gives way to one keeping another issuance record,
+// its last record is noted in a copy of r and saved at rev first.
+func (c *CA) publish(ctx context.Context, base *authority, r *Rotation, rev string, now time.Time) error {
 	a, err := c.compose(base, r, now)
 	if err != nil {
 		return err
 	}
-	if cur := c.auth.Load(); cur == nil || cur.fingerprint != a.fingerprint {
-		c.install(a)
+	h := c.beginHandOver(a)
+	defer h.abort()
+	if next := r.clone(); h.closing && c.noteIssued(next, h.from) {
+		if err := c.save(ctx, h, next, rev); err != nil {
+			return err
+		}
 	}
+	c.base = base
+	h.finish()
 	return nil
 }
 
@@ -299,15 +364,14 @@ func (c *CA) rotateToPluggedIn(a *authority) error {
 	now := c.cfg.Clock()
 	if rec.InProgress() {
 		if rec.New == nil && bytes.Equal(rec.NewRoot, a.roots[0].Raw) {
-			c.base = a // the rotation's own incoming set, re-read
-			return c.publish(a, rec, now)
+			return c.publish(ctx, a, rec, rev, now) // the rotation's own incoming set, re-read
 		}
 		return fmt.Errorf("%w (phase %s): the plugged-in set with root %s waits until it is done",
 			ErrRotationInProgress, rec.Phase, a.roots[0].Subject)
 	}
 	cur := c.auth.Load()
-	since := cur.issued.get()
-	if rec != nil && rec.Watermark.After(since) {
+	var since time.Time
+	if rec != nil {
 		since = rec.Watermark
 	}
 	r, err := Begin(rec, cur.roots[0], a.roots[0], since, now)
@@ -315,13 +379,21 @@ func (c *CA) rotateToPluggedIn(a *authority) error {
 		return err
 	}
 	r.Old = cur.material
-	if _, err := c.cfg.Rotations.Save(ctx, r, rev); err != nil {
+	next, err := c.compose(a, r, now)
+	if err != nil {
+		return err
+	}
+	// The outgoing key signs on as a set of its own (r.Old), so the
+	// record in force is closed and its last value is where the old
+	// root's trust starts.
+	h := c.beginHandOver(next)
+	defer h.abort()
+	c.noteIssued(r, h.from)
+	if err := c.save(ctx, h, r, rev); err != nil {
 		return err
 	}
 	c.base = a
-	if err := c.publish(a, r, now); err != nil {
-		return err
-	}
+	h.finish()
 	c.noteStatus(rec, r, "")
 	return nil
 }
@@ -446,12 +518,8 @@ func (c *CA) RecordIssued(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		next := &Rotation{}
-		if rec != nil {
-			cp := *rec
-			next = &cp
-		}
-		if !c.noteIssued(next) {
+		next := rec.clone()
+		if !c.noteIssued(next, c.auth.Load()) {
 			return nil
 		}
 		if _, err := c.cfg.Rotations.Save(ctx, next, rev); !errors.Is(err, ErrRotationConflict) {
