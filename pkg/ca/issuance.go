@@ -1,7 +1,7 @@
 package ca
 
 import (
-	"sync"
+	"bytes"
 	"sync/atomic"
 	"time"
 )
@@ -69,54 +69,23 @@ func (s *issuance) reopen() {
 	}
 }
 
-// handOver is a change of signer under way: from, the signer in force,
-// gives way to next. When they keep different records, from's is closed
-// until the change is settled: installed (finish), or given up (abort),
-// which opens it again.
-type handOver struct {
-	c        *CA
-	from     *authority // nil before the first signer
-	next     *authority
-	closing  bool // from's record is closed for this change
-	settled  chan struct{}
-	once     sync.Once
-	finished bool
-}
-
-// beginHandOver starts replacing the signer in force with next, closing
-// the record in force if next keeps another. The record read after this,
-// from h.from.issued, is final when h.closing. Callers hold loadMu and
-// finish or abort the change before releasing it.
-func (c *CA) beginHandOver(next *authority) *handOver {
-	h := &handOver{c: c, from: c.auth.Load(), next: next, settled: make(chan struct{})}
-	if h.from != nil && h.from.issued != next.issued {
-		h.closing = true
-		h.from.issued.closed.Store(h)
+// noteIssued raises, in r, the recorded expiry of what a's key has issued
+// (a nil a issued nothing), and reports whether it did.
+func (c *CA) noteIssued(r *Rotation, a *authority) bool {
+	if a == nil {
+		return false
 	}
-	return h
-}
-
-// finish installs h.next, unless the signer in force already publishes
-// the same, and settles the change: a Sign waiting on the closed record
-// signs with h.next. The closed record stays closed.
-func (h *handOver) finish() {
-	if cur := h.c.auth.Load(); cur == nil || cur.fingerprint != h.next.fingerprint || cur.issued != h.next.issued {
-		h.c.install(h.next)
+	hw := a.issued.get()
+	target := &r.Watermark
+	if r.InProgress() && bytes.Equal(a.roots[0].Raw, r.OldRoot) {
+		target = &r.OldSignedUntil
 	}
-	h.finished = true
-	h.settle()
-}
-
-// abort gives the change up, if not finished: the record in force opens
-// again. It may be deferred.
-func (h *handOver) abort() {
-	if h.finished {
-		return
+	if !hw.After(*target) {
+		return false
 	}
-	if h.closing {
-		h.from.issued.closed.CompareAndSwap(h, nil)
+	*target = hw
+	if target == &r.Watermark {
+		*target = hw.Add(watermarkTicks * c.cfg.RotationTick)
 	}
-	h.settle()
+	return true
 }
-
-func (h *handOver) settle() { h.once.Do(func() { close(h.settled) }) }

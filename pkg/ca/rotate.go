@@ -129,83 +129,6 @@ func (c *CA) advance(ctx context.Context, rec *Rotation, base *authority, dp Dat
 	return next, changed, nil
 }
 
-// commitStep steps r at now, saves the result at rev when it differs from
-// what was loaded, and installs the signer it asks for over base. When
-// that signer keeps another issuance record than the one in force (the
-// new key activating), the record in force is closed first and its last
-// value noted in r, which is stepped again with it: the state saved then
-// bounds every certificate the signer giving way signed. It returns the
-// state saved, nil when another writer moved the stored one first.
-func (c *CA) commitStep(ctx context.Context, base *authority, r *Rotation, changed bool, rev string, now time.Time) (saved *Rotation, waiting string, err error) {
-	dp := r.DataPlane(now.Add(-staleReports * c.cfg.RotationTick))
-	stepped, waiting := r.Step(now, dp, c.cfg.RotationPolicy)
-	sets := c.sets
-	defer func() {
-		if saved == nil {
-			c.sets = sets // the sets of the state in force, not of one not saved
-		}
-	}()
-	a, err := c.compose(base, stepped, now)
-	if err != nil {
-		return nil, "", err
-	}
-	h := c.beginHandOver(a)
-	defer h.abort()
-	if h.closing && c.noteIssued(r, h.from) {
-		changed = true
-		stepped, waiting = r.Step(now, dp, c.cfg.RotationPolicy)
-		if h.next, err = c.compose(base, stepped, now); err != nil {
-			return nil, "", err
-		}
-	}
-	if stepped != r || changed {
-		if err := c.save(ctx, h, stepped, rev); errors.Is(err, ErrRotationConflict) {
-			return nil, "", nil // another replica moved it: read it again next tick
-		} else if err != nil {
-			return nil, "", err
-		}
-	}
-	h.finish()
-	return stepped, waiting, nil
-}
-
-// handOverTimeout bounds a save made while a signer's record is closed:
-// Signs wait for it.
-const handOverTimeout = 10 * time.Second
-
-// save saves r at rev, within handOverTimeout while h holds a record
-// closed.
-func (c *CA) save(ctx context.Context, h *handOver, r *Rotation, rev string) error {
-	if h.closing {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, handOverTimeout)
-		defer cancel()
-	}
-	_, err := c.cfg.Rotations.Save(ctx, r, rev)
-	return err
-}
-
-// noteIssued raises, in r, the recorded expiry of what a's key has issued
-// (a nil a issued nothing), and reports whether it did.
-func (c *CA) noteIssued(r *Rotation, a *authority) bool {
-	if a == nil {
-		return false
-	}
-	hw := a.issued.get()
-	target := &r.Watermark
-	if r.InProgress() && bytes.Equal(a.roots[0].Raw, r.OldRoot) {
-		target = &r.OldSignedUntil
-	}
-	if !hw.After(*target) {
-		return false
-	}
-	*target = hw
-	if target == &r.Watermark {
-		*target = hw.Add(watermarkTicks * c.cfg.RotationTick)
-	}
-	return true
-}
-
 // dueForRotation reports whether the signing root has less than
 // RootGracePercentile of its life left.
 func (c *CA) dueForRotation(now time.Time) bool {
@@ -279,27 +202,6 @@ func (c *CA) report(ctx context.Context, r *Rotation, dp DataPlaneFunc, now time
 	}
 	r.Replicas[c.cfg.Replica] = ReplicaReport{At: now, Unacked: seen.Unacked, Missing: seen.Missing}
 	return true
-}
-
-// publish makes base the loaded set and installs the signer and bundle r
-// (stored at rev) asks for over it, if they are not those in force. When
-// the signer in force gives way to one keeping another issuance record,
-// its last record is noted in a copy of r and saved at rev first.
-func (c *CA) publish(ctx context.Context, base *authority, r *Rotation, rev string, now time.Time) error {
-	a, err := c.compose(base, r, now)
-	if err != nil {
-		return err
-	}
-	h := c.beginHandOver(a)
-	defer h.abort()
-	if next := r.clone(); h.closing && c.noteIssued(next, h.from) {
-		if err := c.save(ctx, h, next, rev); err != nil {
-			return err
-		}
-	}
-	c.base = base
-	h.finish()
-	return nil
 }
 
 // compose is the authority rotation state r asks for over base, the set
