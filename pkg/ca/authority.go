@@ -12,7 +12,6 @@ import (
 	"io"
 	"net/url"
 	"slices"
-	"sync/atomic"
 	"time"
 )
 
@@ -41,7 +40,7 @@ type authority struct {
 
 	roots       []*x509.Certificate // the set's roots, which its chain leads to
 	trust       []*x509.Certificate // the roots published: roots, then any a rotation keeps trusted
-	issued      *highWater          // the latest expiry the key signed, shared by copies
+	issued      *issuance           // the latest expiry the key signed, shared by copies (issuance.go)
 	material    *KeyMaterial        // the set as read, for a rotation to keep it
 	rootPool    *x509.CertPool
 	interPool   *x509.CertPool // the signing cert and the intermediates above it
@@ -73,9 +72,9 @@ func newAuthority(set rawSet, now time.Time, source string) (*authority, error) 
 		return nil, fileErr(f.cert, err)
 	}
 	extra := certs[1:]
+	var chain []*x509.Certificate
 	if f.chain != "" && len(bytes.TrimSpace(set.chain)) > 0 {
-		chain, err := parseCerts(set.chain)
-		if err != nil {
+		if chain, err = parseCerts(set.chain); err != nil {
 			return nil, fileErr(f.chain, err)
 		}
 		extra = append(extra, chain...)
@@ -84,17 +83,22 @@ func newAuthority(set rawSet, now time.Time, source string) (*authority, error) 
 	if err != nil {
 		return nil, fileErr(f.roots, err)
 	}
-	a := &authority{source: source, signer: signer, cert: cert, roots: roots, trust: roots, issued: new(highWater),
+	files := certFiles{}
+	files.add(f.roots, roots...)
+	files.add(f.cert, certs...)
+	files.add(f.chain, chain...)
+	a := &authority{source: source, signer: signer, cert: cert, roots: roots, trust: roots, issued: new(issuance),
 		leafSigner: leafSignerFor(signer),
 		material:   &KeyMaterial{CACert: set.cert, CAKey: set.key, CertChain: set.chain, RootCert: set.roots}}
-	if err := a.buildChain(extra, now, f); err != nil {
+	if err := a.buildChain(extra, now, f, files); err != nil {
 		return nil, err
 	}
 	return a, nil
 }
 
-// buildChain verifies the signing cert up to the roots and keeps the path.
-func (a *authority) buildChain(extra []*x509.Certificate, now time.Time, f setFiles) error {
+// buildChain verifies the signing cert up to the roots and keeps the path,
+// one whose certificates allow the usages leaves carry.
+func (a *authority) buildChain(extra []*x509.Certificate, now time.Time, f setFiles, files certFiles) error {
 	a.rootPool = x509.NewCertPool()
 	for _, r := range a.roots {
 		a.rootPool.AddCert(r)
@@ -105,6 +109,9 @@ func (a *authority) buildChain(extra []*x509.Certificate, now time.Time, f setFi
 			candidates.AddCert(c)
 		}
 	}
+	// Every path, whatever usages it allows: pathForLeaves then picks one
+	// that allows the leaves' usages, or names the certificate that does
+	// not, and the probe verifies a leaf with exactly those usages.
 	chains, err := a.cert.Verify(x509.VerifyOptions{
 		Roots:         a.rootPool,
 		Intermediates: candidates,
@@ -114,7 +121,10 @@ func (a *authority) buildChain(extra []*x509.Certificate, now time.Time, f setFi
 	if err != nil {
 		return fileErr(f.cert, fmt.Errorf("does not verify to %s: %w", f.roots, err))
 	}
-	path := chains[0] // signing cert, intermediates..., root
+	path, err := pathForLeaves(chains, files) // signing cert, intermediates..., root
+	if err != nil {
+		return err
+	}
 	a.notBefore, a.notAfter = a.cert.NotBefore, a.cert.NotAfter
 	for _, c := range path {
 		if c.NotBefore.After(a.notBefore) {
@@ -204,36 +214,21 @@ func (a *authority) withTrust(extra []*x509.Certificate) *authority {
 	return &b
 }
 
-// highWater is the latest expiry of the certificates a key signed.
-type highWater struct{ unixNano atomic.Int64 }
-
-func (h *highWater) raise(t time.Time) {
-	n := t.UnixNano()
-	for {
-		cur := h.unixNano.Load()
-		if n <= cur || h.unixNano.CompareAndSwap(cur, n) {
-			return
+// verifyToRoots verifies leaf up to the authority's roots at now, once for
+// each usage a leaf carries: Go's verifier accepts a chain that allows any
+// one of the usages asked for together, and a peer asks for one of them.
+func (a *authority) verifyToRoots(leaf *x509.Certificate, now time.Time) error {
+	for _, u := range leafExtKeyUsages {
+		if _, err := leaf.Verify(x509.VerifyOptions{
+			Roots:         a.rootPool,
+			Intermediates: a.interPool,
+			CurrentTime:   now,
+			KeyUsages:     []x509.ExtKeyUsage{u},
+		}); err != nil {
+			return fmt.Errorf("as %s: %w", u, err)
 		}
 	}
-}
-
-// get is the latest expiry, zero if the key signed nothing.
-func (h *highWater) get() time.Time {
-	if n := h.unixNano.Load(); n != 0 {
-		return time.Unix(0, n).UTC()
-	}
-	return time.Time{}
-}
-
-// verifyToRoots verifies leaf up to the authority's roots at now.
-func (a *authority) verifyToRoots(leaf *x509.Certificate, now time.Time) error {
-	_, err := leaf.Verify(x509.VerifyOptions{
-		Roots:         a.rootPool,
-		Intermediates: a.interPool,
-		CurrentTime:   now,
-		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
-	})
-	return err
+	return nil
 }
 
 // checkCACert checks that cert may sign certificates at time now.

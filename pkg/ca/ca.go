@@ -124,8 +124,10 @@ func (c *CA) createSelfSigned(ctx context.Context, now time.Time) (*KeyMaterial,
 	return c.cfg.Store.Create(ctx, m)
 }
 
-// install publishes a as the signer with a new bundle version.
+// install publishes a as the signer with a new bundle version. A key
+// installed again after it gave way signs again: its record opens.
 func (c *CA) install(a *authority) {
+	a.issued.reopen()
 	c.pubMu.Lock()
 	defer c.pubMu.Unlock()
 	c.version++

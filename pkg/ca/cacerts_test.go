@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
@@ -43,6 +44,16 @@ func TestLoadPluggedInAcceptsBothLayouts(t *testing.T) {
 			wantChain: 1},
 		"a SEC 1 EC key after an EC PARAMETERS block": {
 			files:     with(catest.CACerts{Signing: ecCA, Roots: []*catest.Cert{root}}.Files(), FileCAKey, sec1(t, ecKey.(*ecdsa.PrivateKey))),
+			wantChain: 1},
+		"an intermediate whose extended key usages are serverAuth and clientAuth": {
+			files: func() map[string][]byte {
+				inter := catest.NewIntermediate(t, root, catest.WithExtKeyUsage(x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth))
+				return catest.CACerts{Signing: catest.NewIntermediate(t, inter), Intermediates: []*catest.Cert{inter}, Roots: []*catest.Cert{root}}.Files()
+			}(),
+			wantChain: 2},
+		"a signing certificate whose extended key usages include serverAuth and clientAuth": {
+			files: catest.CACerts{Signing: catest.NewIntermediate(t, root, catest.WithExtKeyUsage(
+				x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageCodeSigning, x509.ExtKeyUsageServerAuth)), Roots: []*catest.Cert{root}}.Files(),
 			wantChain: 1},
 		"text around the PEM blocks, as openssl writes it": {
 			files:     with(set.Files(), FileCACert, append(append([]byte("subject=CN = Test\n"), signing.CertPEM...), "trailing words\n"...)),
@@ -164,6 +175,30 @@ func TestLoadPluggedInNamesTheBadFile(t *testing.T) {
 		"a P-521 CA key": {
 			files: setFor(catest.NewIntermediate(t, root, catest.WithKey(catest.NewECDSAKey(t, elliptic.P521())))),
 			want:  "cacerts: ca-key.pem: ecdsa curve P-521"},
+		"a signing certificate whose extended key usage is codeSigning": {
+			files: setFor(catest.NewIntermediate(t, root, catest.WithExtKeyUsage(x509.ExtKeyUsageCodeSigning))),
+			want:  `cacerts: ca-cert.pem: certificate "CN=Test Intermediate,O=bulwark test" limits extended key usage to codeSigning, without serverAuth`},
+		"an intermediate in the chain whose extended key usage is codeSigning": {
+			files: func() map[string][]byte {
+				inter := catest.NewIntermediate(t, root, catest.WithExtKeyUsage(x509.ExtKeyUsageCodeSigning))
+				return catest.CACerts{Signing: catest.NewIntermediate(t, inter), Intermediates: []*catest.Cert{inter}, Roots: []*catest.Cert{root}}.Files()
+			}(),
+			want: `cacerts: cert-chain.pem: certificate "CN=Test Intermediate,O=bulwark test" limits extended key usage to codeSigning, without serverAuth`},
+		"an intermediate in tls.crt for servers only": {
+			files: func() map[string][]byte {
+				inter := catest.NewIntermediate(t, root, catest.WithExtKeyUsage(x509.ExtKeyUsageServerAuth))
+				return catest.CACerts{Signing: catest.NewIntermediate(t, inter), Intermediates: []*catest.Cert{inter}, Roots: []*catest.Cert{root}}.TLSFiles()
+			}(),
+			want: `cacerts: tls.crt: certificate "CN=Test Intermediate,O=bulwark test" limits extended key usage to serverAuth, without clientAuth`},
+		"a signing certificate whose extended key usage is anyExtendedKeyUsage only": {
+			files: setFor(catest.NewIntermediate(t, root, catest.WithExtKeyUsage(x509.ExtKeyUsageAny))),
+			want:  `cacerts: ca-cert.pem: certificate "CN=Test Intermediate,O=bulwark test" limits extended key usage to anyExtendedKeyUsage, without serverAuth`},
+		"a root whose extended key usage is codeSigning": {
+			files: func() map[string][]byte {
+				r := catest.NewRoot(t, catest.WithExtKeyUsage(x509.ExtKeyUsageCodeSigning))
+				return catest.CACerts{Signing: catest.NewIntermediate(t, r), Roots: []*catest.Cert{r}}.Files()
+			}(),
+			want: `cacerts: root-cert.pem: certificate "CN=Test Root,O=bulwark test" limits extended key usage to codeSigning, without serverAuth`},
 		"a directory where a file should be": {
 			files: without(good.Files(), FileCACert),
 			setup: func(dir string) { os.Mkdir(filepath.Join(dir, FileCACert), 0o700) },
@@ -213,4 +248,42 @@ func sec1(t *testing.T, key *ecdsa.PrivateKey) []byte {
 	}
 	params := pem.EncodeToMemory(&pem.Block{Type: "EC PARAMETERS", Bytes: []byte{0x06, 0x05, 0x2b, 0x81, 0x04, 0x00, 0x22}})
 	return append(params, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})...)
+}
+
+// A leaf is verified for each usage it carries: below an intermediate
+// limited to codeSigning it does not verify, as Envoy would not verify it.
+func TestVerifyToRootsAsksForTheLeafUsages(t *testing.T) {
+	set, root := pluggedIn(t)
+	dir := t.TempDir()
+	catest.WriteCACerts(t, dir, set)
+	a, _, err := loadPluggedIn(dir, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, usages := range map[string][]x509.ExtKeyUsage{
+		"codeSigning":            {x509.ExtKeyUsageCodeSigning},
+		"serverAuth only":        {x509.ExtKeyUsageServerAuth},
+		"serverAuth, clientAuth": {x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	} {
+		t.Run(name, func(t *testing.T) {
+			inter := catest.NewIntermediate(t, root, catest.WithExtKeyUsage(usages...))
+			b := *a
+			b.interPool = x509.NewCertPool()
+			b.interPool.AddCert(inter.Cert)
+			now := time.Now()
+			tmpl := leafTemplate(&b, newSerial(), now, now.Add(time.Hour), nil, testID("ns", "sa").URL())
+			der, err := x509.CreateCertificate(rand.Reader, tmpl, inter.Cert, catest.NewKey(t).Public(), inter.Key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			leaf, err := x509.ParseCertificate(der)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = b.verifyToRoots(leaf, now)
+			if allowed := len(usages) == 2; allowed != (err == nil) {
+				t.Fatalf("verify below an intermediate for %s: %v", name, err)
+			}
+		})
+	}
 }

@@ -18,7 +18,9 @@ import (
 
 // A leaf is encoded here, byte for byte as x509.CreateCertificate encodes
 // the templates Sign makes (leafder_test.go compares the two on random
-// templates), and signed once. x509.CreateCertificate also verifies the
+// templates; leafder_fields_test.go holds every field of x509.Certificate
+// to being encoded, refused or ignored as x509.CreateCertificate ignores
+// it), and signed once. x509.CreateCertificate also verifies the
 // signature it made, which for an ECDSA key costs twice the signing; for
 // Go's own ECDSA and RSA keys that check guards against nothing a
 // certificate's structure check (leafcheck.go) and the authority's probe

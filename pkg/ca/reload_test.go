@@ -132,6 +132,12 @@ func TestReloadKeepsTheSignerWhenTheNewSetIsBad(t *testing.T) {
 		"roots that do not match": func(t *testing.T, good catest.CACerts) map[string][]byte {
 			return map[string][]byte{FileRootCert: catest.NewRoot(t).CertPEM}
 		},
+		"an intermediate whose extended key usage is codeSigning": func(t *testing.T, good catest.CACerts) map[string][]byte {
+			root := catest.NewRoot(t)
+			inter := catest.NewIntermediate(t, root, catest.WithExtKeyUsage(x509.ExtKeyUsageCodeSigning))
+			return catest.CACerts{Signing: catest.NewIntermediate(t, inter), Intermediates: []*catest.Cert{inter},
+				Roots: []*catest.Cert{root}}.Files()
+		},
 	}
 	for name, bad := range tests {
 		t.Run(name, func(t *testing.T) {

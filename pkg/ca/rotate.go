@@ -7,7 +7,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"time"
 )
@@ -96,17 +95,29 @@ func (c *CA) rotateOnce(ctx context.Context, dp DataPlaneFunc) error {
 		return nil // a plugged-in root is the operator's to change
 	}
 	now := c.cfg.Clock()
-	next := &Rotation{}
-	if rec != nil {
-		cp := *rec
-		cp.Replicas = maps.Clone(rec.Replicas)
-		next = &cp
+	next, changed, err := c.advance(ctx, rec, base, dp, now)
+	if err != nil {
+		return err
 	}
-	changed := c.noteIssued(next)
+	saved, waiting, err := c.commitStep(ctx, base, next, changed, rev, now)
+	if err != nil || saved == nil {
+		return err
+	}
+	c.noteStatus(rec, saved, waiting)
+	return nil
+}
+
+// advance is a copy of rec with what this replica knows added: the
+// expiries its signer issued, a rotation begun when the self-signed root
+// is due, its report of the data plane. changed reports whether it
+// differs from rec.
+func (c *CA) advance(ctx context.Context, rec *Rotation, base *authority, dp DataPlaneFunc, now time.Time) (next *Rotation, changed bool, err error) {
+	next = rec.clone()
+	changed = c.noteIssued(next, c.auth.Load())
 	if !next.InProgress() && base.source == sourceSelfSigned && c.dueForRotation(now) {
 		begun, err := c.begin(ctx, next, now)
 		if err != nil {
-			return err
+			return nil, false, err
 		}
 		next, changed = begun, true
 		c.log.Warn("root rotation: the self-signed root is in its last "+fmt.Sprint(c.cfg.RootGracePercentile)+"% of life; rotating",
@@ -115,38 +126,7 @@ func (c *CA) rotateOnce(ctx context.Context, dp DataPlaneFunc) error {
 	if next.Phase == PhasePrepare {
 		changed = c.report(ctx, next, dp, now) || changed
 	}
-	stepped, waiting := next.Step(now, next.DataPlane(now.Add(-staleReports*c.cfg.RotationTick)), c.cfg.RotationPolicy)
-	if stepped != next || changed {
-		if _, err := c.cfg.Rotations.Save(ctx, stepped, rev); errors.Is(err, ErrRotationConflict) {
-			return nil // another replica moved it: read it again next tick
-		} else if err != nil {
-			return err
-		}
-	}
-	if err := c.publish(base, stepped, now); err != nil {
-		return err
-	}
-	c.noteStatus(rec, stepped, waiting)
-	return nil
-}
-
-// noteIssued raises the recorded expiry of what the key this replica signs
-// with has issued, and reports whether it did.
-func (c *CA) noteIssued(r *Rotation) bool {
-	a := c.auth.Load()
-	hw := a.issued.get()
-	target := &r.Watermark
-	if r.InProgress() && bytes.Equal(a.roots[0].Raw, r.OldRoot) {
-		target = &r.OldSignedUntil
-	}
-	if !hw.After(*target) {
-		return false
-	}
-	*target = hw
-	if target == &r.Watermark {
-		*target = hw.Add(watermarkTicks * c.cfg.RotationTick)
-	}
-	return true
+	return next, changed, nil
 }
 
 // dueForRotation reports whether the signing root has less than
@@ -224,19 +204,6 @@ func (c *CA) report(ctx context.Context, r *Rotation, dp DataPlaneFunc, now time
 	return true
 }
 
-// publish installs the signer and bundle r asks for over base, if they
-// are not those in force.
-func (c *CA) publish(base *authority, r *Rotation, now time.Time) error {
-	a, err := c.compose(base, r, now)
-	if err != nil {
-		return err
-	}
-	if cur := c.auth.Load(); cur == nil || cur.fingerprint != a.fingerprint {
-		c.install(a)
-	}
-	return nil
-}
-
 // compose is the authority rotation state r asks for over base, the set
 // loaded from CACertsDir or the Store: during prepare the outgoing key
 // (r.Old, else base) with both roots trusted, during activate the
@@ -299,15 +266,14 @@ func (c *CA) rotateToPluggedIn(a *authority) error {
 	now := c.cfg.Clock()
 	if rec.InProgress() {
 		if rec.New == nil && bytes.Equal(rec.NewRoot, a.roots[0].Raw) {
-			c.base = a // the rotation's own incoming set, re-read
-			return c.publish(a, rec, now)
+			return c.publish(ctx, a, rec, rev, now) // the rotation's own incoming set, re-read
 		}
 		return fmt.Errorf("%w (phase %s): the plugged-in set with root %s waits until it is done",
 			ErrRotationInProgress, rec.Phase, a.roots[0].Subject)
 	}
 	cur := c.auth.Load()
-	since := cur.issued.get()
-	if rec != nil && rec.Watermark.After(since) {
+	var since time.Time
+	if rec != nil {
 		since = rec.Watermark
 	}
 	r, err := Begin(rec, cur.roots[0], a.roots[0], since, now)
@@ -315,13 +281,21 @@ func (c *CA) rotateToPluggedIn(a *authority) error {
 		return err
 	}
 	r.Old = cur.material
-	if _, err := c.cfg.Rotations.Save(ctx, r, rev); err != nil {
+	next, err := c.compose(a, r, now)
+	if err != nil {
+		return err
+	}
+	// The outgoing key signs on as a set of its own (r.Old), so the
+	// record in force is closed and its last value is where the old
+	// root's trust starts.
+	h := c.beginHandOver(next)
+	defer h.abort()
+	c.noteIssued(r, h.from)
+	if err := c.save(ctx, h, r, rev); err != nil {
 		return err
 	}
 	c.base = a
-	if err := c.publish(a, r, now); err != nil {
-		return err
-	}
+	h.finish()
 	c.noteStatus(rec, r, "")
 	return nil
 }
@@ -446,12 +420,8 @@ func (c *CA) RecordIssued(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		next := &Rotation{}
-		if rec != nil {
-			cp := *rec
-			next = &cp
-		}
-		if !c.noteIssued(next) {
+		next := rec.clone()
+		if !c.noteIssued(next, c.auth.Load()) {
 			return nil
 		}
 		if _, err := c.cfg.Rotations.Save(ctx, next, rev); !errors.Is(err, ErrRotationConflict) {

@@ -182,6 +182,17 @@ func (r *Rotation) Step(now time.Time, dp DataPlane, policy RotationPolicy) (nex
 	}
 }
 
+// clone is a copy of r to change without changing r; an idle rotation
+// for nil.
+func (r *Rotation) clone() *Rotation {
+	if r == nil {
+		return &Rotation{}
+	}
+	cp := *r
+	cp.Replicas = maps.Clone(r.Replicas)
+	return &cp
+}
+
 // InProgress reports whether r is a rotation under way.
 func (r *Rotation) InProgress() bool { return r != nil && r.Phase != PhaseIdle }
 

@@ -27,13 +27,23 @@ type RotationStore interface {
 // longer at the revision given.
 var ErrRotationConflict = errors.New("the stored rotation changed meanwhile")
 
-// dirRotationFile is the DirRotationStore's file in the state directory.
-const dirRotationFile = "rotation.json"
+// dirRotationFile is the DirRotationStore's file in the state directory,
+// and dirRotationLock the file its writers lock.
+const (
+	dirRotationFile = "rotation.json"
+	dirRotationLock = "rotation.lock"
+)
 
 // DirRotationStore is a RotationStore in a local directory: the file
 // rotation.json, written to a temporary file, synced and renamed into
 // place, so a crash leaves the old state or the new one. Its revision is
 // the hash of the file.
+//
+// Save holds an exclusive flock on rotation.lock, beside the state, from
+// reading the revision to renaming the new state into place, so that the
+// compare-and-swap is one step for every writer: istiod's replicas sharing
+// the directory, and istiod mint-cert or istiod ca rotate run beside them.
+// Readers take no lock: the rename shows them a whole file either way.
 type DirRotationStore struct {
 	dir string
 }
@@ -69,6 +79,21 @@ func (s *DirRotationStore) Save(ctx context.Context, r *Rotation, revision strin
 	if err := ctx.Err(); err != nil {
 		return "", err
 	}
+	var b []byte
+	if r != nil {
+		var err error
+		if b, err = MarshalRotation(r); err != nil {
+			return "", fmt.Errorf("save rotation: %w", err)
+		}
+	}
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return "", fmt.Errorf("save rotation: %w", err)
+	}
+	unlock, err := lockFile(filepath.Join(s.dir, dirRotationLock))
+	if err != nil {
+		return "", fmt.Errorf("save rotation: %w", err)
+	}
+	defer unlock()
 	_, cur, err := s.Load(ctx)
 	if err != nil {
 		return "", err
@@ -82,36 +107,35 @@ func (s *DirRotationStore) Save(ctx context.Context, r *Rotation, revision strin
 		}
 		return "", syncDir(s.dir)
 	}
-	b, err := MarshalRotation(r)
-	if err != nil {
+	if err := s.replace(b); err != nil {
 		return "", fmt.Errorf("save rotation: %w", err)
 	}
-	if err := os.MkdirAll(s.dir, 0o700); err != nil {
-		return "", fmt.Errorf("save rotation: %w", err)
-	}
+	return revisionOf(b), nil
+}
+
+// replace writes b to a temporary file, syncs it and renames it over
+// rotation.json.
+func (s *DirRotationStore) replace(b []byte) error {
 	tmp, err := os.CreateTemp(s.dir, ".rotation-")
 	if err != nil {
-		return "", fmt.Errorf("save rotation: %w", err)
+		return err
 	}
 	defer os.Remove(tmp.Name()) // no-op once renamed into place
 	if _, err := tmp.Write(b); err != nil {
 		tmp.Close()
-		return "", fmt.Errorf("save rotation: %w", err)
+		return err
 	}
 	if err := tmp.Sync(); err != nil {
 		tmp.Close()
-		return "", fmt.Errorf("save rotation: %w", err)
+		return err
 	}
 	if err := tmp.Close(); err != nil {
-		return "", fmt.Errorf("save rotation: %w", err)
+		return err
 	}
 	if err := os.Rename(tmp.Name(), s.path()); err != nil {
-		return "", fmt.Errorf("save rotation: %w", err)
+		return err
 	}
-	if err := syncDir(s.dir); err != nil {
-		return "", fmt.Errorf("save rotation: %w", err)
-	}
-	return revisionOf(b), nil
+	return syncDir(s.dir)
 }
 
 func revisionOf(b []byte) string {

@@ -33,43 +33,57 @@ type Issued struct {
 
 // Sign makes a certificate for req with the current signer, and checks that
 // it chains to the current roots and is exactly what was asked before
-// returning it.
+// returning it. While the signer gives way to another (issuance.go), Sign
+// waits for the change and signs with the signer that follows.
 func (c *CA) Sign(req SignRequest) (*Issued, error) {
-	a := c.auth.Load()
-	if a == nil {
+	if c.auth.Load() == nil {
 		return nil, fmt.Errorf("sign: %w", ErrNotReady)
 	}
 	ttl, uris, err := c.checkRequest(req)
 	if err != nil {
 		return nil, fmt.Errorf("sign: %w", err)
 	}
-	now := c.cfg.Clock()
+	for {
+		a := c.auth.Load()
+		now := c.cfg.Clock()
+		tmpl, err := c.template(a, req, ttl, uris, now)
+		if err != nil {
+			return nil, fmt.Errorf("sign: %w", err)
+		}
+		// What workloads hold keeps the old root trusted through a
+		// rotation, so its expiry is recorded before it is signed;
+		// istiod's own serving certificate (DNS names only) does not, as
+		// the new key re-issues it on activation.
+		if wait := a.issued.admit(tmpl.NotAfter, len(req.Identities) > 0); wait != nil {
+			<-wait
+			continue
+		}
+		iss, err := a.signLeaf(tmpl, req.PublicKey, now)
+		if err != nil {
+			return nil, fmt.Errorf("sign: %w", err)
+		}
+		return iss, nil
+	}
+}
+
+// template is the leaf a signs for req at now: valid for ttl within the
+// chain's validity, to the second, as the certificate encodes it.
+func (c *CA) template(a *authority, req SignRequest, ttl time.Duration, uris []*url.URL, now time.Time) (*x509.Certificate, error) {
 	if now.Before(a.notBefore) || now.After(a.notAfter) {
-		return nil, fmt.Errorf("sign: %w: valid %s to %s", ErrSignerExpired,
+		return nil, fmt.Errorf("%w: valid %s to %s", ErrSignerExpired,
 			a.notBefore.UTC().Format(time.RFC3339), a.notAfter.UTC().Format(time.RFC3339))
 	}
-	tmpl := &x509.Certificate{
+	return &x509.Certificate{
 		SerialNumber:          newSerial(),
 		NotBefore:             later(now.Add(-c.cfg.Backdate), a.notBefore),
-		NotAfter:              earlier(now.Add(ttl), a.notAfter),
+		NotAfter:              earlier(now.Add(ttl), a.notAfter).Truncate(time.Second),
 		URIs:                  uris,
 		DNSNames:              req.DNSNames,
 		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		BasicConstraintsValid: true,
 		AuthorityKeyId:        a.cert.SubjectKeyId,
-	}
-	iss, err := a.signLeaf(tmpl, req.PublicKey, now)
-	if err != nil {
-		return nil, fmt.Errorf("sign: %w", err)
-	}
-	// What workloads hold keeps the old root trusted through a rotation;
-	// istiod's own serving certificate (DNS names only) does not, as the
-	// new key re-issues it on activation.
-	if len(req.Identities) > 0 {
-		a.issued.raise(iss.Leaf.NotAfter)
-	}
-	return iss, nil
+	}, nil
 }
 
 // checkRequest applies the signing policy to req and returns the lifetime

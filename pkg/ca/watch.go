@@ -71,21 +71,34 @@ func (c *CA) reloadLocked() error {
 		c.lastProblem = ""
 		return nil
 	}
-	c.lastProblem = ""
-	c.base = a
 	if c.cfg.Rotations == nil {
+		c.lastProblem = ""
+		c.base = a
 		c.install(a)
 		return nil
 	}
 	// The same root: an intermediate or key change needs no overlap, but
-	// a rotation under way still shapes what is published.
+	// a rotation under way still shapes what is published, and what the
+	// signer giving way issued is recorded.
+	if err := c.publishSameRoot(a); err != nil {
+		c.problem(err.Error(), slog.LevelError, "the plugged-in CA set could not be installed; the current signer keeps serving",
+			"dir", c.cfg.CACertsDir, "err", err)
+		return err
+	}
+	c.lastProblem = ""
+	return nil
+}
+
+// publishSameRoot installs a, a set of the root in force, as the rotation
+// state asks.
+func (c *CA) publishSameRoot(a *authority) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	rec, _, err := c.cfg.Rotations.Load(ctx)
+	rec, rev, err := c.cfg.Rotations.Load(ctx)
 	if err != nil {
 		return err
 	}
-	return c.publish(a, rec, c.cfg.Clock())
+	return c.publish(ctx, a, rec, rev, c.cfg.Clock())
 }
 
 // problem logs a reload problem once, until a different problem or a

@@ -43,6 +43,12 @@ func WithKeyUsage(ku x509.KeyUsage) Option {
 	return func(c *x509.Certificate, _ *crypto.Signer) { c.KeyUsage = ku }
 }
 
+// WithExtKeyUsage gives the certificate an extended key usage extension
+// listing usages; by default it has none.
+func WithExtKeyUsage(usages ...x509.ExtKeyUsage) Option {
+	return func(c *x509.Certificate, _ *crypto.Signer) { c.ExtKeyUsage = usages }
+}
+
 // WithoutCA marks the certificate as not a CA (basic constraints CA=false).
 func WithoutCA() Option {
 	return func(c *x509.Certificate, _ *crypto.Signer) { c.IsCA = false }

@@ -1,0 +1,14 @@
+//go:build !(darwin || dragonfly || freebsd || linux || netbsd || openbsd)
+
+package ca
+
+import (
+	"fmt"
+	"runtime"
+)
+
+// lockFile refuses where flock is not available: a rotation state written
+// without the lock could lose a concurrent writer's update.
+func lockFile(path string) (unlock func(), err error) {
+	return nil, fmt.Errorf("lock %s: file locks are not supported on %s", path, runtime.GOOS)
+}
