@@ -166,7 +166,8 @@ func apiserverArgs(keys *pki, etcdURL string, port int) []string {
 		"--service-account-key-file=" + keys.saPubFile,
 		"--service-account-signing-key-file=" + keys.saKeyFile,
 		"--api-audiences=" + issuer,
-		"--service-cluster-ip-range=10.0.0.0/24",
+		// Room for 65,534 Services: a benchmark's mesh has thousands.
+		"--service-cluster-ip-range=10.0.0.0/16",
 		// Sidecar injection tests create privileged init containers.
 		"--allow-privileged=true",
 		// Fewer bootstrap objects and controllers: starts faster, and tests

@@ -187,4 +187,7 @@ replace (
 	istio.io/client-go => istio.io/client-go v1.31.1
 )
 
-tool istio.io/istio/pilot/cmd/pilot-agent
+tool (
+	istio.io/istio/pilot/cmd/pilot-agent
+	istio.io/istio/pilot/cmd/pilot-discovery
+)
