@@ -51,6 +51,18 @@ func connectBenchSidecars(b *testing.B, srv *Server, snap *model.Snapshot, n int
 	return out
 }
 
+// benchFleet is a server of sidecarBenchModel(services) with a sidecar of
+// each of its first proxies pods connected.
+func benchFleet(b *testing.B, services, proxies int) (*Server, []*benchSidecar) {
+	b.Helper()
+	srv, err := New(Config{Model: model.NewStore(), Authenticator: headerAuth{}, TrustDomain: testTD})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv.push(sidecarBenchModel(b, services), time.Time{})
+	return srv, connectBenchSidecars(b, srv, srv.state.Load().snap, proxies)
+}
+
 // request subscribes to names of typeURL and returns the answer,
 // acknowledged.
 func (s *benchSidecar) request(b *testing.B, typeURL string, names []string) []*discovery.Resource {
@@ -144,12 +156,7 @@ func movedEndpoint(b *testing.B, n, k, round int) *model.Snapshot {
 func BenchmarkEndpointMove(b *testing.B) {
 	for _, size := range []struct{ services, proxies int }{{100, 200}, {500, 1000}, {1000, 200}} {
 		b.Run(fmt.Sprintf("services=%d/proxies=%d", size.services, size.proxies), func(b *testing.B) {
-			srv, err := New(Config{Model: model.NewStore(), Authenticator: headerAuth{}, TrustDomain: testTD})
-			if err != nil {
-				b.Fatal(err)
-			}
-			srv.push(sidecarBenchModel(b, size.services), time.Time{})
-			fleet := connectBenchSidecars(b, srv, srv.state.Load().snap, size.proxies)
+			srv, fleet := benchFleet(b, size.services, size.proxies)
 			k := size.services - 1 // a service whose pods run no connected sidecar
 			b.ResetTimer()
 			for i := range b.N {
@@ -181,12 +188,7 @@ func BenchmarkEndpointMove(b *testing.B) {
 func BenchmarkNewService(b *testing.B) {
 	for _, size := range []struct{ services, proxies int }{{100, 200}, {500, 1000}, {1000, 200}} {
 		b.Run(fmt.Sprintf("services=%d/proxies=%d", size.services, size.proxies), func(b *testing.B) {
-			srv, err := New(Config{Model: model.NewStore(), Authenticator: headerAuth{}, TrustDomain: testTD})
-			if err != nil {
-				b.Fatal(err)
-			}
-			srv.push(sidecarBenchModel(b, size.services), time.Time{})
-			fleet := connectBenchSidecars(b, srv, srv.state.Load().snap, size.proxies)
+			srv, fleet := benchFleet(b, size.services, size.proxies)
 			b.ResetTimer()
 			for i := range b.N {
 				b.StopTimer()
@@ -210,12 +212,7 @@ func BenchmarkNewService(b *testing.B) {
 func BenchmarkPolicyChange(b *testing.B) {
 	for _, size := range []struct{ services, proxies int }{{100, 200}, {500, 1000}, {1000, 200}} {
 		b.Run(fmt.Sprintf("services=%d/proxies=%d", size.services, size.proxies), func(b *testing.B) {
-			srv, err := New(Config{Model: model.NewStore(), Authenticator: headerAuth{}, TrustDomain: testTD})
-			if err != nil {
-				b.Fatal(err)
-			}
-			srv.push(sidecarBenchModel(b, size.services), time.Time{})
-			fleet := connectBenchSidecars(b, srv, srv.state.Load().snap, size.proxies)
+			srv, fleet := benchFleet(b, size.services, size.proxies)
 			b.ResetTimer()
 			for i := range b.N {
 				b.StopTimer()
