@@ -3,10 +3,13 @@ package xds
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"maps"
+	"runtime"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
+	"weak"
 
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -115,12 +118,52 @@ type heldBase struct {
 	versions map[string]string
 }
 
-// heldBase returns r's names and versions, once for every client sent r.
-func (r *response) heldBase() *heldBase {
+// heldBase returns r's names and versions, once for every client sent r,
+// and one for every response of the same content however many scopes
+// gave it.
+func (r *response) heldBase(t *heldBases) *heldBase {
 	r.heldOnce.Do(func() {
-		r.held = &heldBase{names: slices.Collect(r.names), versions: r.versions}
+		r.held = t.intern(r.version, &heldBase{names: slices.Collect(r.names), versions: r.versions})
 	})
 	return r.held
+}
+
+// heldBases interns what clients hold of responses: while a client holds
+// one, a response of equal content gives the same. Sidecars of different
+// scopes mostly hold equal clusters, endpoints and routes.
+type heldBases struct {
+	mu   sync.Mutex
+	byID map[string]weak.Pointer[heldBase] // by response version
+}
+
+// intern returns the held base of version equal to h, h if none.
+// Versions are hashes a client's choice of names feeds, so a base is
+// shared only when its content is equal, not on the version alone.
+func (t *heldBases) intern(version string, h *heldBase) *heldBase {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if cur := t.byID[version].Value(); cur != nil {
+		if slices.Equal(cur.names, h.names) && maps.Equal(cur.versions, h.versions) {
+			return cur
+		}
+		return h
+	}
+	if t.byID == nil {
+		t.byID = map[string]weak.Pointer[heldBase]{}
+	}
+	t.byID[version] = weak.Make(h)
+	runtime.AddCleanup(h, t.forget, version)
+	return h
+}
+
+// forget drops the entry of version once its base is collected, unless
+// another took its place.
+func (t *heldBases) forget(version string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if wp, ok := t.byID[version]; ok && wp.Value() == nil {
+		delete(t.byID, version)
+	}
 }
 
 // deltaEncoded returns gen encoded as the resources of an incremental

@@ -158,7 +158,8 @@ func (p *proxy) respondDeltaLocked(typeURL string, d *deltaState, st *pushState)
 		}
 	}
 	// The client now holds r's versions: the proxies sent r share them.
-	d.held = &deltaHeld{base: r.heldBase(), versions: r.versions}
+	base := r.heldBase(&p.srv.helds)
+	d.held = &deltaHeld{base: base, versions: base.versions}
 	d.recorded = nil
 	d.answered = true
 	d.upToDate(p, st)

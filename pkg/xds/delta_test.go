@@ -198,3 +198,33 @@ func TestDeltaHoldingsAreSharedAndFollowTheClient(t *testing.T) {
 		break
 	}
 }
+
+// TestDeltaHoldingsOfEqualContentAreShared connects sidecars of two
+// scopes (other workloads) whose clusters are equal: they hold one set of
+// versions between them.
+func TestDeltaHoldingsOfEqualContentAreShared(t *testing.T) {
+	h := newHarness(t, modeltest.Load(t, envoyManifests), nil)
+	for _, sa := range []string{"client", "other"} {
+		st := h.deltaStream("spiffe://cluster.local/ns/app/sa/" + sa)
+		if err := st.Send(&discovery.DeltaDiscoveryRequest{Node: envoyNode("app", sa, "10.0.0.9"), TypeUrl: resource.ClusterType}); err != nil {
+			t.Fatal(err)
+		}
+		recvDelta(t, st)
+	}
+	h.srv.mu.Lock()
+	var held []*deltaHeld
+	scopes := map[string]bool{}
+	for _, p := range h.srv.streams {
+		p.mu.Lock()
+		held = append(held, p.delta[resource.ClusterType].held)
+		scopes[p.scopeKey] = true
+		p.mu.Unlock()
+	}
+	h.srv.mu.Unlock()
+	if len(scopes) != 2 {
+		t.Fatalf("%d scopes, want the two workloads'", len(scopes))
+	}
+	if len(held) != 2 || held[0] == nil || held[1] == nil || held[0].base != held[1].base {
+		t.Fatalf("two sidecars holding equal clusters hold two copies: %v", held)
+	}
+}

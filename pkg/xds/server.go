@@ -139,6 +139,7 @@ type Server struct {
 
 	deltaStreams atomic.Int64 // incremental streams opened
 	names        nameSets     // the name sets they subscribe to
+	helds        heldBases    // what they hold
 
 	state   atomic.Pointer[pushState]
 	history history                   // what each recent push changed
@@ -315,7 +316,6 @@ func (s *Server) HasSynced() bool { return s.state.Load().snap.Version != "" }
 // push makes the model snapshot snap, under the mesh configuration in
 // force, current and answers every open watch it changes.
 func (s *Server) push(snap *model.Snapshot, changedAt time.Time) {
-	s.wantKeys(snap)
 	st := s.newState(snap, changedAt)
 	prev := s.state.Load()
 	if st.snap.Version != "" && st.snap.Version == prev.snap.Version && st.mesh == prev.mesh {
@@ -323,6 +323,12 @@ func (s *Server) push(snap *model.Snapshot, changedAt time.Time) {
 	}
 	st.seq = prev.seq + 1
 	c := s.classify(prev, st)
+	// Policies and rules are read again only when they may have changed:
+	// not for services and endpoints, the changes a mesh sees most.
+	policies := c.full || c.authz
+	if policies {
+		s.wantKeys(snap)
+	}
 	s.history.record(c)
 	s.metrics.pushTriggers.WithLabelValues(c.trigger()).Inc()
 	s.state.Store(st)
@@ -333,7 +339,9 @@ func (s *Server) push(snap *model.Snapshot, changedAt time.Time) {
 	}
 	s.mu.Unlock()
 	s.log.Debug("pushing model", "version", st.snap.Version, "proxies", len(proxies), "full", c.full, "endpointsOf", len(c.hosts))
-	s.reportPolicies(st.snap)
+	if policies {
+		s.reportPolicies(st.snap)
+	}
 	for _, p := range proxies {
 		p.pushAll(st)
 	}
