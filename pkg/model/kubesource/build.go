@@ -19,45 +19,53 @@ import (
 // hash of that content. It copies everything it keeps: the snapshot shares
 // nothing with the caches.
 func build(l listers, opts model.Options) *model.Snapshot {
+	return buildReusing(l, opts, &reuse{})
+}
+
+// buildReusing is build, reusing what the last rebuild made of the
+// objects that did not change since (r). Snapshots share those: nothing
+// changes them.
+func buildReusing(l listers, opts model.Options, r *reuse) *model.Snapshot {
+	defer r.done()
 	var res model.Resources
 	bySvc := groupSlices(list(l.slices.List))
-	pods := newPodLookup(l)
+	pods := newPodLookup(l, r)
 	for _, k := range list(l.services.List) {
-		svc := convertService(k)
-		svc.Endpoints = endpointsOf(svc, bySvc[k.Namespace+"/"+k.Name], pods)
-		res.Services = append(res.Services, svc)
+		svc := *r.services.get(k, func() *model.Service { return convertService(k) }) // model.Build sets fields of its own copy
+		svc.Endpoints = endpointsOf(&svc, bySvc[k.Namespace+"/"+k.Name], pods)
+		res.Services = append(res.Services, &svc)
 	}
 	res.Pods = []*model.Pod{} // a registry, even when empty
 	for _, pod := range list(l.pods.List) {
-		if p := convertPod(pod); p != nil {
+		if p := r.pods.get(pod, func() *model.Pod { return convertPod(pod) }); p != nil {
 			res.Pods = append(res.Pods, p)
 		}
 	}
 	for _, o := range list(l.peerAuthn.List) {
-		res.PeerAuthentications = append(res.PeerAuthentications, &model.PeerAuthentication{
-			Meta: metaOf(o.Namespace, o.Name), Spec: clone(&o.Spec),
-		})
+		res.PeerAuthentications = append(res.PeerAuthentications, r.peerAuthn.get(o, func() *model.PeerAuthentication {
+			return &model.PeerAuthentication{Meta: metaOf(o.Namespace, o.Name), Spec: clone(&o.Spec)}
+		}))
 	}
 	for _, o := range list(l.authz.List) {
 		if o.Annotations[dryRunAnnotation] == "true" {
 			continue
 		}
-		res.AuthorizationPolicies = append(res.AuthorizationPolicies, &model.AuthorizationPolicy{
-			Meta: metaOf(o.Namespace, o.Name), Spec: clone(&o.Spec),
-		})
+		res.AuthorizationPolicies = append(res.AuthorizationPolicies, r.authz.get(o, func() *model.AuthorizationPolicy {
+			return &model.AuthorizationPolicy{Meta: metaOf(o.Namespace, o.Name), Spec: clone(&o.Spec)}
+		}))
 	}
 	for _, o := range list(l.requestAuthn.List) {
-		res.RequestAuthentications = append(res.RequestAuthentications, &model.RequestAuthentication{
-			Meta: metaOf(o.Namespace, o.Name), Spec: clone(&o.Spec),
-		})
+		res.RequestAuthentications = append(res.RequestAuthentications, r.reqAuthn.get(o, func() *model.RequestAuthentication {
+			return &model.RequestAuthentication{Meta: metaOf(o.Namespace, o.Name), Spec: clone(&o.Spec)}
+		}))
 	}
 	for _, o := range list(l.destRules.List) {
-		res.DestinationRules = append(res.DestinationRules, &model.DestinationRule{
-			Meta: metaOf(o.Namespace, o.Name), Spec: clone(&o.Spec),
-		})
+		res.DestinationRules = append(res.DestinationRules, r.destRules.get(o, func() *model.DestinationRule {
+			return &model.DestinationRule{Meta: metaOf(o.Namespace, o.Name), Spec: clone(&o.Spec)}
+		}))
 	}
 	sortResources(&res)
-	return model.Build(versionOf(&res), opts, res)
+	return model.Build(versionOf(&res, r.specBytes), opts, res)
 }
 
 // dryRunAnnotation marks an AuthorizationPolicy that Istio evaluates and

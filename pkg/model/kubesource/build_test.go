@@ -286,3 +286,38 @@ func TestPodsAreTheRegistryOfWorkloads(t *testing.T) {
 		t.Error("an empty registry reads as no registry")
 	}
 }
+
+// TestRebuildsReuseWhatDidNotChange builds twice with one pod replaced in
+// between: the second snapshot is what a build from scratch gives, the
+// unchanged pod's conversion is reused and the replaced one's is not.
+func TestRebuildsReuseWhatDidNotChange(t *testing.T) {
+	labels := map[string]string{"app": "echo"}
+	l := cacheListers(t,
+		newService("app", "echo", labels, servicePort("http", 80, intstr.FromInt32(8080))),
+		newPod("app", "echo-1", "echo", "10.0.0.1", labels), newPod("app", "echo-2", "echo", "10.0.0.2", labels),
+		newSlice("app", "echo-abcde", "echo", map[string]int32{"http": 8080}, podEndpoint("app", "echo-1", "10.0.0.1"), podEndpoint("app", "echo-2", "10.0.0.2")),
+	)
+	var r reuse
+	first := buildReusing(l, model.Options{}, &r)
+	moved, err := transform(newPod("app", "echo-2", "echo", "10.0.0.2", map[string]string{"app": "echo", "version": "v2"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.podIndex.Update(moved); err != nil {
+		t.Fatal(err)
+	}
+	second := buildReusing(l, model.Options{}, &r)
+	if fresh := build(l, model.Options{}); second.Version != fresh.Version || second.Version == first.Version {
+		t.Fatalf("versions: first %s, second %s, from scratch %s", first.Version, second.Version, fresh.Version)
+	}
+	if first.Pod("app", "echo-1") != second.Pod("app", "echo-1") {
+		t.Error("the unchanged pod was converted again")
+	}
+	if got := second.Pod("app", "echo-2").Labels["version"]; got != "v2" {
+		t.Errorf("the replaced pod's labels: version %q", got)
+	}
+	eps := second.Service("echo.app.svc.cluster.local").Endpoints[80]
+	if len(eps) != 2 || eps[1].Labels["version"] != "v2" || eps[0].Labels["version"] != "" {
+		t.Errorf("endpoints %+v", eps)
+	}
+}

@@ -24,12 +24,18 @@ type workload struct {
 // run on, each once.
 type podLookup struct {
 	l     listers
+	r     *reuse
 	seen  map[string]*workload // by namespace/name/uid; nil: pod not known
 	nodes map[string]nodeLoc   // by name
 }
 
-func newPodLookup(l listers) *podLookup {
-	return &podLookup{l: l, seen: make(map[string]*workload), nodes: make(map[string]nodeLoc)}
+func newPodLookup(l listers, r *reuse) *podLookup {
+	return &podLookup{l: l, r: r, seen: make(map[string]*workload), nodes: make(map[string]nodeLoc)}
+}
+
+// workload is workloadOf(pod), made once while pod is unchanged.
+func (p *podLookup) workload(pod *corev1.Pod) *workload {
+	return p.r.workloads.get(pod, func() *workload { return workloadOf(pod) })
 }
 
 // endpointsOf is svc's endpoints from its EndpointSlices: every address of
@@ -134,7 +140,7 @@ func (p *podLookup) byRef(namespace string, ref *corev1.ObjectReference) (*workl
 	w, seen := p.seen[key]
 	if !seen {
 		if pod, err := p.l.pods.Pods(namespace).Get(ref.Name); err == nil && (ref.UID == "" || ref.UID == pod.UID) {
-			w = workloadOf(pod)
+			w = p.workload(pod)
 		}
 		p.seen[key] = w
 	}
@@ -164,7 +170,7 @@ func (p *podLookup) byIP(namespace, ip string) *workload {
 	key := namespace + "/" + found.Name + "/" + string(found.UID)
 	w, seen := p.seen[key]
 	if !seen {
-		w = workloadOf(found)
+		w = p.workload(found)
 		p.seen[key] = w
 	}
 	return w

@@ -8,7 +8,6 @@ import (
 	"maps"
 	"slices"
 
-	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
@@ -17,8 +16,8 @@ import (
 // versionOf hashes everything of res a snapshot exposes, so that equal
 // content gives an equal version and any change a new one. res must be
 // sorted.
-func versionOf(res *model.Resources) string {
-	h := &hasher{h: sha256.New()}
+func versionOf(res *model.Resources, specBytes func(proto.Message) []byte) string {
+	h := &hasher{h: sha256.New(), specBytes: specBytes}
 	h.count(len(res.Services))
 	for _, s := range res.Services {
 		h.str(s.Namespace, s.Name)
@@ -68,9 +67,10 @@ func versionOf(res *model.Resources) string {
 // hasher writes length-prefixed values, so that no two sequences of values
 // write the same bytes.
 type hasher struct {
-	h    hash.Hash
-	buf  []byte
-	keys []string
+	h         hash.Hash
+	buf       []byte
+	keys      []string
+	specBytes func(proto.Message) []byte
 }
 
 func (h *hasher) flush() {
@@ -102,17 +102,14 @@ func (h *hasher) labels(m map[string]string) {
 	}
 }
 
-// specs hashes n named protos. Deterministic marshalling is stable within a
-// process, which is all a version needs; a message that does not marshal
-// (invalid UTF-8) is hashed in its text form.
+// specs hashes n named protos, each as specBytes gives it.
 func (h *hasher) specs(n int, at func(int) (model.Meta, proto.Message)) {
 	h.count(n)
 	for i := range n {
 		meta, spec := at(i)
-		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(spec)
-		if err != nil {
-			b = []byte("text:" + prototext.Format(spec))
-		}
-		h.str(meta.Namespace, meta.Name, string(b))
+		h.str(meta.Namespace, meta.Name)
+		b := h.specBytes(spec)
+		h.count(len(b))
+		h.h.Write(b)
 	}
 }

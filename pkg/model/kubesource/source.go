@@ -57,6 +57,7 @@ type Source struct {
 	started atomic.Bool
 	synced  atomic.Bool
 	last    string // version last published; Run's goroutine only
+	reuse   reuse  // what the last rebuild made; Run's goroutine only
 	// afterBuild, when set (by tests), sees the caches of every rebuild and
 	// whether it published.
 	afterBuild func(l listers, published bool)
@@ -238,7 +239,7 @@ func (s *Source) waitForSync(ctx context.Context, inf *informers, t *tickers) (b
 // returns how long building took.
 func (s *Source) rebuild(l listers) time.Duration {
 	began := time.Now()
-	snap := build(l, s.cfg.Options)
+	snap := buildReusing(l, s.cfg.Options, &s.reuse)
 	took := time.Since(began)
 	published := snap.Version != s.last
 	if s.afterBuild != nil {
