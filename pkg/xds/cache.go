@@ -33,15 +33,31 @@ type pushState struct {
 	built         map[string]*builtResource
 	shared        map[sharedKey]*response
 	sharedBytes   int
+	byContent     map[string]*response // by type URL and version; see canonical
 	sinceCache    map[uint64]sinceResult
 	affectedCache map[affectedKey][]string
 }
 
 type builtResource struct {
 	once sync.Once
+	name string // the resource's, for its entry
 	any  *anypb.Any
 	hash string
 	err  error
+
+	entryOnce sync.Once
+	entry     []byte // as one of an incremental response's resources
+}
+
+// deltaEntry returns g, a resource built as b, encoded as one of an
+// incremental response's resources: once for every response that sends
+// it, whatever scope it was generated for.
+func (b *builtResource) deltaEntry(g generated) []byte {
+	if b == nil || g.name != b.name {
+		return appendGenerated(nil, g)
+	}
+	b.entryOnce.Do(func() { b.entry = appendGenerated(nil, g) })
+	return b.entry
 }
 
 func newPushState(snap *model.Snapshot, changedAt time.Time) *pushState {
@@ -59,7 +75,7 @@ func (st *pushState) resource(typeURL string, r resource.Resource) (*builtResour
 	st.mu.Lock()
 	b, ok := st.built[r.Key]
 	if !ok {
-		b = &builtResource{}
+		b = &builtResource{name: r.Name}
 		st.built[r.Key] = b
 	}
 	st.mu.Unlock()
@@ -102,12 +118,10 @@ type response struct {
 	version   string
 	size      int
 
-	deltaOnce sync.Once
-	delta     []byte // each of gen as an incremental response's resources field
-	deltaEnds []int  // where each of gen's ends in delta
-
 	heldOnce sync.Once
 	held     *heldBase
+
+	canon *response // the push state's response of equal content; set with gen
 }
 
 // heldBase is what a client sent a response holds of it: the names and
@@ -166,25 +180,39 @@ func (t *heldBases) forget(version string) {
 	}
 }
 
-// deltaEncoded returns gen encoded as the resources of an incremental
-// response, once for every proxy sent r: a thousand sidecars connecting at
-// once are sent one copy of their configuration, not a thousand.
-func (r *response) deltaEncoded(st *pushState) (encoded []byte, ends []int) {
-	r.deltaOnce.Do(func() {
-		r.delta, r.deltaEnds = encodeDeltaResources(r.gen, r.size)
-		st.mu.Lock()
-		st.sharedBytes += len(r.delta)
-		st.mu.Unlock()
-	})
-	return r.delta, r.deltaEnds
-}
-
 // response returns the resources of key for a proxy generating with gen,
 // generating them once per push state and key however many proxies ask.
 func (st *pushState) response(s *Server, gen generateFunc, key sharedKey, names []string) *response {
 	r := st.sharedResponse(key, len(names))
-	r.once.Do(func() { r.build(s, st, gen, key, names) })
-	return r
+	r.once.Do(func() {
+		r.build(s, st, gen, key, names)
+		r.canon = st.canonical(key, r)
+	})
+	return r.canon
+}
+
+// canonical returns the response of st equal to r, built for another
+// proxy scope, or r when none is: proxies of different scopes mostly ask
+// the same of a push, and the push keeps one response of each content.
+func (st *pushState) canonical(key sharedKey, r *response) *response {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	id := key.typeURL + "\x00" + r.version
+	c, ok := st.byContent[id]
+	switch {
+	case !ok:
+		if st.byContent == nil {
+			st.byContent = map[string]*response{}
+		}
+		st.byContent[id] = r
+		return r
+	case !slices.EqualFunc(c.gen, r.gen, func(a, b generated) bool { return a.name == b.name && a.hash == b.hash }):
+		return r // versions are hashes a client's choice of names feeds: equal content, not the version alone
+	}
+	if st.shared[key] == r {
+		st.shared[key] = c
+	}
+	return c
 }
 
 // derived returns the resources of key as base, a response to the same
@@ -192,8 +220,11 @@ func (st *pushState) response(s *Server, gen generateFunc, key sharedKey, names 
 // generated again: what key gives when nothing else changed since base.
 func (st *pushState) derived(s *Server, gen generateFunc, key sharedKey, base *response, changed []string) *response {
 	r := st.sharedResponse(key, len(base.gen))
-	r.once.Do(func() { r.derive(s, st, gen, key, base, changed) })
-	return r
+	r.once.Do(func() {
+		r.derive(s, st, gen, key, base, changed)
+		r.canon = st.canonical(key, r)
+	})
+	return r.canon
 }
 
 // sharedResponse returns the response of key in st, new and not built
@@ -228,7 +259,7 @@ func (st *pushState) generate(s *Server, gen generateFunc, typeURL string, names
 			s.log.Error("generating resource; leaving it out", "type", shortType(typeURL), "name", res.Name, "err", err)
 			continue
 		}
-		out = append(out, generated{name: res.Name, hash: b.hash, any: b.any})
+		out = append(out, generated{name: res.Name, hash: b.hash, any: b.any, built: b})
 	}
 	return out
 }

@@ -12,7 +12,14 @@ import (
 
 func TestResponsesAreSharedOnlyBetweenProxiesAskingTheSame(t *testing.T) {
 	store := model.NewStore()
-	store.Publish(modeltest.Load(t, baseManifests))
+	store.Publish(modeltest.Load(t, baseManifests+`---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: plain, namespace: other}
+spec:
+  host: echo.app.svc.cluster.local
+  trafficPolicy: {tls: {mode: DISABLE}}
+`))
 	srv, err := New(Config{Model: store, Authenticator: headerAuth{}, TrustDomain: testTD})
 	if err != nil {
 		t.Fatal(err)
@@ -27,6 +34,7 @@ func TestResponsesAreSharedOnlyBetweenProxiesAskingTheSame(t *testing.T) {
 	a := testGen(t, srv, "grpc", "app", map[string]string{"app": "client", "v": "1"})
 	sameAsA := testGen(t, srv, "grpc", "app", map[string]string{"v": "1", "app": "client"})
 	otherLabels := testGen(t, srv, "grpc", "app", map[string]string{"app": "client", "v": "2"})
+	otherRule := testGen(t, srv, "grpc", "other", map[string]string{"app": "client", "v": "1"})
 
 	r := get(a, grpcgen.ClusterType, names)
 	if len(r.resources) != 1 || r.version == "" {
@@ -35,8 +43,11 @@ func TestResponsesAreSharedOnlyBetweenProxiesAskingTheSame(t *testing.T) {
 	if get(sameAsA, grpcgen.ClusterType, names) != r {
 		t.Error("a proxy with the same namespace and labels did not share the response")
 	}
-	if get(otherLabels, grpcgen.ClusterType, names) == r {
-		t.Error("a proxy with other labels shared the response")
+	if get(otherLabels, grpcgen.ClusterType, names) != r {
+		t.Error("a proxy of another scope was given a copy of an equal response")
+	}
+	if o := get(otherRule, grpcgen.ClusterType, names); o == r || o.version == r.version {
+		t.Error("a proxy that another DestinationRule applies to shared the response")
 	}
 	if get(a, grpcgen.EndpointType, names) == r {
 		t.Error("another type shared the response")

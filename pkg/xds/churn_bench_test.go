@@ -2,6 +2,7 @@ package xds
 
 import (
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -229,6 +230,26 @@ func BenchmarkPolicyChange(b *testing.B) {
 				if sent == 0 {
 					b.Fatal("nothing was sent")
 				}
+			}
+		})
+	}
+}
+
+// BenchmarkFleetMemory reports the live heap per connected sidecar once a
+// fleet holds its full configuration: what the server keeps per proxy,
+// and its share of what it keeps once for all.
+func BenchmarkFleetMemory(b *testing.B) {
+	for _, size := range []struct{ services, proxies int }{{500, 1000}, {1000, 200}} {
+		b.Run(fmt.Sprintf("services=%d/proxies=%d", size.services, size.proxies), func(b *testing.B) {
+			for range b.N {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				srv, fleet := benchFleet(b, size.services, size.proxies)
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				b.ReportMetric(float64(after.HeapInuse-before.HeapInuse)/1024/float64(len(fleet)), "heap-KiB/proxy")
+				runtime.KeepAlive(srv)
 			}
 		})
 	}

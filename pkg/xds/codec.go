@@ -133,17 +133,22 @@ func marshalWithUnknown(m protobuf.Message, unknown []byte) (mem.BufferSlice, er
 }
 
 // encodeDeltaResources encodes gen, of size bytes of resources, as the
-// resources field of an incremental response, and where each ends.
-func encodeDeltaResources(gen []generated, size int) (encoded []byte, ends []int) {
-	encoded = make([]byte, 0, size+len(gen)*160)
-	ends = make([]int, len(gen))
-	for i, g := range gen {
-		unknown := g.any.ProtoReflect().GetUnknown()
-		encoded = appendResourceEnvelope(encoded, g.name, g.hash, g.any, len(unknown))
-		encoded = append(append(encoded, g.any.GetValue()...), unknown...)
-		ends[i] = len(encoded)
+// resources field of an incremental response: each resource's entry is
+// encoded once per push state and copied into the response.
+func encodeDeltaResources(gen []generated, size int) []byte {
+	encoded := make([]byte, 0, size+len(gen)*160)
+	for _, g := range gen {
+		encoded = append(encoded, g.built.deltaEntry(g)...)
 	}
-	return encoded, ends
+	return encoded
+}
+
+// appendGenerated appends g as one of an incremental response's
+// resources.
+func appendGenerated(b []byte, g generated) []byte {
+	unknown := g.any.ProtoReflect().GetUnknown()
+	b = appendResourceEnvelope(b, g.name, g.hash, g.any, len(unknown))
+	return append(append(b, g.any.GetValue()...), unknown...)
 }
 
 // without is a shallow copy of m without field num.

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"testing"
-	"time"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -124,11 +123,11 @@ func TestCodecKnowsEveryResourceField(t *testing.T) {
 	}
 }
 
-// TestDeltaResponsesShareOneEncoding: an incremental response's resources
-// are encoded once per shared response; a response sending all of them
-// references that encoding, one sending some copies theirs, and both
-// decode, through either codec, to the resources as protobuf has them.
-func TestDeltaResponsesShareOneEncoding(t *testing.T) {
+// TestDeltaResourcesAreEncodedOnce: each resource of an incremental
+// response is encoded once, however many responses send it; a response
+// copies the entries it sends, which the codec references, and decodes,
+// through either codec, to the resources as protobuf has them.
+func TestDeltaResourcesAreEncodedOnce(t *testing.T) {
 	big := &anypb.Any{TypeUrl: resourceTypeForTest, Value: make([]byte, 70000)}
 	big.Value[0], big.Value[69999] = 1, 2
 	odd := &anypb.Any{TypeUrl: resourceTypeForTest, Value: []byte("x")}
@@ -139,8 +138,10 @@ func TestDeltaResponsesShareOneEncoding(t *testing.T) {
 		{name: "c", hash: "3", any: &anypb.Any{TypeUrl: resourceTypeForTest}},
 		{name: "d", hash: "4", any: odd},
 	}}
+	for i := range r.gen {
+		r.gen[i].built = &builtResource{name: r.gen[i].name}
+	}
 	r.finish(sharedKey{})
-	st := newPushState(nil, time.Time{})
 	for name, tc := range map[string]struct {
 		held map[string]string
 		want []string
@@ -152,7 +153,7 @@ func TestDeltaResponsesShareOneEncoding(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			resp := &discovery.DeltaDiscoveryResponse{TypeUrl: resourceTypeForTest, Nonce: "7"}
-			n, _ := selectDelta(resp, r, heldOf(tc.held, nil), st)
+			n, _ := selectDelta(resp, r, heldOf(tc.held, nil))
 			want := &discovery.DeltaDiscoveryResponse{TypeUrl: resourceTypeForTest, Nonce: "7"}
 			for _, g := range r.gen {
 				if slices.Contains(tc.want, g.name) {
@@ -178,12 +179,17 @@ func TestDeltaResponsesShareOneEncoding(t *testing.T) {
 		})
 	}
 	all := &discovery.DeltaDiscoveryResponse{}
-	selectDelta(all, r, heldOf(nil, nil), st)
+	selectDelta(all, r, heldOf(nil, nil))
 	data, err := Codec().Marshal(all)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if encoded, _ := r.deltaEncoded(st); !referenced(data, encoded) {
-		t.Error("a response sending every resource copied their encoding")
+	if !referenced(data, all.ProtoReflect().GetUnknown()) {
+		t.Error("the codec copied a response's resources")
+	}
+	big0 := &r.gen[1].built.entry[0]
+	selectDelta(&discovery.DeltaDiscoveryResponse{}, r, heldOf(nil, nil))
+	if &r.gen[1].built.entry[0] != big0 {
+		t.Error("a resource was encoded again for another response")
 	}
 }

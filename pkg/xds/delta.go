@@ -127,7 +127,7 @@ func (p *proxy) respondDeltaLocked(typeURL string, d *deltaState, st *pushState)
 	r := p.responseLocked(st, typeURL, d.names.subscription(d.wildcard))
 	held := heldOf(d.recorded, d.held)
 	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: typeURL}
-	n, size := selectDelta(resp, r, held, st)
+	n, size := selectDelta(resp, r, held)
 	held.each(func(name string) {
 		if _, ok := r.versions[name]; !ok {
 			resp.RemovedResources = append(resp.RemovedResources, name)
@@ -214,7 +214,7 @@ func (p *proxy) respondDeltaChangesLocked(typeURL string, d *deltaState, st *pus
 	r := st.response(p.srv, p.scopeGen, sharedKey{typeURL: typeURL, proxy: p.scopeKey, names: namesKey(want)}, want)
 	held := heldOf(nil, d.held)
 	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: typeURL}
-	n, size := selectDelta(resp, r, held, st)
+	n, size := selectDelta(resp, r, held)
 	for _, name := range want {
 		if _, ok := r.versions[name]; !ok {
 			if _, ok := held.version(name); ok {
@@ -252,52 +252,23 @@ func (p *proxy) respondDeltaChangesLocked(typeURL string, d *deltaState, st *pus
 
 // selectDelta sets as resp's resources those of r whose version
 // differs from what the client holds, already encoded as unknown fields
-// (see the codec): all of them, the usual first response, share r's
-// encoding, made once for every proxy sent r; a few, the usual push, are
-// encoded alone. It returns how many, and their size.
-func selectDelta(resp *discovery.DeltaDiscoveryResponse, r *response, held held, st *pushState) (n, size int) {
-	var differ []int // indexes into r.gen, once one is held
-	for i, g := range r.gen {
+// (see the codec): each resource's entry is encoded once and shared by
+// every response that sends it, and each response copies the entries it
+// sends, so that what stays in memory is one entry per resource, not
+// one copy per response. It returns how many, and their size.
+func selectDelta(resp *discovery.DeltaDiscoveryResponse, r *response, held held) (n, size int) {
+	sel := make([]generated, 0, len(r.gen))
+	for _, g := range r.gen {
 		if v, _ := held.version(g.name); v == g.hash {
-			if differ == nil {
-				differ = make([]int, 0, i+8)
-				for j := range i {
-					differ = append(differ, j) // every one before it is sent
-				}
-			}
 			continue
 		}
-		n++
+		sel = append(sel, g)
 		size += len(g.any.GetValue())
-		if differ != nil {
-			differ = append(differ, i)
-		}
 	}
-	switch {
-	case n == 0:
-	case differ == nil:
-		encoded, _ := r.deltaEncoded(st)
-		resp.ProtoReflect().SetUnknown(encoded)
-	case 2*n > len(r.gen):
-		encoded, ends := r.deltaEncoded(st)
-		var sel []byte
-		for _, i := range differ {
-			from := 0
-			if i > 0 {
-				from = ends[i-1]
-			}
-			sel = append(sel, encoded[from:ends[i]]...)
-		}
-		resp.ProtoReflect().SetUnknown(sel)
-	default:
-		gen := make([]generated, len(differ))
-		for k, i := range differ {
-			gen[k] = r.gen[i]
-		}
-		encoded, _ := encodeDeltaResources(gen, size)
-		resp.ProtoReflect().SetUnknown(encoded)
+	if len(sel) > 0 {
+		resp.ProtoReflect().SetUnknown(encodeDeltaResources(sel, size))
 	}
-	return n, size
+	return len(sel), size
 }
 
 // deltaHeld is the versions of the last full response sent, which every

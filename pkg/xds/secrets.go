@@ -29,9 +29,10 @@ var _ SecretSource = (*sds.Server)(nil)
 
 // generated is one resource of a response, marshalled.
 type generated struct {
-	name string
-	hash string
-	any  *anypb.Any
+	name  string
+	hash  string
+	any   *anypb.Any
+	built *builtResource // nil for what is not shared (secrets)
 }
 
 // secretsLocked returns the secrets of names the proxy may have. They come
