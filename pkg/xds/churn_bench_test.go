@@ -3,6 +3,7 @@ package xds
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -150,89 +151,74 @@ func movedEndpoint(b *testing.B, n, k, round int) *model.Snapshot {
 	return model.Build(fmt.Sprintf("moved-%d-%d", k, round), model.Options{}, *snap.Resources())
 }
 
-// BenchmarkEndpointMove is one pod of a mesh of M services replaced (its
-// endpoint moves to another address) while N sidecars are connected, each
-// subscribed to everything: the push, and every response queued and
-// acknowledged. The pods whose sidecars are connected stay.
-func BenchmarkEndpointMove(b *testing.B) {
+// benchChanges pushes next(services, i), round after round, to fleets of
+// each size: the push, and every response queued, taken and acknowledged
+// (check sees them, per sidecar).
+func benchChanges(b *testing.B, next func(b *testing.B, services, i int) *model.Snapshot, check func(b *testing.B, sent [][]*discovery.DeltaDiscoveryResponse)) {
 	for _, size := range []struct{ services, proxies int }{{100, 200}, {500, 1000}, {1000, 200}} {
 		b.Run(fmt.Sprintf("services=%d/proxies=%d", size.services, size.proxies), func(b *testing.B) {
 			srv, fleet := benchFleet(b, size.services, size.proxies)
-			k := size.services - 1 // a service whose pods run no connected sidecar
 			b.ResetTimer()
 			for i := range b.N {
 				b.StopTimer()
-				snap := movedEndpoint(b, size.services, k, i)
+				snap := next(b, size.services, i)
 				b.StartTimer()
 				srv.push(snap, time.Time{})
-				sent := 0
-				for _, s := range fleet {
-					for _, resp := range s.drain(b) {
-						if resp.GetTypeUrl() != resource.EndpointType {
-							b.Fatalf("a %s response for an endpoint move", shortType(resp.GetTypeUrl()))
-						}
-						sent++
-					}
+				sent := make([][]*discovery.DeltaDiscoveryResponse, len(fleet))
+				for k, s := range fleet {
+					sent[k] = s.drain(b)
 				}
-				if sent != len(fleet) {
-					b.Fatalf("%d load assignment responses for %d sidecars", sent, len(fleet))
-				}
+				check(b, sent)
 			}
 		})
 	}
 }
 
-// BenchmarkNewService is a Service added to a mesh of M services while N
-// sidecars are connected: the push of its cluster, listeners and routes,
-// each sidecar's request for the new cluster's endpoints and its answer,
-// every response acknowledged.
-func BenchmarkNewService(b *testing.B) {
-	for _, size := range []struct{ services, proxies int }{{100, 200}, {500, 1000}, {1000, 200}} {
-		b.Run(fmt.Sprintf("services=%d/proxies=%d", size.services, size.proxies), func(b *testing.B) {
-			srv, fleet := benchFleet(b, size.services, size.proxies)
-			b.ResetTimer()
-			for i := range b.N {
-				b.StopTimer()
-				// Every other round the service comes, then goes.
-				snap := sidecarBenchModel(b, size.services+1-i%2)
-				b.StartTimer()
-				srv.push(snap, time.Time{})
-				for _, s := range fleet {
-					if len(s.drain(b)) == 0 {
-						b.Fatal("nothing was sent")
-					}
-				}
+// BenchmarkEndpointMove is one pod of a mesh of M services replaced (its
+// endpoint moves to another address) while N sidecars are connected, each
+// subscribed to everything. The pods whose sidecars are connected stay;
+// each sidecar is sent the one load assignment that changed.
+func BenchmarkEndpointMove(b *testing.B) {
+	benchChanges(b, func(b *testing.B, services, i int) *model.Snapshot {
+		return movedEndpoint(b, services, services-1, i) // a service whose pods run no connected sidecar
+	}, func(b *testing.B, sent [][]*discovery.DeltaDiscoveryResponse) {
+		for _, resps := range sent {
+			if len(resps) != 1 || resps[0].GetTypeUrl() != resource.EndpointType {
+				b.Fatalf("%d responses for an endpoint move, want one load assignment", len(resps))
 			}
-		})
-	}
+		}
+	})
+}
+
+// BenchmarkNewService is a Service added to a mesh of M services, then
+// removed, while N sidecars are connected: the push of its cluster,
+// listeners and routes, each sidecar's request for the new cluster's
+// endpoints and its answer.
+func BenchmarkNewService(b *testing.B) {
+	benchChanges(b, func(b *testing.B, services, i int) *model.Snapshot {
+		return sidecarBenchModel(b, services+1-i%2)
+	}, func(b *testing.B, sent [][]*discovery.DeltaDiscoveryResponse) {
+		for _, resps := range sent {
+			if len(resps) == 0 {
+				b.Fatal("a sidecar was sent nothing")
+			}
+		}
+	})
 }
 
 // BenchmarkPolicyChange is an AuthorizationPolicy of a mesh of M services
-// edited while N sidecars are connected (the methods it allows change):
-// the push and every response, acknowledged.
+// edited while N sidecars are connected (the methods it allows change).
 func BenchmarkPolicyChange(b *testing.B) {
-	for _, size := range []struct{ services, proxies int }{{100, 200}, {500, 1000}, {1000, 200}} {
-		b.Run(fmt.Sprintf("services=%d/proxies=%d", size.services, size.proxies), func(b *testing.B) {
-			srv, fleet := benchFleet(b, size.services, size.proxies)
-			b.ResetTimer()
-			for i := range b.N {
-				b.StopTimer()
-				snap := sidecarBenchModel(b, size.services)
-				op := snap.Resources().AuthorizationPolicies[0].Spec.GetRules()[0].GetTo()[0].GetOperation()
-				op.Methods = []string{[]string{"POST", "GET"}[i%2]}
-				snap = model.Build(fmt.Sprintf("policy-%d", i), model.Options{}, *snap.Resources())
-				b.StartTimer()
-				srv.push(snap, time.Time{})
-				sent := 0
-				for _, s := range fleet {
-					sent += len(s.drain(b))
-				}
-				if sent == 0 {
-					b.Fatal("nothing was sent")
-				}
-			}
-		})
-	}
+	benchChanges(b, func(b *testing.B, services, i int) *model.Snapshot {
+		snap := sidecarBenchModel(b, services)
+		op := snap.Resources().AuthorizationPolicies[0].Spec.GetRules()[0].GetTo()[0].GetOperation()
+		op.Methods = []string{[]string{"POST", "GET"}[i%2]}
+		return model.Build(fmt.Sprintf("policy-%d", i), model.Options{}, *snap.Resources())
+	}, func(b *testing.B, sent [][]*discovery.DeltaDiscoveryResponse) {
+		if slices.IndexFunc(sent, func(r []*discovery.DeltaDiscoveryResponse) bool { return len(r) > 0 }) < 0 {
+			b.Fatal("nothing was sent")
+		}
+	})
 }
 
 // BenchmarkFleetMemory reports the live heap per connected sidecar once a
