@@ -53,6 +53,7 @@ func Diff(old, new *Snapshot) Change {
 	}
 	for host, os := range old.byHost {
 		switch ns := new.byHost[host]; {
+		case ns == os: // shared by both snapshots: unchanged
 		case ns == nil || !sameService(os, ns):
 			mark(&c.Services, host)
 		case !sameEndpoints(os.Endpoints, ns.Endpoints):
@@ -64,7 +65,7 @@ func Diff(old, new *Snapshot) Change {
 			mark(&c.Services, host)
 		}
 	}
-	c.Pods = podChanges(old.pods, new.pods)
+	c.Pods = podChanges(old.res.Pods, new.res.Pods)
 	return c
 }
 
@@ -93,7 +94,8 @@ func sameEndpoint(a, b Endpoint) bool {
 		a.Namespace == b.Namespace && a.Weight == b.Weight && maps.Equal(a.Labels, b.Labels)
 }
 
-func podChanges(old, new map[Meta]*Pod) map[Meta]bool {
+// podChanges walks two pod lists sorted by namespace and name.
+func podChanges(old, new []*Pod) map[Meta]bool {
 	var out map[Meta]bool
 	mark := func(m Meta) {
 		if out == nil {
@@ -101,14 +103,21 @@ func podChanges(old, new map[Meta]*Pod) map[Meta]bool {
 		}
 		out[m] = true
 	}
-	for m, op := range old {
-		if np, ok := new[m]; !ok || !samePod(op, np) {
-			mark(m)
-		}
-	}
-	for m := range new {
-		if _, ok := old[m]; !ok {
-			mark(m)
+	i, j := 0, 0
+	for i < len(old) || j < len(new) {
+		switch {
+		case j == len(new) || (i < len(old) && byMeta(old[i].Meta, new[j].Meta) < 0):
+			mark(old[i].Meta)
+			i++
+		case i == len(old) || byMeta(old[i].Meta, new[j].Meta) > 0:
+			mark(new[j].Meta)
+			j++
+		default:
+			if old[i] != new[j] && !samePod(old[i], new[j]) {
+				mark(old[i].Meta)
+			}
+			i++
+			j++
 		}
 	}
 	return out
@@ -136,7 +145,7 @@ func sameSpecs[T any](a, b []T, parts func(T) (Meta, proto.Message)) bool {
 	return slices.EqualFunc(a, b, func(x, y T) bool {
 		xm, xs := parts(x)
 		ym, ys := parts(y)
-		return xm == ym && proto.Equal(xs, ys)
+		return xm == ym && (xs == ys || proto.Equal(xs, ys))
 	})
 }
 

@@ -297,7 +297,6 @@ func decodeService(js []byte, meta Meta) (*Service, error) {
 }
 
 func sortResources(r *Resources) {
-	byMeta := func(a, b Meta) int { return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name)) }
 	slices.SortStableFunc(r.Services, func(a, b *Service) int { return byMeta(a.Meta, b.Meta) })
 	slices.SortStableFunc(r.Workloads, func(a, b *Workload) int { return byMeta(a.Meta, b.Meta) })
 	slices.SortStableFunc(r.PeerAuthentications, func(a, b *PeerAuthentication) int { return byMeta(a.Meta, b.Meta) })

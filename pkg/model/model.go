@@ -137,8 +137,7 @@ type Snapshot struct {
 
 	services []*Service // sorted by hostname
 	byHost   map[string]*Service
-	pods     map[Meta]*Pod
-	res      Resources
+	res      Resources // Pods sorted by namespace and name
 }
 
 // Services returns the services sorted by hostname.
@@ -153,7 +152,11 @@ func (s *Snapshot) HasPods() bool { return s.res.Pods != nil }
 
 // Pod returns the pod namespace/name of the registry, or nil.
 func (s *Snapshot) Pod(namespace, name string) *Pod {
-	return s.pods[Meta{Name: name, Namespace: namespace}]
+	m := Meta{Name: name, Namespace: namespace}
+	if i, ok := slices.BinarySearchFunc(s.res.Pods, m, func(p *Pod, m Meta) int { return byMeta(p.Meta, m) }); ok {
+		return s.res.Pods[i]
+	}
+	return nil
 }
 
 // Resources returns the snapshot's inputs.
@@ -165,24 +168,56 @@ func (s *Snapshot) Resources() *Resources { return &s.res }
 // every port's endpoints are sorted by address and port. It takes ownership
 // of res.
 func Build(version string, opts Options, res Resources) *Snapshot {
-	if opts.Domain == "" {
-		opts.Domain = DefaultDomain
-	}
-	if opts.RootNamespace == "" {
-		opts.RootNamespace = DefaultRootNamespace
-	}
-	s := &Snapshot{Version: version, Options: opts, byHost: make(map[string]*Service), pods: make(map[Meta]*Pod, len(res.Pods)), res: res}
-	for _, p := range res.Pods {
-		s.pods[p.Meta] = p
-	}
+	opts = opts.WithDefaults()
 	for _, svc := range res.Services {
-		svc.Hostname = svc.Name + "." + svc.Namespace + ".svc." + opts.Domain
+		svc.Hostname = opts.Hostname(svc.Namespace, svc.Name)
 		svc.Endpoints = endpointsOf(svc, res.Workloads)
+	}
+	return assemble(version, opts, res)
+}
+
+func comparePods(a, b *Pod) int { return byMeta(a.Meta, b.Meta) }
+
+// byMeta orders by namespace, then name.
+func byMeta(a, b Meta) int {
+	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+}
+
+// BuildShared makes a snapshot of res whose services are complete: each
+// has its hostname under opts and its endpoints sorted by address and
+// port (SortEndpoints), and res has no WorkloadEntries. It changes nothing
+// it is given, so that successive snapshots can share the services that
+// did not change; Diff then tells them apart by pointer.
+func BuildShared(version string, opts Options, res Resources) *Snapshot {
+	return assemble(version, opts.WithDefaults(), res)
+}
+
+func assemble(version string, opts Options, res Resources) *Snapshot {
+	if !slices.IsSortedFunc(res.Pods, comparePods) {
+		res.Pods = slices.Clone(res.Pods)
+		slices.SortStableFunc(res.Pods, comparePods)
+	}
+	s := &Snapshot{Version: version, Options: opts, byHost: make(map[string]*Service, len(res.Services)), res: res}
+	s.services = slices.Clone(res.Services)
+	for _, svc := range s.services {
 		s.byHost[svc.Hostname] = svc
-		s.services = append(s.services, svc)
 	}
 	slices.SortFunc(s.services, func(a, b *Service) int { return cmp.Compare(a.Hostname, b.Hostname) })
 	return s
+}
+
+// WithDefaults is o with DefaultDomain and DefaultRootNamespace where o
+// leaves them empty.
+func (o Options) WithDefaults() Options {
+	o.Domain = cmp.Or(o.Domain, DefaultDomain)
+	o.RootNamespace = cmp.Or(o.RootNamespace, DefaultRootNamespace)
+	return o
+}
+
+// Hostname is the hostname of the service name in namespace:
+// <name>.<namespace>.svc.<domain>.
+func (o Options) Hostname(namespace, name string) string {
+	return name + "." + namespace + ".svc." + o.Domain
 }
 
 // WithRootNamespace returns s as seen with ns as the root namespace (the
@@ -208,7 +243,7 @@ func endpointsOf(svc *Service, workloads []*Workload) map[uint32][]Endpoint {
 	if out == nil {
 		out = make(map[uint32][]Endpoint, len(svc.Ports))
 	}
-	defer sortEndpoints(out)
+	defer SortEndpoints(out)
 	if len(svc.Selector) == 0 {
 		return out
 	}
@@ -238,7 +273,9 @@ func endpointsOf(svc *Service, workloads []*Workload) map[uint32][]Endpoint {
 	return out
 }
 
-func sortEndpoints(eps map[uint32][]Endpoint) {
+// SortEndpoints sorts each port's endpoints by address and port, keeping
+// the order of equal ones.
+func SortEndpoints(eps map[uint32][]Endpoint) {
 	for port := range eps {
 		slices.SortStableFunc(eps[port], func(a, b Endpoint) int {
 			return cmp.Or(cmp.Compare(a.Address, b.Address), cmp.Compare(a.Port, b.Port))

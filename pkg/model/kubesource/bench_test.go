@@ -6,14 +6,16 @@ import (
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 )
 
 // BenchmarkBuild builds a snapshot of 1,000 services of 5 pods each (two
 // ports, one EndpointSlice per service) and 100 policies of each kind, in
-// 50 namespaces, from listers, again and again as the source does: what
-// did not change since the last build is reused.
+// 50 namespaces, from listers, again and again as the source does, one
+// EndpointSlice changed before each build: what did not change since the
+// last build is reused.
 func BenchmarkBuild(b *testing.B) {
 	const services, podsPerService, namespaces = 1000, 5, 50
 	var objs []any
@@ -37,17 +39,31 @@ func BenchmarkBuild(b *testing.B) {
 			objs = append(objs, newPeerAuthentication(ns, name), newDestinationRule(ns, name, name))
 		}
 	}
-	l := cacheListers(b, objs...)
+	l, idx := cacheIndexers(b, objs...)
+	slices := idx["eps"].List()
+	var r reuse
+	buildReusing(l, model.Options{}, &r, &touched{})
 	b.ReportAllocs()
 	var snap *model.Snapshot
-	var r reuse
+	n := 0
 	for b.Loop() {
-		snap = buildReusing(l, model.Options{}, &r)
+		old := slices[n%len(slices)].(*discoveryv1.EndpointSlice)
+		moved := old.DeepCopy()
+		moved.Endpoints[0].Conditions.Ready = ptr.To(n/len(slices)%2 == 1)
+		if err := idx["eps"].Update(moved); err != nil {
+			b.Fatal(err)
+		}
+		var events touched
+		events.add(old)
+		events.add(moved)
+		snap = buildReusing(l, model.Options{}, &r, &events)
+		slices[n%len(slices)] = moved
+		n++
 	}
 	if n := len(snap.Services()); n != services {
 		b.Fatalf("%d services", n)
 	}
-	if n := len(snap.Services()[0].Endpoints[8080]); n != podsPerService {
+	if n := len(snap.Services()[len(snap.Services())-1].Endpoints[8080]); n < podsPerService-1 {
 		b.Fatalf("%d endpoints", n)
 	}
 }

@@ -2,13 +2,17 @@ package kubesource
 
 import (
 	"cmp"
+	"crypto/sha256"
 	"maps"
 	"net/netip"
 	"slices"
 
 	"google.golang.org/protobuf/proto"
+	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
+	securityv1 "istio.io/client-go/pkg/apis/security/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -19,53 +23,139 @@ import (
 // hash of that content. It copies everything it keeps: the snapshot shares
 // nothing with the caches.
 func build(l listers, opts model.Options) *model.Snapshot {
-	return buildReusing(l, opts, &reuse{})
+	return buildReusing(l, opts, &reuse{}, &touched{})
 }
 
-// buildReusing is build, reusing what the last rebuild made of the
-// objects that did not change since (r). Snapshots share those: nothing
-// changes them.
-func buildReusing(l listers, opts model.Options, r *reuse) *model.Snapshot {
-	defer r.done()
-	var res model.Resources
-	bySvc := groupSlices(list(l.slices.List))
+// buildReusing is build, keeping what the last rebuild made (r) of what
+// the informers' events since then (t) did not touch. Snapshots share
+// those: nothing changes them.
+func buildReusing(l listers, opts model.Options, r *reuse, t *touched) *model.Snapshot {
+	opts = opts.WithDefaults()
+	all := t.all || !r.built || r.opts != opts
+	r.built, r.opts = true, opts
 	pods := newPodLookup(l, r)
-	for _, k := range list(l.services.List) {
-		svc := *r.services.get(k, func() *model.Service { return convertService(k) }) // model.Build sets fields of its own copy
-		svc.Endpoints = endpointsOf(&svc, bySvc[k.Namespace+"/"+k.Name], pods)
-		res.Services = append(res.Services, &svc)
-	}
-	res.Pods = []*model.Pod{} // a registry, even when empty
-	for _, pod := range list(l.pods.List) {
-		if p := r.pods.get(pod, func() *model.Pod { return convertPod(pod) }); p != nil {
-			res.Pods = append(res.Pods, p)
+	defer r.workloads.done()
+	t.staleServices(r.services.items)
+	if r.services.update(r.serviceSource(l, pods, opts), all, t.services) || r.serviceList == nil {
+		r.serviceList = make([]*model.Service, len(r.services.items))
+		for i, e := range r.services.items {
+			r.serviceList[i] = e.svc
 		}
 	}
-	for _, o := range list(l.peerAuthn.List) {
-		res.PeerAuthentications = append(res.PeerAuthentications, r.peerAuthn.get(o, func() *model.PeerAuthentication {
-			return &model.PeerAuthentication{Meta: metaOf(o.Namespace, o.Name), Spec: clone(&o.Spec)}
-		}))
+	r.pods.update(podSource(l), all, t.pods)
+	r.peerAuthn.update(policySource(l.peerAuthn.List, l.peerAuthn.PeerAuthentications, peerAuthnOf,
+		func(p *model.PeerAuthentication) (model.Meta, proto.Message) { return p.Meta, p.Spec }), all, t.peerAuthn)
+	r.authz.update(policySource(l.authz.List, l.authz.AuthorizationPolicies, authzOf,
+		func(p *model.AuthorizationPolicy) (model.Meta, proto.Message) { return p.Meta, p.Spec }), all, t.authz)
+	r.reqAuthn.update(policySource(l.requestAuthn.List, l.requestAuthn.RequestAuthentications, reqAuthnOf,
+		func(p *model.RequestAuthentication) (model.Meta, proto.Message) { return p.Meta, p.Spec }), all, t.reqAuthn)
+	r.destRules.update(policySource(l.destRules.List, l.destRules.DestinationRules, destRuleOf,
+		func(p *model.DestinationRule) (model.Meta, proto.Message) { return p.Meta, p.Spec }), all, t.destRules)
+	res := model.Resources{
+		Services:               r.serviceList,
+		Pods:                   r.pods.items,
+		PeerAuthentications:    r.peerAuthn.items,
+		AuthorizationPolicies:  r.authz.items,
+		RequestAuthentications: r.reqAuthn.items,
+		DestinationRules:       r.destRules.items,
 	}
-	for _, o := range list(l.authz.List) {
-		if o.Annotations[dryRunAnnotation] == "true" {
-			continue
+	if res.Pods == nil {
+		res.Pods = []*model.Pod{} // a registry, even when empty
+	}
+	return model.BuildShared(r.version(), opts, res)
+}
+
+// serviceSource makes the entries of Services, with their endpoints.
+func (r *reuse) serviceSource(l listers, pods *podLookup, opts model.Options) kindSource[*corev1.Service, *serviceEntry] {
+	return kindSource[*corev1.Service, *serviceEntry]{
+		list: func() []*corev1.Service { return list(l.services.List) },
+		get: func(ns, name string) (*corev1.Service, bool) {
+			k, err := l.services.Services(ns).Get(name)
+			return k, err == nil
+		},
+		key: func(k *corev1.Service) string { return k.Namespace + "/" + k.Name },
+		make: func(k *corev1.Service) (*serviceEntry, bool) {
+			return makeService(k, slicesOf(l, k.Namespace, k.Name), pods, opts), true
+		},
+		digest: func(e *serviceEntry) [sha256.Size]byte { return e.digest },
+	}
+}
+
+// makeService makes the entry of Service k with its EndpointSlices.
+func makeService(k *corev1.Service, slices []*discoveryv1.EndpointSlice, pods *podLookup, opts model.Options) *serviceEntry {
+	svc := convertService(k)
+	svc.Hostname = opts.Hostname(k.Namespace, k.Name)
+	pods.rec = &lookups{}
+	svc.Endpoints = endpointsOf(svc, slices, pods)
+	e := &serviceEntry{svc: svc, pods: pods.rec.pods, addrs: pods.rec.addrs}
+	e.digest = serviceDigest(svc)
+	return e
+}
+
+func podSource(l listers) kindSource[*corev1.Pod, *model.Pod] {
+	return kindSource[*corev1.Pod, *model.Pod]{
+		list: func() []*corev1.Pod { return list(l.pods.List) },
+		get: func(ns, name string) (*corev1.Pod, bool) {
+			p, err := l.pods.Pods(ns).Get(name)
+			return p, err == nil
+		},
+		key:        func(p *corev1.Pod) string { return p.Namespace + "/" + p.Name },
+		make:       func(p *corev1.Pod) (*model.Pod, bool) { m := convertPod(p); return m, m != nil },
+		digest:     podDigest,
+		sameObject: true,
+	}
+}
+
+// policySource reads one kind of Istio policy through its lister.
+func policySource[K interface {
+	comparable
+	metav1.Object
+}, N interface{ Get(string) (K, error) }, V any](
+	listAll func(labels.Selector) ([]K, error), namespaced func(string) N, make func(K) (V, bool), parts func(V) (model.Meta, proto.Message),
+) kindSource[K, V] {
+	return kindSource[K, V]{
+		list: func() []K { return list(listAll) },
+		get: func(ns, name string) (K, bool) {
+			o, err := namespaced(ns).Get(name)
+			return o, err == nil
+		},
+		key:        func(o K) string { return o.GetNamespace() + "/" + o.GetName() },
+		make:       make,
+		digest:     func(v V) [sha256.Size]byte { return policyDigest(parts(v)) },
+		sameObject: true,
+	}
+}
+
+func peerAuthnOf(o *securityv1.PeerAuthentication) (*model.PeerAuthentication, bool) {
+	return &model.PeerAuthentication{Meta: metaOf(o.Namespace, o.Name), Spec: clone(&o.Spec)}, true
+}
+
+func authzOf(o *securityv1.AuthorizationPolicy) (*model.AuthorizationPolicy, bool) {
+	if o.Annotations[dryRunAnnotation] == "true" {
+		return nil, false
+	}
+	return &model.AuthorizationPolicy{Meta: metaOf(o.Namespace, o.Name), Spec: clone(&o.Spec)}, true
+}
+
+func reqAuthnOf(o *securityv1.RequestAuthentication) (*model.RequestAuthentication, bool) {
+	return &model.RequestAuthentication{Meta: metaOf(o.Namespace, o.Name), Spec: clone(&o.Spec)}, true
+}
+
+func destRuleOf(o *networkingv1.DestinationRule) (*model.DestinationRule, bool) {
+	return &model.DestinationRule{Meta: metaOf(o.Namespace, o.Name), Spec: clone(&o.Spec)}, true
+}
+
+// slicesOf are the EndpointSlices of service namespace/name, by name.
+func slicesOf(l listers, namespace, name string) []*discoveryv1.EndpointSlice {
+	objs, _ := l.sliceIndex.ByIndex(sliceServiceIndex, namespace+"/"+name)
+	out := make([]*discoveryv1.EndpointSlice, 0, len(objs))
+	for _, o := range objs {
+		if s, ok := o.(*discoveryv1.EndpointSlice); ok {
+			out = append(out, s)
 		}
-		res.AuthorizationPolicies = append(res.AuthorizationPolicies, r.authz.get(o, func() *model.AuthorizationPolicy {
-			return &model.AuthorizationPolicy{Meta: metaOf(o.Namespace, o.Name), Spec: clone(&o.Spec)}
-		}))
 	}
-	for _, o := range list(l.requestAuthn.List) {
-		res.RequestAuthentications = append(res.RequestAuthentications, r.reqAuthn.get(o, func() *model.RequestAuthentication {
-			return &model.RequestAuthentication{Meta: metaOf(o.Namespace, o.Name), Spec: clone(&o.Spec)}
-		}))
-	}
-	for _, o := range list(l.destRules.List) {
-		res.DestinationRules = append(res.DestinationRules, r.destRules.get(o, func() *model.DestinationRule {
-			return &model.DestinationRule{Meta: metaOf(o.Namespace, o.Name), Spec: clone(&o.Spec)}
-		}))
-	}
-	sortResources(&res)
-	return model.Build(versionOf(&res, r.specBytes), opts, res)
+	slices.SortFunc(out, func(a, b *discoveryv1.EndpointSlice) int { return cmp.Compare(a.Name, b.Name) })
+	return out
 }
 
 // dryRunAnnotation marks an AuthorizationPolicy that Istio evaluates and
@@ -150,34 +240,15 @@ func clusterIPs(spec corev1.ServiceSpec) []string {
 
 func validPort(p int32) bool { return p > 0 && p <= 65535 }
 
-// groupSlices groups EndpointSlices by "<namespace>/<service>" of their
-// kubernetes.io/service-name label, each group sorted by name. Slices
-// without the label belong to no service.
-func groupSlices(all []*discoveryv1.EndpointSlice) map[string][]*discoveryv1.EndpointSlice {
-	out := make(map[string][]*discoveryv1.EndpointSlice)
-	for _, s := range all {
-		name := s.Labels[discoveryv1.LabelServiceName]
-		if name == "" {
-			continue
-		}
-		key := s.Namespace + "/" + name
-		out[key] = append(out[key], s)
-	}
-	for _, group := range out {
-		slices.SortFunc(group, func(a, b *discoveryv1.EndpointSlice) int { return cmp.Compare(a.Name, b.Name) })
-	}
-	return out
-}
+// sliceServiceIndex indexes EndpointSlices by "<namespace>/<service>" of
+// their kubernetes.io/service-name label. Slices without the label belong
+// to no service.
+const sliceServiceIndex = "namespace/service"
 
-func sortResources(r *model.Resources) {
-	slices.SortFunc(r.Services, func(a, b *model.Service) int { return byMeta(a.Meta, b.Meta) })
-	slices.SortFunc(r.Pods, func(a, b *model.Pod) int { return byMeta(a.Meta, b.Meta) })
-	slices.SortFunc(r.PeerAuthentications, func(a, b *model.PeerAuthentication) int { return byMeta(a.Meta, b.Meta) })
-	slices.SortFunc(r.AuthorizationPolicies, func(a, b *model.AuthorizationPolicy) int { return byMeta(a.Meta, b.Meta) })
-	slices.SortFunc(r.RequestAuthentications, func(a, b *model.RequestAuthentication) int { return byMeta(a.Meta, b.Meta) })
-	slices.SortFunc(r.DestinationRules, func(a, b *model.DestinationRule) int { return byMeta(a.Meta, b.Meta) })
-}
-
-func byMeta(a, b model.Meta) int {
-	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+func indexSliceService(obj any) ([]string, error) {
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok || s.Labels[discoveryv1.LabelServiceName] == "" {
+		return nil, nil
+	}
+	return []string{s.Namespace + "/" + s.Labels[discoveryv1.LabelServiceName]}, nil
 }

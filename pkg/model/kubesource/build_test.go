@@ -298,7 +298,7 @@ func TestRebuildsReuseWhatDidNotChange(t *testing.T) {
 		newSlice("app", "echo-abcde", "echo", map[string]int32{"http": 8080}, podEndpoint("app", "echo-1", "10.0.0.1"), podEndpoint("app", "echo-2", "10.0.0.2")),
 	)
 	var r reuse
-	first := buildReusing(l, model.Options{}, &r)
+	first := buildReusing(l, model.Options{}, &r, &touched{})
 	moved, err := transform(newPod("app", "echo-2", "echo", "10.0.0.2", map[string]string{"app": "echo", "version": "v2"}))
 	if err != nil {
 		t.Fatal(err)
@@ -306,7 +306,9 @@ func TestRebuildsReuseWhatDidNotChange(t *testing.T) {
 	if err := l.podIndex.Update(moved); err != nil {
 		t.Fatal(err)
 	}
-	second := buildReusing(l, model.Options{}, &r)
+	var events touched
+	events.add(moved)
+	second := buildReusing(l, model.Options{}, &r, &events)
 	if fresh := build(l, model.Options{}); second.Version != fresh.Version || second.Version == first.Version {
 		t.Fatalf("versions: first %s, second %s, from scratch %s", first.Version, second.Version, fresh.Version)
 	}

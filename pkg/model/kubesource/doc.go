@@ -9,8 +9,18 @@
 // snapshot's version is a hash of its content, so a rebuild that changes
 // nothing (a resync, a pod status update the model does not read) publishes
 // nothing. Pod and node updates that change nothing the model reads (a
-// node's status heartbeat, every few seconds per node) do not even rebuild. Snapshots are copies: nothing in them is shared with the
-// informers' caches.
+// node's status heartbeat, every few seconds per node) do not even rebuild.
+// Snapshots are copies: nothing in them is shared with the informers'
+// caches.
+//
+// A rebuild costs what changed. Each event names the objects it changed;
+// a rebuild makes again only those, and the services whose endpoints read
+// a changed pod (by name, or by address for endpoints that name none), or
+// every service when a node's placing labels changed. Everything else,
+// and its part of the version hash, is kept from the last rebuild and
+// shared between snapshots, which model.Diff then tells apart by pointer.
+// A cache read for the first time (an Istio kind whose CRD appeared) is
+// read whole.
 //
 // # Istio CRDs
 //

@@ -27,6 +27,7 @@ type podLookup struct {
 	r     *reuse
 	seen  map[string]*workload // by namespace/name/uid; nil: pod not known
 	nodes map[string]nodeLoc   // by name
+	rec   *lookups             // what the endpoints being made look up
 }
 
 func newPodLookup(l listers, r *reuse) *podLookup {
@@ -39,8 +40,10 @@ func (p *podLookup) workload(pod *corev1.Pod) *workload {
 }
 
 // endpointsOf is svc's endpoints from its EndpointSlices: every address of
-// every serving endpoint, for every service port the slice carries by name.
-// An address that is an endpoint twice (overlapping slices) counts once.
+// every serving endpoint, for every service port the slice carries by name,
+// sorted by address and port. An address that is an endpoint twice
+// (overlapping slices) counts once. The pods and addresses it looks up are
+// recorded in pods.rec.
 func endpointsOf(svc *model.Service, slices []*discoveryv1.EndpointSlice, pods *podLookup) map[uint32][]model.Endpoint {
 	out := make(map[uint32][]model.Endpoint, len(svc.Ports))
 	size := 0 // an upper bound of each port's endpoints
@@ -136,6 +139,7 @@ func (p *podLookup) byRef(namespace string, ref *corev1.ObjectReference) (*workl
 	if ref.Namespace != "" && ref.Namespace != namespace {
 		return nil, false
 	}
+	p.rec.pods = append(p.rec.pods, namespace+"/"+ref.Name)
 	key := namespace + "/" + ref.Name + "/" + string(ref.UID)
 	w, seen := p.seen[key]
 	if !seen {
@@ -152,6 +156,7 @@ func (p *podLookup) byRef(namespace string, ref *corev1.ObjectReference) (*workl
 // gives an endpoint without a pod. Several pods with the address
 // (host-network pods) name no one.
 func (p *podLookup) byIP(namespace, ip string) *workload {
+	p.rec.addrs = append(p.rec.addrs, namespace+"/"+ip)
 	objs, _ := p.l.podIndex.ByIndex(podIPIndex, namespace+"/"+ip)
 	var found *corev1.Pod
 	for _, o := range objs {

@@ -23,6 +23,14 @@ import (
 // through the informers' transform, as a running Source would see them.
 func cacheListers(tb testing.TB, objs ...any) listers {
 	tb.Helper()
+	l, _ := cacheIndexers(tb, objs...)
+	return l
+}
+
+// cacheIndexers is cacheListers, with the caches by kind: "svc", "eps",
+// "pod", "node", "pa", "ap", "ra" and "dr".
+func cacheIndexers(tb testing.TB, objs ...any) (listers, map[string]cache.Indexer) {
+	tb.Helper()
 	nsIndex := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	idx := map[string]cache.Indexer{}
 	for _, kind := range []string{"svc", "eps", "pod", "node", "pa", "ap", "ra", "dr"} {
@@ -31,26 +39,22 @@ func cacheListers(tb testing.TB, objs ...any) listers {
 	if err := idx["pod"].AddIndexers(cache.Indexers{podIPIndex: indexPodIPs}); err != nil {
 		tb.Fatal(err)
 	}
+	if err := idx["eps"].AddIndexers(cache.Indexers{sliceServiceIndex: indexSliceService}); err != nil {
+		tb.Fatal(err)
+	}
 	for _, o := range objs {
 		o, err := transform(o)
 		if err != nil {
 			tb.Fatal(err)
 		}
-		kind := map[string]string{
-			"*v1.Service": "svc", "*v1.EndpointSlice": "eps", "*v1.Pod": "pod", "*v1.Node": "node",
-			"*v1.PeerAuthentication": "pa", "*v1.AuthorizationPolicy": "ap",
-			"*v1.RequestAuthentication": "ra", "*v1.DestinationRule": "dr",
-		}[fmt.Sprintf("%T", o)]
-		if kind == "" {
-			tb.Fatalf("fixture of unknown type %T", o)
-		}
-		if err := idx[kind].Add(o); err != nil {
+		if err := idx[kindOf(tb, o)].Add(o); err != nil {
 			tb.Fatal(err)
 		}
 	}
 	return listers{
 		services:     corelisters.NewServiceLister(idx["svc"]),
 		slices:       discoverylisters.NewEndpointSliceLister(idx["eps"]),
+		sliceIndex:   idx["eps"],
 		pods:         corelisters.NewPodLister(idx["pod"]),
 		podIndex:     idx["pod"],
 		nodes:        corelisters.NewNodeLister(idx["node"]),
@@ -58,7 +62,20 @@ func cacheListers(tb testing.TB, objs ...any) listers {
 		authz:        securitylisters.NewAuthorizationPolicyLister(idx["ap"]),
 		requestAuthn: securitylisters.NewRequestAuthenticationLister(idx["ra"]),
 		destRules:    networkinglisters.NewDestinationRuleLister(idx["dr"]),
+	}, idx
+}
+
+// kindOf is the cacheIndexers kind of a fixture.
+func kindOf(tb testing.TB, o any) string {
+	kind := map[string]string{
+		"*v1.Service": "svc", "*v1.EndpointSlice": "eps", "*v1.Pod": "pod", "*v1.Node": "node",
+		"*v1.PeerAuthentication": "pa", "*v1.AuthorizationPolicy": "ap",
+		"*v1.RequestAuthentication": "ra", "*v1.DestinationRule": "dr",
+	}[fmt.Sprintf("%T", o)]
+	if kind == "" {
+		tb.Fatalf("fixture of unknown type %T", o)
 	}
+	return kind
 }
 
 func objectMeta(ns, name string, labels map[string]string) metav1.ObjectMeta {

@@ -3,7 +3,7 @@ package kubesource
 import (
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
+	"google.golang.org/protobuf/encoding/prototext"
 	"hash"
 	"maps"
 	"slices"
@@ -13,64 +13,64 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 )
 
-// versionOf hashes everything of res a snapshot exposes, so that equal
-// content gives an equal version and any change a new one. res must be
-// sorted.
-func versionOf(res *model.Resources, specBytes func(proto.Message) []byte) string {
-	h := &hasher{h: sha256.New(), specBytes: specBytes}
-	h.count(len(res.Services))
-	for _, s := range res.Services {
-		h.str(s.Namespace, s.Name)
-		h.labels(s.Selector)
-		h.count(len(s.Addresses))
-		h.str(s.Addresses...)
-		if s.Headless {
-			h.count(1)
-		} else {
-			h.count(0)
-		}
-		h.count(len(s.Ports))
-		for _, p := range s.Ports {
-			h.str(p.Name, p.TargetPortName, p.Protocol)
-			h.count(int(p.Port), int(p.TargetPort))
-			eps := s.Endpoints[p.Port]
-			h.count(len(eps))
-			for _, e := range eps {
-				h.str(e.Address, e.Locality, e.ServiceAccount, e.Namespace)
-				h.count(int(e.Port), int(e.Weight))
-				h.labels(e.Labels)
-			}
+// serviceDigest hashes everything of s a snapshot exposes.
+func serviceDigest(s *model.Service) [sha256.Size]byte {
+	h := &hasher{h: sha256.New()}
+	h.str(s.Namespace, s.Name, s.Hostname)
+	h.labels(s.Selector)
+	h.count(len(s.Addresses))
+	h.str(s.Addresses...)
+	if s.Headless {
+		h.count(1)
+	} else {
+		h.count(0)
+	}
+	h.count(len(s.Ports))
+	for _, p := range s.Ports {
+		h.str(p.Name, p.TargetPortName, p.Protocol)
+		h.count(int(p.Port), int(p.TargetPort))
+		eps := s.Endpoints[p.Port]
+		h.count(len(eps))
+		for _, e := range eps {
+			h.str(e.Address, e.Locality, e.ServiceAccount, e.Namespace)
+			h.count(int(e.Port), int(e.Weight))
+			h.labels(e.Labels)
 		}
 	}
-	h.count(len(res.Pods))
-	for _, p := range res.Pods {
-		h.str(p.Namespace, p.Name, p.UID, p.ServiceAccount)
-		h.labels(p.Labels)
-		h.count(len(p.IPs))
-		h.str(p.IPs...)
+	return h.sum()
+}
+
+// podDigest hashes everything of p a snapshot exposes.
+func podDigest(p *model.Pod) [sha256.Size]byte {
+	h := &hasher{h: sha256.New()}
+	h.str(p.Namespace, p.Name, p.UID, p.ServiceAccount)
+	h.labels(p.Labels)
+	h.count(len(p.IPs))
+	h.str(p.IPs...)
+	return h.sum()
+}
+
+// policyDigest hashes a policy's name and spec: its spec's deterministic
+// marshalling, stable within a process, which is all a version needs, or
+// for a message that does not marshal (invalid UTF-8) its text form.
+func policyDigest(meta model.Meta, spec proto.Message) [sha256.Size]byte {
+	h := &hasher{h: sha256.New()}
+	h.str(meta.Namespace, meta.Name)
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(spec)
+	if err != nil {
+		b = []byte("text:" + prototext.Format(spec))
 	}
-	h.specs(len(res.PeerAuthentications), func(i int) (model.Meta, proto.Message) {
-		return res.PeerAuthentications[i].Meta, res.PeerAuthentications[i].Spec
-	})
-	h.specs(len(res.AuthorizationPolicies), func(i int) (model.Meta, proto.Message) {
-		return res.AuthorizationPolicies[i].Meta, res.AuthorizationPolicies[i].Spec
-	})
-	h.specs(len(res.RequestAuthentications), func(i int) (model.Meta, proto.Message) {
-		return res.RequestAuthentications[i].Meta, res.RequestAuthentications[i].Spec
-	})
-	h.specs(len(res.DestinationRules), func(i int) (model.Meta, proto.Message) {
-		return res.DestinationRules[i].Meta, res.DestinationRules[i].Spec
-	})
-	return hex.EncodeToString(h.h.Sum(nil))[:16]
+	h.count(len(b))
+	h.h.Write(b)
+	return h.sum()
 }
 
 // hasher writes length-prefixed values, so that no two sequences of values
 // write the same bytes.
 type hasher struct {
-	h         hash.Hash
-	buf       []byte
-	keys      []string
-	specBytes func(proto.Message) []byte
+	h    hash.Hash
+	buf  []byte
+	keys []string
 }
 
 func (h *hasher) flush() {
@@ -102,14 +102,7 @@ func (h *hasher) labels(m map[string]string) {
 	}
 }
 
-// specs hashes n named protos, each as specBytes gives it.
-func (h *hasher) specs(n int, at func(int) (model.Meta, proto.Message)) {
-	h.count(n)
-	for i := range n {
-		meta, spec := at(i)
-		h.str(meta.Namespace, meta.Name)
-		b := h.specBytes(spec)
-		h.count(len(b))
-		h.h.Write(b)
-	}
+func (h *hasher) sum() (d [sha256.Size]byte) {
+	h.h.Sum(d[:0])
+	return d
 }

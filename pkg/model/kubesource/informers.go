@@ -30,6 +30,7 @@ const podIPIndex = "namespace/ip"
 type listers struct {
 	services     corelisters.ServiceLister
 	slices       discoverylisters.EndpointSliceLister
+	sliceIndex   cache.Indexer // with sliceServiceIndex
 	pods         corelisters.PodLister
 	podIndex     cache.Indexer // with podIPIndex
 	nodes        corelisters.NodeLister
@@ -45,7 +46,7 @@ type informers struct {
 	kube    k8sinformers.SharedInformerFactory
 	istio   istioinformers.SharedInformerFactory
 	log     *slog.Logger
-	changed func()
+	changed func(objs ...any) // the objects an event changed
 	// named are the informers whose caches build reads, by resource.
 	named map[string]cache.SharedIndexInformer
 	// staged are the informers of served Istio kinds whose caches build
@@ -61,7 +62,7 @@ type informers struct {
 // newInformers creates the Kubernetes informers, with their transforms,
 // indexers and handlers calling changed; nothing runs until start. The
 // Istio kinds read as empty until discover finds them served.
-func newInformers(client kubernetes.Interface, istio versioned.Interface, log *slog.Logger, changed func()) (*informers, error) {
+func newInformers(client kubernetes.Interface, istio versioned.Interface, log *slog.Logger, changed func(objs ...any)) (*informers, error) {
 	kf := k8sinformers.NewSharedInformerFactoryWithOptions(client, 0, k8sinformers.WithTransform(transform))
 	isf := istioinformers.NewSharedInformerFactoryWithOptions(istio, 0, istioinformers.WithTransform(transform))
 	svc, eps, pods := kf.Core().V1().Services(), kf.Discovery().V1().EndpointSlices(), kf.Core().V1().Pods()
@@ -75,7 +76,8 @@ func newInformers(client kubernetes.Interface, istio versioned.Interface, log *s
 		staged:  map[string]staged{},
 		missing: istioKinds(),
 		listers: listers{
-			services: svc.Lister(), slices: eps.Lister(), pods: pods.Lister(), podIndex: pods.Informer().GetIndexer(),
+			services: svc.Lister(), slices: eps.Lister(), sliceIndex: eps.Informer().GetIndexer(),
+			pods: pods.Lister(), podIndex: pods.Informer().GetIndexer(),
 			nodes: nodes.Lister(),
 		},
 	}
@@ -84,6 +86,9 @@ func newInformers(client kubernetes.Interface, istio versioned.Interface, log *s
 	}
 	if err := pods.Informer().AddIndexers(cache.Indexers{podIPIndex: indexPodIPs}); err != nil {
 		return nil, fmt.Errorf("index pods: %w", err)
+	}
+	if err := eps.Informer().AddIndexers(cache.Indexers{sliceServiceIndex: indexSliceService}); err != nil {
+		return nil, fmt.Errorf("index endpoint slices: %w", err)
 	}
 	kube := map[string]cache.SharedIndexInformer{
 		"services": svc.Informer(), "endpointslices": eps.Informer(), "pods": pods.Informer(),
@@ -159,16 +164,17 @@ func watchErrorLogger(log *slog.Logger, name string) cache.WatchErrorHandlerWith
 	}
 }
 
-// handler asks for a rebuild on every change. Resyncs, which repeat an
-// object unchanged, and pod and node updates that change nothing the model
-// reads (a node's status heartbeats) are ignored.
-type handler struct{ changed func() }
+// handler asks for a rebuild on every change, naming the objects it
+// changed (both versions of an update). Resyncs, which repeat an object
+// unchanged, and pod and node updates that change nothing the model reads
+// (a node's status heartbeats) are ignored.
+type handler struct{ changed func(objs ...any) }
 
 var _ cache.ResourceEventHandler = handler{}
 
-func (h handler) OnAdd(any, bool) { h.changed() }
+func (h handler) OnAdd(obj any, _ bool) { h.changed(obj) }
 
-func (h handler) OnDelete(any) { h.changed() }
+func (h handler) OnDelete(obj any) { h.changed(obj) }
 
 func (h handler) OnUpdate(oldObj, newObj any) {
 	switch o := oldObj.(type) {
@@ -186,7 +192,7 @@ func (h handler) OnUpdate(oldObj, newObj any) {
 	if errOld == nil && errNew == nil && o.GetResourceVersion() == n.GetResourceVersion() && o.GetResourceVersion() != "" {
 		return
 	}
-	h.changed()
+	h.changed(oldObj, newObj)
 }
 
 // indexPodIPs indexes a pod by its IPs within its namespace.

@@ -1,8 +1,9 @@
 package kubesource
 
 import (
-	"google.golang.org/protobuf/encoding/prototext"
-	"google.golang.org/protobuf/proto"
+	"crypto/sha256"
+	"encoding/hex"
+
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	securityv1 "istio.io/client-go/pkg/apis/security/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -10,45 +11,32 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 )
 
-// reuse keeps what one rebuild made of each cached object for the next,
-// by the object's pointer: an informer replaces an object it updates and
-// never changes it, so the same pointer is the same content. A rebuild
-// then converts, copies and marshals only what changed since the last;
-// a pod moving costs its own conversion, not the whole cluster's.
+// reuse is what the last rebuild made, kept for the next: each kind's
+// collection, changed only where events touched it, so that a pod moving
+// costs its own conversion and its service's endpoints, not the whole
+// cluster's. Run's goroutine alone uses it.
 type reuse struct {
-	services  memo[*corev1.Service, *model.Service] // without endpoints; copied per snapshot
-	pods      memo[*corev1.Pod, *model.Pod]
-	workloads memo[*corev1.Pod, *workload] // what endpoints take from their pod
-	peerAuthn memo[*securityv1.PeerAuthentication, *model.PeerAuthentication]
-	authz     memo[*securityv1.AuthorizationPolicy, *model.AuthorizationPolicy]
-	reqAuthn  memo[*securityv1.RequestAuthentication, *model.RequestAuthentication]
-	destRules memo[*networkingv1.DestinationRule, *model.DestinationRule]
-	specs     memo[proto.Message, []byte] // the version hash's bytes of a spec made above
+	built       bool
+	opts        model.Options
+	services    collection[*corev1.Service, *serviceEntry]
+	serviceList []*model.Service // the entries' services, in order
+	pods        collection[*corev1.Pod, *model.Pod]
+	peerAuthn   collection[*securityv1.PeerAuthentication, *model.PeerAuthentication]
+	authz       collection[*securityv1.AuthorizationPolicy, *model.AuthorizationPolicy]
+	reqAuthn    collection[*securityv1.RequestAuthentication, *model.RequestAuthentication]
+	destRules   collection[*networkingv1.DestinationRule, *model.DestinationRule]
+	workloads   memo[*corev1.Pod, *workload] // what endpoints take from their pod
 }
 
-// done forgets what the rebuild that ends did not use: objects gone.
-func (r *reuse) done() {
-	r.services.done()
-	r.pods.done()
-	r.workloads.done()
-	r.peerAuthn.done()
-	r.authz.done()
-	r.reqAuthn.done()
-	r.destRules.done()
-	r.specs.done()
-}
-
-// specBytes is spec as the version hashes it: deterministic marshalling,
-// stable within a process, which is all a version needs; a message that
-// does not marshal (invalid UTF-8) in its text form.
-func (r *reuse) specBytes(spec proto.Message) []byte {
-	return r.specs.get(spec, func() []byte {
-		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(spec)
-		if err != nil {
-			b = []byte("text:" + prototext.Format(spec))
-		}
-		return b
-	})
+// version hashes the kinds' digests: equal content gives an equal
+// version, and any change a new one.
+func (r *reuse) version() string {
+	h := sha256.New()
+	for _, d := range [][sha256.Size]byte{r.services.digest, r.pods.digest, r.peerAuthn.digest, r.authz.digest,
+		r.reqAuthn.digest, r.destRules.digest} {
+		h.Write(d[:])
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // memo maps the objects of one rebuild to what was made of them, keeping

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -54,6 +55,8 @@ type Config struct {
 type Source struct {
 	cfg     Config
 	dirty   chan struct{} // one pending rebuild, set by informer handlers
+	mu      sync.Mutex
+	touched *touched // what events changed since the last rebuild; guarded by mu
 	started atomic.Bool
 	synced  atomic.Bool
 	last    string // version last published; Run's goroutine only
@@ -81,7 +84,7 @@ func New(cfg Config) (*Source, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Source{cfg: cfg, dirty: make(chan struct{}, 1)}, nil
+	return &Source{cfg: cfg, dirty: make(chan struct{}, 1), touched: &touched{}}, nil
 }
 
 // HasSynced reports whether the first snapshot built from synced caches has
@@ -97,7 +100,7 @@ func (s *Source) Run(ctx context.Context) error {
 	if !s.started.CompareAndSwap(false, true) {
 		return errors.New("kubesource: Run called twice")
 	}
-	inf, err := newInformers(s.cfg.Client, s.cfg.Istio, s.cfg.Logger, s.markDirty)
+	inf, err := newInformers(s.cfg.Client, s.cfg.Istio, s.cfg.Logger, s.touch)
 	if err != nil {
 		return fmt.Errorf("kubesource: %w", err)
 	}
@@ -168,6 +171,7 @@ func (s *Source) next(ctx context.Context, inf *informers, t *tickers) (bool, er
 			}
 		case <-t.poll.C:
 			if inf.promote() {
+				s.touchAll() // a cache the build has not read yet
 				return true, nil
 			}
 		case <-t.report.C:
@@ -177,6 +181,24 @@ func (s *Source) next(ctx context.Context, inf *informers, t *tickers) (bool, er
 			}
 		}
 	}
+}
+
+// touch records what an informer event changed and asks for a rebuild.
+func (s *Source) touch(objs ...any) {
+	s.mu.Lock()
+	for _, o := range objs {
+		s.touched.add(o)
+	}
+	s.mu.Unlock()
+	s.markDirty()
+}
+
+// touchAll asks for a rebuild of everything.
+func (s *Source) touchAll() {
+	s.mu.Lock()
+	s.touched.all = true
+	s.mu.Unlock()
+	s.markDirty()
 }
 
 // markDirty asks for a rebuild. It never blocks: one pending request
@@ -239,7 +261,11 @@ func (s *Source) waitForSync(ctx context.Context, inf *informers, t *tickers) (b
 // returns how long building took.
 func (s *Source) rebuild(l listers) time.Duration {
 	began := time.Now()
-	snap := buildReusing(l, s.cfg.Options, &s.reuse)
+	s.mu.Lock()
+	t := s.touched
+	s.touched = &touched{}
+	s.mu.Unlock()
+	snap := buildReusing(l, s.cfg.Options, &s.reuse, t)
 	took := time.Since(began)
 	published := snap.Version != s.last
 	if s.afterBuild != nil {

@@ -102,7 +102,7 @@ func TestNewRejectsIncompleteConfig(t *testing.T) {
 
 func TestHandlerIgnoresWhatTheModelDoesNotRead(t *testing.T) {
 	calls := 0
-	h := handler{changed: func() { calls++ }}
+	h := handler{changed: func(...any) { calls++ }}
 	pod := trimPod(echoPod("a", "10.0.0.1"))
 	statusOnly := pod.DeepCopy()
 	statusOnly.ResourceVersion = "2"
