@@ -141,6 +141,18 @@ func (h *history) since(from, to uint64) (endpointChanges, bool) {
 }
 
 // classify is what st changes since prev, the push state before it.
+// prompt reports whether snap, after the model pushed last, changes only
+// endpoints, pods and authorization: changes that cost what they touch,
+// so that after a quiet period they need not wait for more. A Service
+// added or changed waits for quiet: the pods and EndpointSlices made with
+// it follow within moments, and its routes should not reach proxies
+// before its endpoints.
+func (s *Server) prompt(snap *model.Snapshot) bool {
+	prev := s.state.Load().snap
+	d := model.Diff(prev, s.mesh.Load().derive(snap))
+	return prev.Version != "" && !d.Config && len(d.Services) == 0
+}
+
 func (s *Server) classify(prev, st *pushState) change {
 	c := change{seq: st.seq, full: true}
 	if st.mesh == nil || prev.mesh != st.mesh || prev.snap.Version == "" || st.snap.Version == "" {

@@ -3,6 +3,7 @@ package xds
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,7 +58,11 @@ func withWorkloads(n int) string {
 }
 
 func TestBurstOfChangesIsPushedOnce(t *testing.T) {
-	h := newHarness(t, modeltest.Load(t, baseManifests), func(c *Config) { c.DebounceQuiet, c.DebounceMax = 100*time.Millisecond, time.Hour })
+	// The clock stands still: no change comes after a quiet period.
+	frozen := time.Now()
+	h := newHarness(t, modeltest.Load(t, baseManifests), func(c *Config) {
+		c.DebounceQuiet, c.DebounceMax, c.Clock = 100*time.Millisecond, time.Hour, func() time.Time { return frozen }
+	})
 	st, _ := subscribeEDS(t, h)
 	for i := 1; i <= 5; i++ {
 		h.store.Publish(modeltest.Load(t, withWorkloads(i)))
@@ -68,6 +73,31 @@ func TestBurstOfChangesIsPushedOnce(t *testing.T) {
 	}
 	ackEDS(t, st, r)
 	noResponse(t, st, grpcgen.ClusterType)
+}
+
+// TestChangeAfterQuietIsPushedAtOnce: a change that follows a quiet
+// period goes out without waiting for DebounceQuiet (an hour here); the
+// one that follows it within DebounceQuiet waits.
+func TestChangeAfterQuietIsPushedAtOnce(t *testing.T) {
+	var skew atomic.Int64
+	h := newHarness(t, modeltest.Load(t, baseManifests), func(c *Config) {
+		c.DebounceQuiet, c.DebounceMax = time.Hour, time.Hour
+		c.Clock = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	})
+	st, _ := subscribeEDS(t, h)
+	skew.Store(int64(2 * time.Hour))
+	one := modeltest.Load(t, withWorkloads(1))
+	h.store.Publish(one)
+	r := recv(t, st)
+	if got := endpointCount(t, r); got != 2 {
+		t.Fatalf("pushed %d endpoints, want 2", got)
+	}
+	ackEDS(t, st, r)
+	h.store.Publish(modeltest.Load(t, withWorkloads(2)))
+	noResponse(t, st, grpcgen.ClusterType)
+	if got := h.srv.state.Load().snap.Version; got != one.Version {
+		t.Fatalf("the change right after a push was applied at once: version %s", got)
+	}
 }
 
 func TestDebounceMaxBoundsTheWait(t *testing.T) {
@@ -138,5 +168,30 @@ func TestFirstModelIsAppliedAtOnceAndLaterOnesDebounced(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	if got := h.srv.state.Load().snap.Version; got != first.Version {
 		t.Fatalf("a later model was applied before the debounce: %s", got)
+	}
+}
+
+// TestOnlyEndpointAndAuthorizationChangesArePrompt: after a quiet period,
+// endpoints and authorization go out at once; a new Service, a changed
+// one and a PeerAuthentication wait for quiet, so that a Service's
+// EndpointSlices, made with it, go out with it.
+func TestOnlyEndpointAndAuthorizationChangesArePrompt(t *testing.T) {
+	h := newHarness(t, modeltest.Load(t, baseManifests), nil)
+	const other = "---\napiVersion: v1\nkind: Service\nmetadata: {name: other, namespace: app}\nspec: {selector: {app: other}, ports: [{name: http, port: 80}]}\n"
+	const policy = "---\napiVersion: security.istio.io/v1\nkind: AuthorizationPolicy\nmetadata: {name: deny, namespace: app}\nspec: {action: DENY, rules: [{from: [{source: {namespaces: [evil]}}]}]}\n"
+	const peer = "---\napiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: default, namespace: app}\nspec: {mtls: {mode: STRICT}}\n"
+	for name, tc := range map[string]struct {
+		manifests string
+		prompt    bool
+	}{
+		"endpoints":             {withWorkloads(2), true},
+		"authorization":         {baseManifests + policy, true},
+		"a new service":         {baseManifests + other, false},
+		"a changed service":     {strings.Replace(baseManifests, "port: 8080", "port: 8081", 1), false},
+		"a peer authentication": {baseManifests + peer, false},
+	} {
+		if got := h.srv.prompt(modeltest.Load(t, tc.manifests)); got != tc.prompt {
+			t.Errorf("%s: prompt %v, want %v", name, got, tc.prompt)
+		}
 	}
 }

@@ -85,7 +85,11 @@ type Config struct {
 	Logger        *slog.Logger
 	Clock         func() time.Time
 	// DebounceQuiet is how long the model must stay unchanged before a
-	// push; DebounceMax bounds how long a push waits for quiet.
+	// push; DebounceMax bounds how long a push waits for quiet. A change
+	// of endpoints or authorization alone that comes after at least
+	// DebounceQuiet without a push is pushed at once: it has nothing to
+	// merge with yet, and costs only what it touches. The changes that
+	// follow it within DebounceQuiet wait for quiet and go out merged.
 	DebounceQuiet time.Duration
 	DebounceMax   time.Duration
 	// StreamRate and StreamBurst bound how fast new streams are accepted.
@@ -226,7 +230,8 @@ func (s *Server) Run(ctx context.Context) error {
 	var (
 		pending     *model.Snapshot // a model change not pushed yet
 		meshPending bool            // a mesh change not pushed yet
-		first       time.Time
+		first       time.Time       // of the first change not pushed yet
+		pushed      = s.cfg.Clock() // when the last push ended: New made the first state
 		quiet       = time.NewTimer(time.Hour)
 	)
 	quiet.Stop()
@@ -237,12 +242,23 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		s.push(pending, first)
 		pending, meshPending = nil, false
+		pushed = s.cfg.Clock()
+	}
+	// arrived notes a change about to be recorded, and whether it comes
+	// after a quiet period: nothing pending, no push within DebounceQuiet.
+	arrived := func() (idle bool) {
+		if pending != nil || meshPending {
+			return false
+		}
+		first = s.cfg.Clock()
+		return first.Sub(pushed) >= s.cfg.DebounceQuiet
 	}
 	// changed debounces a change: the first model is applied at once
 	// (there is nothing to coalesce it with, and readiness waits for it),
-	// and no change waits longer than DebounceMax.
-	changed := func() {
-		if !s.HasSynced() || s.cfg.Clock().Sub(first) >= s.cfg.DebounceMax {
+	// so is a prompt change after a quiet period, and no change waits
+	// longer than DebounceMax.
+	changed := func(idle bool) {
+		if idle || !s.HasSynced() || s.cfg.Clock().Sub(first) >= s.cfg.DebounceMax {
 			quiet.Stop()
 			push()
 			return
@@ -274,33 +290,27 @@ func (s *Server) Run(ctx context.Context) error {
 			if !ok {
 				return nil
 			}
-			if pending == nil && !meshPending {
-				first = s.cfg.Clock()
-			}
+			idle := arrived() && s.prompt(snap)
 			pending = snap
-			changed()
+			changed(idle)
 		case mc, ok := <-meshUpdates:
 			if !ok {
 				meshUpdates = nil
 				continue
 			}
-			if pending == nil && !meshPending {
-				first = s.cfg.Clock()
-			}
+			arrived() // a mesh change is pushed whole: it waits for quiet
 			s.applyMesh(mc)
 			meshPending = true
-			changed()
+			changed(false)
 		case ks, ok := <-keyUpdates:
 			if !ok {
 				keyUpdates = nil
 				continue
 			}
-			if pending == nil && !meshPending {
-				first = s.cfg.Clock()
-			}
+			arrived()
 			s.applyKeys(ks)
 			meshPending = true
-			changed()
+			changed(false)
 		case <-quiet.C:
 			if pending != nil || meshPending {
 				push()
