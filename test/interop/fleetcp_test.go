@@ -269,6 +269,39 @@ func (c *fleetCP) memory(b *testing.B) (heap, rss int64) {
 	return heap, rss
 }
 
+// fleetProfileSeconds is how long a change's CPU profile runs.
+const fleetProfileSeconds = 5
+
+// profile starts, when $FLEET_PROFILE names a directory, a CPU profile of
+// the control plane for fleetProfileSeconds, written there as name.pprof;
+// the function it returns waits for it. Only Bulwark's istiod serves
+// profiles on its monitoring port.
+func (c *fleetCP) profile(b *testing.B, name string) (wait func()) {
+	dir := os.Getenv("FLEET_PROFILE")
+	if dir == "" || c.kind != fleetBulwark {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", c.monitoring, fleetProfileSeconds))
+		if err != nil {
+			fleetNote("%s: profile %s: %v", c.kind, name, err)
+			return
+		}
+		defer resp.Body.Close()
+		data, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode == http.StatusOK {
+			err = os.WriteFile(filepath.Join(dir, name+".pprof"), data, 0o644)
+		}
+		if err != nil || resp.StatusCode != http.StatusOK {
+			fleetNote("%s: profile %s: %v %s", c.kind, name, err, resp.Status)
+		}
+	}()
+	time.Sleep(50 * time.Millisecond) // the profile has begun before the change is written
+	return func() { <-done }
+}
+
 // tailFile is the last n lines of a file.
 func tailFile(path string, n int) string {
 	data, err := os.ReadFile(path)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -180,6 +181,7 @@ func (r *fleetRun) initial(ctx context.Context) bool {
 func (r *fleetRun) change(ctx context.Context, phase string, g *fleetGoal, write func(context.Context) error) (time.Time, time.Duration, bool) {
 	r.f.install(g)
 	cpu0 := r.cp.cpu(r.b)
+	profiled := r.cp.profile(r.b, fmt.Sprintf("%s-%d-%s", r.kind, r.round, strings.ReplaceAll(phase, " ", "-")))
 	start := time.Now()
 	if err := write(ctx); err != nil {
 		r.b.Fatalf("%s: %v", phase, err)
@@ -188,7 +190,9 @@ func (r *fleetRun) change(ctx context.Context, phase string, g *fleetGoal, write
 	if !ok {
 		r.fail(phase, "not every proxy got it after %s: %s", fleetChangeTimeout, r.f.progress())
 	}
-	return start, r.cp.waitQuiet(r.b) - cpu0, ok
+	cpu := r.cp.waitQuiet(r.b) - cpu0
+	profiled()
+	return start, cpu, ok
 }
 
 // move replaces the second pod of the last service.
