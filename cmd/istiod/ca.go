@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"slices"
 	"time"
 
@@ -17,13 +18,14 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/ca"
 )
 
-// caCommand is `istiod ca rotate|status`: it starts a rotation of the
-// self-signed root for the running replicas to carry out, or shows where
-// one stands, in the state directory or, with --kubeconfig, in the
-// istio-ca-rotation Secret.
+// caCommand is `istiod ca rotate|status|reset`: it starts a rotation of
+// the self-signed root for the running replicas to carry out, shows where
+// one stands and where the signing key is, or deletes the CA's keys to
+// start over, in the state directory or, with --kubeconfig, in the
+// Secrets istio-ca-secret and istio-ca-rotation.
 func caCommand(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || (args[0] != "rotate" && args[0] != "status") {
-		return usageError{errors.New("want `ca rotate` or `ca status`")}
+	if len(args) == 0 || (args[0] != "rotate" && args[0] != "status" && args[0] != "reset") {
+		return usageError{errors.New("want `ca rotate`, `ca status` or `ca reset`")}
 	}
 	verb, args := args[0], args[1:]
 	cfg := bootstrap.DefaultConfig()
@@ -32,9 +34,13 @@ func caCommand(ctx context.Context, args []string, getenv func(string) string, s
 	addCommonFlags(fs, &cfg, getenv)
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", getenv("KUBECONFIG"), "kubeconfig file of the cluster istiod runs in; empty means the local state directory (env KUBECONFIG)")
 	fs.StringVar(&cfg.Namespace, "namespace", envOr(getenv, "POD_NAMESPACE", cfg.Namespace), "istiod's namespace (env POD_NAMESPACE)")
-	if verb == "rotate" {
+	var confirmed bool
+	switch verb {
+	case "rotate":
 		fs.DurationVar(&cfg.RootTTL, "root-ttl", cfg.RootTTL, "lifetime of the new self-signed root")
 		fs.StringVar(&cfg.CAKeyType, "ca-key-type", cfg.CAKeyType, "the new root's key: ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072 or rsa-4096")
+	case "reset":
+		fs.BoolVar(&confirmed, resetConfirmFlag, false, "confirm deleting the CA's keys: every workload certificate they signed stops being trusted")
 	}
 	if err := fs.Parse(args); err != nil {
 		return parseErr(err)
@@ -48,6 +54,9 @@ func caCommand(ctx context.Context, args []string, getenv func(string) string, s
 	log, err := newLogger("text", "warn", stderr)
 	if err != nil {
 		return err
+	}
+	if verb == "reset" {
+		return caReset(ctx, cfg, confirmed, log, stdout)
 	}
 	authority, err := bootstrap.NewCA(cfg, log)
 	if err != nil {
@@ -67,6 +76,11 @@ func caCommand(ctx context.Context, args []string, getenv func(string) string, s
 		return err
 	}
 	printRotation(stdout, r, time.Now())
+	key, err := authority.SigningKey(ctx)
+	if err != nil {
+		return err
+	}
+	printSigningKey(stdout, cfg.KubernetesMode(), key)
 	return nil
 }
 
@@ -74,9 +88,6 @@ func caCommand(ctx context.Context, args []string, getenv func(string) string, s
 func printRotation(w io.Writer, r *ca.Rotation, now time.Time) {
 	if !r.InProgress() {
 		fmt.Fprintln(w, "phase: idle (no root rotation under way)")
-		if r != nil && r.New != nil {
-			fmt.Fprintf(w, "signing root: %s (from the last rotation)\n", describeRoot(r.NewRoot))
-		}
 		return
 	}
 	fmt.Fprintf(w, "phase: %s\n", r.Phase)
@@ -107,4 +118,20 @@ func describeRoot(der []byte) string {
 	}
 	sum := sha256.Sum256(der)
 	return fmt.Sprintf("%s, sha256 %s, expires %s", c.Subject, hex.EncodeToString(sum[:8]), c.NotAfter.UTC().Format(time.RFC3339))
+}
+
+// printSigningKey writes where the key that signs is kept.
+func printSigningKey(w io.Writer, kube bool, k *ca.SigningKey) {
+	if k.Cert == nil {
+		fmt.Fprintln(w, "signing key: none yet; the first istiod to start makes a self-signed root")
+		return
+	}
+	fmt.Fprintf(w, "signing key: %s\n", k.Where)
+	fmt.Fprintf(w, "signing key id: sha256 %s (subject key id %s)\n", k.KeyID(), hex.EncodeToString(k.Cert.SubjectKeyId))
+	fmt.Fprintf(w, "signing root: %s\n", describeRoot(k.Root.Raw))
+	// From outside the cluster the cacerts Secret istiod may mount is
+	// not in sight.
+	if _, err := os.Stat(k.PluggedInDir); kube && err != nil {
+		fmt.Fprintf(w, "plugged-in CA: %s is not here to read; if istiod mounts a cacerts Secret there, that set signs instead\n", k.PluggedInDir)
+	}
 }

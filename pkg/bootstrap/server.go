@@ -321,6 +321,15 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := os.MkdirAll(s.cfg.StateDir, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
+	if s.kube == nil {
+		// The CA's keys live in the state directory: istiod ca reset
+		// must not delete them under a running istiod.
+		release, err := ca.HoldDir(s.cfg.StateDir)
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
 	// The gRPC ports face proxies and are bounded in connections.
 	ports := []port{{s.cfg.SecureGRPCAddr, s.cfg.MaxConnections}, {s.cfg.HTTPAddr, 0}, {s.cfg.MonitoringAddr, 0}, {s.cfg.HTTPSAddr, 0}}
 	if s.plaintext != nil {

@@ -31,6 +31,9 @@ func NewDirStore(dir string) *DirStore { return &DirStore{dir: dir} }
 
 func (s *DirStore) setDir() string { return filepath.Join(s.dir, dirStoreSet) }
 
+// String names where the set is kept.
+func (s *DirStore) String() string { return "directory " + s.setDir() }
+
 // Load reads the stored set, or returns an error wrapping ErrNotFound.
 func (s *DirStore) Load(ctx context.Context) (*KeyMaterial, error) {
 	if err := ctx.Err(); err != nil {

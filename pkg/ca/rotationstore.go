@@ -55,6 +55,9 @@ func NewDirRotationStore(dir string) *DirRotationStore { return &DirRotationStor
 
 func (s *DirRotationStore) path() string { return filepath.Join(s.dir, dirRotationFile) }
 
+// String names where the rotation state is kept.
+func (s *DirRotationStore) String() string { return "file " + s.path() }
+
 // Load reads rotation.json; none means no rotation under way.
 func (s *DirRotationStore) Load(ctx context.Context) (*Rotation, string, error) {
 	if err := ctx.Err(); err != nil {

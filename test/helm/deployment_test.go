@@ -9,6 +9,8 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+
+	"github.com/bulwark-mesh/bulwark/pkg/ca/secretstore"
 )
 
 func envOf(d *appsv1.Deployment) map[string]string {
@@ -195,9 +197,19 @@ func TestServiceMonitorNeedsPrometheusOperator(t *testing.T) {
 
 func TestNotes(t *testing.T) {
 	def := mustRender(t, Options{}).Notes
-	for _, want := range []string{"istio-injection=enabled", "istio-ca-secret", "KEEPS", "rollout status deployment/istiod"} {
+	for _, want := range []string{"istio-injection=enabled", "istio-ca-secret", "KEEPS", "rollout status deployment/istiod",
+		// Starting over deletes every Secret that holds a CA key, in the
+		// order istiod ca reset deletes them.
+		"istiod ca reset --kubeconfig ~/.kube/config --namespace istio-system --yes-delete-the-ca-keys",
+		"kubectl -n istio-system delete secret " + strings.Join(secretstore.ResetSecrets, " ") + " --ignore-not-found",
+	} {
 		if !strings.Contains(def, want) {
 			t.Errorf("NOTES lack %q:\n%s", want, def)
+		}
+	}
+	for line := range strings.Lines(def) {
+		if strings.Contains(line, "delete secret") && !strings.Contains(line, strings.Join(secretstore.ResetSecrets, " ")) {
+			t.Errorf("NOTES delete some of the CA's Secrets, not all of %v: %s", secretstore.ResetSecrets, line)
 		}
 	}
 	canary := mustRender(t, renderCases["canary"].opts).Notes

@@ -61,8 +61,9 @@ func newIstiod(t *testing.T, name, ns, kubeconfig string) *istiod {
 	return newIstiodIn(t, testenv.Get(t), name, ns, kubeconfig)
 }
 
-// newIstiodIn is newIstiod on env's API server.
-func newIstiodIn(t *testing.T, env *testenv.Env, name, ns, kubeconfig string) *istiod {
+// newIstiodIn is newIstiod on env's API server; opts change its
+// configuration.
+func newIstiodIn(t *testing.T, env *testenv.Env, name, ns, kubeconfig string, opts ...func(*bootstrap.Config)) *istiod {
 	t.Helper()
 	installIstioCRDsIn(t, env)
 	cfg := bootstrap.DefaultConfig()
@@ -76,6 +77,9 @@ func newIstiodIn(t *testing.T, env *testenv.Env, name, ns, kubeconfig string) *i
 	cfg.HTTPSAddr = freeAddr(t)
 	cfg.MonitoringAddr = freeAddr(t)
 	cfg.GracePeriod = time.Second
+	for _, o := range opts {
+		o(&cfg)
+	}
 	logs := &logtest.Buffer{}
 	log := slog.New(slog.NewTextHandler(io.MultiWriter(logs, testWriter{t}), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	srv, err := bootstrap.New(cfg, log.With("istiod", name))

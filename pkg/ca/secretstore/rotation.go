@@ -37,6 +37,9 @@ func NewRotationStore(secrets corev1client.SecretsGetter, namespace string) *Rot
 
 func (s *RotationStore) where() string { return s.namespace + "/" + RotationSecretName }
 
+// String names the Secret the rotation state is kept in.
+func (s *RotationStore) String() string { return "Secret " + s.where() }
+
 // Load reads the Secret; none means no rotation under way.
 func (s *RotationStore) Load(ctx context.Context) (*ca.Rotation, string, error) {
 	secret, err := s.secrets.Secrets(s.namespace).Get(ctx, RotationSecretName, metav1.GetOptions{})

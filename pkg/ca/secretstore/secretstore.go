@@ -46,6 +46,9 @@ func New(secrets corev1client.SecretsGetter, namespace string) *Store {
 
 func (s *Store) where() string { return s.namespace + "/" + SecretName }
 
+// String names the Secret the set is kept in.
+func (s *Store) String() string { return "Secret " + s.where() }
+
 // Load reads the Secret. It returns an error wrapping ca.ErrNotFound when
 // the Secret does not exist, and one wrapping ErrInvalidSecret when it
 // lacks a required key.
