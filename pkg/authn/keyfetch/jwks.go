@@ -24,6 +24,15 @@ type JWKSSource struct {
 	JWKSURI string
 }
 
+// URL is where a fetch of the key set starts: JWKSURI, or the issuer's
+// discovery document.
+func (s JWKSSource) URL() string {
+	if s.JWKSURI != "" {
+		return s.JWKSURI
+	}
+	return discoveryURL(s.Issuer)
+}
+
 func (s JWKSSource) String() string {
 	if s.JWKSURI == "" {
 		return s.Issuer + " (discovery)"

@@ -163,7 +163,7 @@ func (ks *KeySet) fetch(ctx context.Context, done chan struct{}) {
 func (ks *KeySet) fetchKeys(ctx context.Context) ([]jose.JSONWebKey, string, error) {
 	uri := ks.jwksURI
 	if uri == "" {
-		wellKnown := strings.TrimSuffix(ks.issuer, "/") + "/.well-known/openid-configuration"
+		wellKnown := discoveryURL(ks.issuer)
 		body, err := ks.c.get(ctx, wellKnown)
 		if err != nil {
 			return nil, "", fmt.Errorf("discover issuer: %w", err)
@@ -181,6 +181,11 @@ func (ks *KeySet) fetchKeys(ctx context.Context) ([]jose.JSONWebKey, string, err
 		return nil, "", fmt.Errorf("key set at %s: %w", uri, err)
 	}
 	return keys, uri, nil
+}
+
+// discoveryURL is where issuer publishes its OIDC discovery document.
+func discoveryURL(issuer string) string {
+	return strings.TrimSuffix(issuer, "/") + "/.well-known/openid-configuration"
 }
 
 // verifyWith tries the keys named kid, or every key when kid is empty.
