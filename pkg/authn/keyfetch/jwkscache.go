@@ -41,12 +41,13 @@ func (s *JWKSSnapshot) JWKS(src JWKSSource) (string, bool) {
 //
 // Fetches run in Run, at most one per key set at a time and at most
 // maxFetchesPerHost at once from one host (that of the key set's URL),
-// with the Client's limits. A
+// with the Client's limits and every URL passing the cache's URLRule. A
 // key set waits for no other host's: one that never answers holds its
 // own fetch for a timeout, and no one else's. A failure is logged with
 // the issuer and the reason, never with what was served.
 type JWKSCache struct {
-	c *Client
+	c    *Client
+	rule URLRule
 
 	mu      sync.Mutex
 	entries map[JWKSSource]*jwksEntry // the wanted key sets
@@ -70,10 +71,12 @@ type hostSlots struct {
 	users int // fetches running or waiting
 }
 
-// JWKSCache returns a cache fetching with c. It does no I/O.
-func (c *Client) JWKSCache() *JWKSCache {
+// JWKSCache returns a cache fetching with c, every URL passing rule: for
+// RequestAuthentication, URLRule{} unless the operator allows plain http
+// to loopback hosts. It does no I/O.
+func (c *Client) JWKSCache(rule URLRule) *JWKSCache {
 	return &JWKSCache{
-		c:       c,
+		c: c, rule: rule,
 		entries: map[JWKSSource]*jwksEntry{}, hosts: map[string]*hostSlots{},
 		snap: &JWKSSnapshot{docs: map[JWKSSource]string{}}, subs: map[chan *JWKSSnapshot]bool{},
 		wake: make(chan struct{}, 1),
@@ -211,7 +214,7 @@ func (k *JWKSCache) dueIn(e *jwksEntry, now time.Time) time.Duration {
 func (k *JWKSCache) fetch(ctx context.Context, src JWKSSource, e *jwksEntry, slots *hostSlots) {
 	select {
 	case slots.sem <- struct{}{}:
-		doc, err := k.c.FetchJWKS(ctx, src)
+		doc, err := k.c.FetchJWKS(ctx, src, k.rule)
 		<-slots.sem
 		k.record(src, e, doc, err)
 	case <-ctx.Done():

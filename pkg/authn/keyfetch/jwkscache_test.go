@@ -67,7 +67,7 @@ func newTarpit(t *testing.T, ip string, ended chan<- struct{}) *tarpit {
 func TestJWKSCacheTarpitsDelayNoOne(t *testing.T) {
 	good := newJWKSIssuer(t, keySetJSON(t, newSigner(t, "good")))
 	c, _, _ := testClient(t, Config{Timeout: DefaultTimeout}, nil)
-	cache := c.JWKSCache()
+	cache := c.JWKSCache(URLRule{LoopbackHTTP: true})
 	updates, cancel := cache.Subscribe()
 	defer cancel()
 
@@ -137,7 +137,7 @@ func TestJWKSCacheFetchesPerHost(t *testing.T) {
 		writeBody(w, "application/json", keys)
 	}))
 	c, _, _ := testClient(t, Config{}, nil)
-	cache := c.JWKSCache()
+	cache := c.JWKSCache(URLRule{LoopbackHTTP: true})
 	var srcs []JWKSSource
 	for i := range n {
 		srcs = append(srcs, JWKSSource{Issuer: fmt.Sprint("https://issuer.example/", i), JWKSURI: fmt.Sprint(srv.URL, "/keys/", i)})
