@@ -39,6 +39,7 @@ func discovery(ctx context.Context, args []string, getenv func(string) string, s
 	audiences := fs.String("token-audiences", envOr(getenv, "TOKEN_AUDIENCES", strings.Join(cfg.TokenAudiences, ",")), "audiences a Kubernetes token must carry, comma-separated (env TOKEN_AUDIENCES)")
 	fs.BoolVar(&cfg.RequirePodBoundTokens, "require-pod-bound-tokens", false, "refuse Kubernetes tokens that are not bound to a pod")
 	fs.BoolVar(&cfg.AllowInsecureSkipVerify, "allow-insecure-skip-verify", false, "let DestinationRules originate TLS without verifying the server (insecureSkipVerify: true); default: such a rule's cluster gets no endpoints")
+	fs.BoolVar(&cfg.AllowLoopbackHTTPJWKS, "allow-loopback-http-jwks", false, "let RequestAuthentications have their key sets fetched over plain http from loopback hosts (jwksUri, or the issuer's discovery), istiod's own ports among them; default: the webhook refuses such rules and their issuers' tokens are refused")
 	extraNames := fs.String("serving-dns-names", "", "extra DNS names for istiod's serving certificate, comma-separated")
 	fs.DurationVar(&cfg.DefaultCertTTL, "workload-cert-ttl", cfg.DefaultCertTTL, "default workload certificate lifetime")
 	fs.DurationVar(&cfg.MaxCertTTL, "max-workload-cert-ttl", cfg.MaxCertTTL, "longest workload certificate lifetime a caller may ask for")

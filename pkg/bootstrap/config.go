@@ -75,6 +75,11 @@ type Config struct {
 	// AllowInsecureSkipVerify lets DestinationRules originate TLS to
 	// servers they do not verify (insecureSkipVerify: true).
 	AllowInsecureSkipVerify bool
+	// AllowLoopbackHTTPJWKS lets RequestAuthentications have their key
+	// sets fetched over plain http from loopback hosts (their jwksUri, or
+	// their issuer's discovery), istiod's own loopback ports among them;
+	// the admission webhook then admits such rules too.
+	AllowLoopbackHTTPJWKS bool
 
 	// ConfigDir holds the mesh model as Kubernetes-style YAML manifests
 	// (Services, WorkloadEntries, Istio security resources); watched.

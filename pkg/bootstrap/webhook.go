@@ -15,9 +15,9 @@ import (
 
 // webhookHandler routes the admission webhooks served on the HTTPS port:
 // sidecar injection and validation of the security resources.
-func webhookHandler(store *inject.Store, mesh func() *meshv1alpha1.MeshConfig, log *slog.Logger) http.Handler {
+func webhookHandler(store *inject.Store, mesh func() *meshv1alpha1.MeshConfig, allowLoopbackHTTPJWKS bool, log *slog.Logger) http.Handler {
 	injector := inject.NewHandler(store, log, inject.WithMeshConfig(mesh))
-	validator := validate.NewHandler(log)
+	validator := validate.NewHandler(log, validate.AllowLoopbackHTTPJWKS(allowLoopbackHTTPJWKS))
 	mux := http.NewServeMux()
 	mux.Handle("/inject", injector)
 	mux.Handle("/inject/", injector)

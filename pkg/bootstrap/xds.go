@@ -59,7 +59,7 @@ func (s *Server) wireXDS(chain authn.Authenticator, td spiffeid.TrustDomain) err
 		AllowedPrefixes: s.cfg.JWTFetchAllowedPrefixes,
 		RefreshInterval: s.cfg.JWTKeysRefreshInterval,
 		Logger:          s.log.With("component", "reqauthn"),
-	}).JWKSCache()
+	}).JWKSCache(keyfetch.URLRule{LoopbackHTTP: s.cfg.AllowLoopbackHTTPJWKS})
 	srv, err := xds.New(xds.Config{
 		KeySets:       s.keySets,
 		Secrets:       secrets,
@@ -70,6 +70,7 @@ func (s *Server) wireXDS(chain authn.Authenticator, td spiffeid.TrustDomain) err
 		TrustDomain:   td,
 
 		AllowInsecureSkipVerify: s.cfg.AllowInsecureSkipVerify,
+		AllowLoopbackHTTPJWKS:   s.cfg.AllowLoopbackHTTPJWKS,
 		Registerer:              s.registry,
 		Logger:                  s.log.With("component", "xds"),
 

@@ -29,6 +29,7 @@ type meshState struct {
 func (s *Server) newMeshState(mc *meshv1alpha1.MeshConfig, keys *keyfetch.JWKSSnapshot) *meshState {
 	m := envoyMesh(mc)
 	m.AllowInsecureSkipVerify = s.cfg.AllowInsecureSkipVerify
+	m.AllowLoopbackHTTPJWKS = s.cfg.AllowLoopbackHTTPJWKS
 	g := &envoygen.Generator{TrustDomain: s.cfg.TrustDomain, Mesh: m}
 	if keys != nil {
 		g.Keys = keys
@@ -44,6 +45,11 @@ func (s *Server) applyMesh(mc *meshv1alpha1.MeshConfig) {
 // applyKeys makes keys the key sets the next push is built with.
 func (s *Server) applyKeys(keys *keyfetch.JWKSSnapshot) {
 	s.mesh.Store(s.newMeshState(s.mesh.Load().cfg, keys))
+}
+
+// jwksRule is what RequestAuthentication key sets may be fetched from.
+func (s *Server) jwksRule() keyfetch.URLRule {
+	return keyfetch.URLRule{LoopbackHTTP: s.cfg.AllowLoopbackHTTPJWKS}
 }
 
 // KeySets are the key sets istiod fetches for RequestAuthentication

@@ -14,6 +14,7 @@ import (
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
+	"github.com/bulwark-mesh/bulwark/internal/logtest"
 	"github.com/bulwark-mesh/bulwark/pkg/authn/keyfetch"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/catest"
 	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
@@ -65,7 +66,8 @@ func TestRequestAuthenticationKeysArePushed(t *testing.T) {
 		_, _ = w.Write([]byte(*served.Load()))
 	}))
 	t.Cleanup(iss.Close)
-	cache := keyfetch.New(keyfetch.Config{RefreshInterval: 50 * time.Millisecond, RetryInterval: 50 * time.Millisecond, Logger: catest.Logger(t)}).JWKSCache()
+	cache := keyfetch.New(keyfetch.Config{RefreshInterval: 50 * time.Millisecond, RetryInterval: 50 * time.Millisecond, Logger: catest.Logger(t)}).
+		JWKSCache(keyfetch.URLRule{LoopbackHTTP: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = cache.Run(ctx); close(done) }()
@@ -79,7 +81,7 @@ spec:
   selector: {matchLabels: {app: web}}
   jwtRules: [{issuer: "https://idp.example", jwksUri: "`+iss.URL+`/keys"}]
 `)
-	h := newHarness(t, snap, func(c *Config) { c.KeySets = cache })
+	h := newHarness(t, snap, func(c *Config) { c.KeySets = cache; c.AllowLoopbackHTTPJWKS = true })
 	st := h.stream("spiffe://cluster.local/ns/app/sa/web")
 	if err := st.Send(&discovery.DiscoveryRequest{Node: envoyNode("app", "web", "10.0.0.20"), TypeUrl: resource.ListenerType}); err != nil {
 		t.Fatal(err)
@@ -139,5 +141,71 @@ spec:
 	h.store.Publish(modeltest.Load(t, envoyManifests))
 	if got := inboundJWKS(t, recv(t, st)); got != "" {
 		t.Fatalf("after removing the RequestAuthentication: jwt_authn with %q", got)
+	}
+}
+
+// wantRecorder is a key set cache that tells of every Want.
+type wantRecorder struct {
+	*keyfetch.JWKSCache
+	wants chan []keyfetch.JWKSSource
+}
+
+func (w wantRecorder) Want(srcs []keyfetch.JWKSSource) {
+	w.wants <- srcs
+	w.JWKSCache.Want(srcs)
+}
+
+// TestLoopbackHTTPRequestAuthenticationFailsClosed: unless istiod's
+// operator allows it, a RequestAuthentication whose key set would be
+// fetched over plain http from a loopback port (istiod's own, say) is
+// not fetched: its issuer's tokens are refused, and the rule is reported
+// as not enforced as written.
+func TestLoopbackHTTPRequestAuthenticationFailsClosed(t *testing.T) {
+	var asked atomic.Int32
+	local := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		asked.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(jwksK1))
+	}))
+	t.Cleanup(local.Close)
+	rec, log := logtest.New(t)
+	cache := wantRecorder{
+		JWKSCache: keyfetch.New(keyfetch.Config{Logger: log}).JWKSCache(keyfetch.URLRule{}),
+		wants:     make(chan []keyfetch.JWKSSource, 16),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = cache.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	snap := modeltest.Load(t, envoyManifests+`---
+apiVersion: security.istio.io/v1
+kind: RequestAuthentication
+metadata: {name: jwt, namespace: app}
+spec:
+  selector: {matchLabels: {app: web}}
+  jwtRules: [{issuer: "https://idp.example", jwksUri: "`+local.URL+`/keys"}]
+`)
+	h := newHarness(t, snap, func(c *Config) { c.KeySets = cache; c.Logger = log })
+	st := h.stream("spiffe://cluster.local/ns/app/sa/web")
+	if err := st.Send(&discovery.DiscoveryRequest{Node: envoyNode("app", "web", "10.0.0.20"), TypeUrl: resource.ListenerType}); err != nil {
+		t.Fatal(err)
+	}
+	if got := inboundJWKS(t, recv(t, st)); got != keyfetch.RejectAllJWKS {
+		t.Errorf("inline key set %q, want RejectAllJWKS", got)
+	}
+	select {
+	case srcs := <-cache.wants:
+		if len(srcs) != 0 {
+			t.Errorf("key sets wanted %v, want none", srcs)
+		}
+	case <-time.After(10 * time.Second): // a guard, not a measure
+		t.Fatal("the key sets wanted were never said")
+	}
+	if n := rec.Count("request authentication not enforced as written", "--allow-loopback-http-jwks"); n != 1 {
+		t.Errorf("%d lines report the rule as not enforced, want 1", n)
+	}
+	if n := asked.Load(); n != 0 {
+		t.Errorf("the loopback port was asked %d times", n)
 	}
 }

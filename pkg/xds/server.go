@@ -128,6 +128,10 @@ type Config struct {
 	// TLS skip verifying the server; without it such a rule's clusters
 	// get no endpoints.
 	AllowInsecureSkipVerify bool
+	// AllowLoopbackHTTPJWKS lets RequestAuthentication key sets be
+	// fetched over plain http from loopback hosts; without it such a
+	// rule's issuer gets a key set that rejects every token.
+	AllowLoopbackHTTPJWKS bool
 }
 
 // Server is the ADS server.
@@ -360,7 +364,7 @@ func (s *Server) push(snap *model.Snapshot, changedAt time.Time) {
 // wantKeys has the key sets of snap's RequestAuthentications fetched.
 func (s *Server) wantKeys(snap *model.Snapshot) {
 	if s.cfg.KeySets != nil {
-		s.cfg.KeySets.Want(reqauthn.Sources(snap.Resources().RequestAuthentications))
+		s.cfg.KeySets.Want(reqauthn.Sources(snap.Resources().RequestAuthentications, s.jwksRule()))
 	}
 }
 
@@ -379,7 +383,7 @@ func (s *Server) reportPolicies(snap *model.Snapshot) {
 			s.log.Warn("authorization policy not enforced as written", "policy", p.Policy.Namespace+"/"+p.Policy.Name, "problem", msg)
 		}
 	}
-	for _, p := range requestAuthnProblems(snap) {
+	for _, p := range requestAuthnProblems(snap, s.jwksRule()) {
 		msg := p.String()
 		current[msg] = true
 		if !s.reported[msg] {
@@ -400,10 +404,10 @@ func (s *Server) reportPolicies(snap *model.Snapshot) {
 // requestAuthnProblems are the RequestAuthentication rules that fail
 // closed whatever is fetched (a bad jwks or jwksUri); fetch failures are
 // the key sets' to log.
-func requestAuthnProblems(snap *model.Snapshot) []reqauthn.Problem {
+func requestAuthnProblems(snap *model.Snapshot, rule keyfetch.URLRule) []reqauthn.Problem {
 	var out []reqauthn.Problem
 	for _, ra := range snap.Resources().RequestAuthentications {
-		_, problems := reqauthn.Config([]*model.RequestAuthentication{ra}, allFetched{})
+		_, problems := reqauthn.Config([]*model.RequestAuthentication{ra}, allFetched{}, rule)
 		out = append(out, problems...)
 	}
 	return out

@@ -74,6 +74,15 @@ func TestPlaintextXDSIsOptIn(t *testing.T) {
 	}
 }
 
+func TestLoopbackHTTPJWKSIsOptIn(t *testing.T) {
+	for on, want := range map[bool]bool{false: false, true: true} {
+		c := deployment(t, mustRender(t, Options{Values: map[string]any{"allowLoopbackHTTPJWKS": on}})).Spec.Template.Spec.Containers[0]
+		if got := slices.Contains(c.Args, "--allow-loopback-http-jwks"); got != want {
+			t.Errorf("allowLoopbackHTTPJWKS: %t: args %v, want --allow-loopback-http-jwks %t", on, c.Args, want)
+		}
+	}
+}
+
 func TestVolumesForAReadOnlyRoot(t *testing.T) {
 	for name, tc := range renderCases {
 		t.Run(name, func(t *testing.T) {

@@ -382,14 +382,20 @@ func issuerHandler(srv *httptest.Server, keys string) http.Handler {
 
 // ourReqAuthnChain is the plaintext HTTP chain of port 8080 envoygen
 // gives the pod, its key sets fetched by keyfetch from what the model's
-// RequestAuthentications name.
+// RequestAuthentications name. The issuer is on loopback over plain
+// http, which istiod fetches from only where its operator allows it
+// (--allow-loopback-http-jwks), as here.
 func ourReqAuthnChain(t *testing.T, w *meshObjects, yaml string, labels map[string]string, ip string) *hcmv3.HttpConnectionManager {
 	t.Helper()
 	snap := ourSnapshot(t, w.objects, yaml)
-	cache := keyfetch.New(keyfetch.Config{}).JWKSCache()
-	cache.Want(reqauthn.Sources(snap.Resources().RequestAuthentications))
+	rule := keyfetch.URLRule{LoopbackHTTP: true}
+	cache := keyfetch.New(keyfetch.Config{}).JWKSCache(rule)
+	cache.Want(reqauthn.Sources(snap.Resources().RequestAuthentications, rule))
 	cache.RefreshDue(context.Background())
-	g := &envoygen.Generator{TrustDomain: spiffeid.RequireTrustDomainFromString(trustDomain), Keys: cache.Current()}
+	g := &envoygen.Generator{
+		TrustDomain: spiffeid.RequireTrustDomainFromString(trustDomain), Keys: cache.Current(),
+		Mesh: envoygen.Mesh{AllowLoopbackHTTPJWKS: rule.LoopbackHTTP},
+	}
 	var listeners []*listenerv3.Listener
 	for _, r := range g.Generate(snap, &envoygen.Proxy{Namespace: "app", Labels: labels, IPs: []string{ip}}, resource.ListenerType, []string{"virtualInbound"}, false) {
 		m, err := r.Message(resource.ListenerType)

@@ -137,11 +137,11 @@ func sameOrigin(req *http.Request, via []*http.Request) error {
 	return nil
 }
 
-// get fetches rawURL, which must pass CheckURL, and returns its body: a
-// 200 answer with a JSON content type of at most MaxBodyBytes. Errors name
-// the URL, the status and the cause, never the body.
-func (c *Client) get(ctx context.Context, rawURL string) ([]byte, error) {
-	if err := CheckURL(rawURL); err != nil {
+// get fetches rawURL, which must pass rule, and returns its body: a 200
+// answer with a JSON content type of at most MaxBodyBytes. Errors name the
+// URL, the status and the cause, never the body.
+func (c *Client) get(ctx context.Context, rawURL string, rule URLRule) ([]byte, error) {
+	if err := rule.Check(rawURL); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrFetch, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)

@@ -18,8 +18,8 @@ const MaxKeys = 100
 
 // parseDiscovery returns the jwks_uri of an OpenID Provider Metadata
 // document published for issuer. The document must name issuer exactly,
-// and its jwks_uri must pass CheckURL. Errors quote nothing of the document.
-func parseDiscovery(body []byte, issuer string) (string, error) {
+// and its jwks_uri must pass rule. Errors quote nothing of the document.
+func parseDiscovery(body []byte, issuer string, rule URLRule) (string, error) {
 	var doc struct {
 		Issuer  string `json:"issuer"`
 		JWKSURI string `json:"jwks_uri"`
@@ -33,7 +33,7 @@ func parseDiscovery(body []byte, issuer string) (string, error) {
 	if doc.JWKSURI == "" {
 		return "", fmt.Errorf("discovery document has no jwks_uri: %w", ErrBadDocument)
 	}
-	if err := CheckURL(doc.JWKSURI); err != nil {
+	if err := rule.Check(doc.JWKSURI); err != nil {
 		return "", fmt.Errorf("discovery document's jwks_uri: %w: %w", ErrBadDocument, err)
 	}
 	return doc.JWKSURI, nil

@@ -9,29 +9,32 @@ import (
 const fuzzIssuer = "https://issuer.example"
 
 // FuzzDiscovery feeds arbitrary discovery documents to the parser: a
-// jwks_uri it returns passes CheckURL, and its errors quote nothing of the
-// document.
+// jwks_uri it returns passes the URL rule it was given, and its errors
+// quote nothing of the document.
 func FuzzDiscovery(f *testing.F) {
 	for _, s := range []string{
 		`{"issuer":"https://issuer.example","jwks_uri":"https://issuer.example/keys"}`,
 		`{"issuer":"https://issuer.example","jwks_uri":"http://169.254.169.254/latest/meta-data/"}`,
 		`{"issuer":"https://issuer.example","jwks_uri":"https://u:p@issuer.example/"}`,
+		`{"issuer":"https://issuer.example","jwks_uri":"http://127.0.0.1:15014/debug/configz"}`,
 		`{"issuer":"https://evil.example","jwks_uri":"https://issuer.example/keys"}`,
 		`{"issuer":"https://issuer.example"}`, `{"issuer":1}`, `[]`, `{} {}`, `<html>`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		uri, err := parseDiscovery(body, fuzzIssuer)
-		if err != nil {
-			if !errors.Is(err, ErrBadDocument) {
-				t.Fatalf("error of unknown kind: %v", err)
+		for _, rule := range []URLRule{{}, {LoopbackHTTP: true}} {
+			uri, err := parseDiscovery(body, fuzzIssuer, rule)
+			if err != nil {
+				if !errors.Is(err, ErrBadDocument) {
+					t.Fatalf("error of unknown kind: %v", err)
+				}
+				checkQuotesNothing(t, err, body)
+				continue
 			}
-			checkQuotesNothing(t, err, body)
-			return
-		}
-		if err := CheckURL(uri); err != nil {
-			t.Fatalf("returned jwks_uri %q that the URL rule refuses: %v", uri, err)
+			if err := rule.Check(uri); err != nil {
+				t.Fatalf("returned jwks_uri %q that the URL rule %+v refuses: %v", uri, rule, err)
+			}
 		}
 	})
 }
@@ -92,7 +95,8 @@ const ownMessages = "discovery document names another issuer has no jwks_uri's j
 	"bad key material document key set of entries has no usable public signing key " +
 	"malformed JSON at byte not the expected JSON object data after the JSON object " +
 	"must be scheme://host[:port][/path] only http is allowed only for loopback hosts " +
-	"scheme is not https refused url not a URL bytes, limit 2048"
+	"scheme is not https refused url not a URL bytes, limit 2048 port is not 1-65535 " +
+	"http to a loopback host is not allowed by this istiod (--allow-loopback-http-jwks)"
 
 // FuzzJWKSForProxies feeds arbitrary key sets to what RequestAuthentication
 // passes on to proxies: what is kept encodes to a key set of the same

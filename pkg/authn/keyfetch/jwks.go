@@ -24,6 +24,24 @@ type JWKSSource struct {
 	JWKSURI string
 }
 
+// URL is where a fetch of the key set starts: JWKSURI, or the issuer's
+// discovery document. A rule that refuses it refuses the source; the
+// jwks_uri a discovery document names is checked when it is read.
+func (s JWKSSource) URL() string {
+	if s.JWKSURI != "" {
+		return s.JWKSURI
+	}
+	return discoveryURL(s.Issuer)
+}
+
+// CheckSource is the rule for where a RequestAuthentication's key set may
+// be fetched from, which its admission webhook and its generator share:
+// the source's URL must pass r. The jwks_uri a discovery document names is
+// checked when the document is read. The error quotes nothing.
+func (r URLRule) CheckSource(src JWKSSource) error {
+	return r.Check(src.URL())
+}
+
 func (s JWKSSource) String() string {
 	if s.JWKSURI == "" {
 		return s.Issuer + " (discovery)"
@@ -32,16 +50,16 @@ func (s JWKSSource) String() string {
 }
 
 // FetchJWKS fetches the key set of src with every limit of the client,
-// and returns it as a JSON Web Key Set holding only its usable public
-// signing keys (at most MaxKeys; private members, symmetric and
-// encryption keys, and unknown fields are dropped), so that what an
-// issuer serves reaches proxies only as keys. A set without such a key
-// is an error wrapping ErrBadDocument.
-func (c *Client) FetchJWKS(ctx context.Context, src JWKSSource) (string, error) {
+// every URL passing rule, and returns it as a JSON Web Key Set holding
+// only its usable public signing keys (at most MaxKeys; private members,
+// symmetric and encryption keys, and unknown fields are dropped), so that
+// what an issuer serves reaches proxies only as keys. A set without such
+// a key is an error wrapping ErrBadDocument.
+func (c *Client) FetchJWKS(ctx context.Context, src JWKSSource, rule URLRule) (string, error) {
 	if src.Issuer == "" && src.JWKSURI == "" {
 		return "", fmt.Errorf("%w: neither issuer nor jwks_uri", ErrFetch)
 	}
-	ks := &KeySet{c: c, issuer: src.Issuer, jwksURI: src.JWKSURI}
+	ks := &KeySet{c: c, issuer: src.Issuer, jwksURI: src.JWKSURI, rule: rule}
 	keys, _, err := ks.fetchKeys(ctx)
 	if err != nil {
 		return "", err

@@ -78,7 +78,7 @@ func TestFetchJWKS(t *testing.T) {
 		"at the jwks_uri found by discovery": {Issuer: iss.URL},
 	} {
 		t.Run(name, func(t *testing.T) {
-			doc, err := c.FetchJWKS(context.Background(), src)
+			doc, err := c.FetchJWKS(context.Background(), src, URLRule{LoopbackHTTP: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -93,7 +93,7 @@ func TestFetchJWKS(t *testing.T) {
 			}
 		})
 	}
-	if _, err := c.FetchJWKS(context.Background(), JWKSSource{}); !errors.Is(err, ErrFetch) {
+	if _, err := c.FetchJWKS(context.Background(), JWKSSource{}, URLRule{}); !errors.Is(err, ErrFetch) {
 		t.Errorf("no source: %v, want ErrFetch", err)
 	}
 }
@@ -117,7 +117,7 @@ func TestJWKSCache(t *testing.T) {
 	a, b := newSigner(t, "a"), newSigner(t, "b")
 	iss := newJWKSIssuer(t, keySetJSON(t, a))
 	c, rec, clock := testClient(t, Config{RefreshInterval: time.Hour, RetryInterval: time.Minute}, nil)
-	cache := c.JWKSCache()
+	cache := c.JWKSCache(URLRule{LoopbackHTTP: true})
 	updates, cancel := cache.Subscribe()
 	defer cancel()
 	src := JWKSSource{Issuer: iss.URL, JWKSURI: iss.URL + "/keys"}
@@ -197,7 +197,7 @@ func TestJWKSCache(t *testing.T) {
 func TestJWKSCacheRun(t *testing.T) {
 	iss := newJWKSIssuer(t, keySetJSON(t, newSigner(t, "a")))
 	c, _, _ := testClient(t, Config{}, nil)
-	cache := c.JWKSCache()
+	cache := c.JWKSCache(URLRule{LoopbackHTTP: true})
 	updates, cancel := cache.Subscribe()
 	defer cancel()
 	ctx, stop := context.WithCancel(context.Background())
@@ -228,7 +228,7 @@ func TestHostileIssuerRequestAuthentication(t *testing.T) {
 			standIn := newMetadataStandIn(t, nil)
 			issURL, jwksURI := serveHostile(t, tc, standIn)
 			c, rec, _ := testClient(t, Config{Timeout: tc.timeout}, standIn)
-			cache := c.JWKSCache()
+			cache := c.JWKSCache(URLRule{LoopbackHTTP: true})
 			src := JWKSSource{Issuer: issURL, JWKSURI: jwksURI}
 			cache.Want([]JWKSSource{src})
 			cache.RefreshDue(context.Background())

@@ -32,6 +32,7 @@ type KeySet struct {
 	c       *Client
 	issuer  string
 	jwksURI string // configured; empty means discover it at issuer
+	rule    URLRule
 	algs    []jose.SignatureAlgorithm
 
 	mu        sync.Mutex
@@ -45,9 +46,10 @@ type KeySet struct {
 
 // KeySet returns the key set of issuer, published at jwksURI, or found by
 // OIDC discovery at issuer when jwksURI is empty. Tokens must be signed by
-// one of algs. It does no I/O.
+// one of algs. The issuer is the operator's: its URLs pass CheckURL. It
+// does no I/O.
 func (c *Client) KeySet(issuer, jwksURI string, algs []string) *KeySet {
-	ks := &KeySet{c: c, issuer: issuer, jwksURI: jwksURI}
+	ks := &KeySet{c: c, issuer: issuer, jwksURI: jwksURI, rule: URLRule{LoopbackHTTP: true}}
 	for _, a := range algs {
 		ks.algs = append(ks.algs, jose.SignatureAlgorithm(a))
 	}
@@ -163,16 +165,16 @@ func (ks *KeySet) fetch(ctx context.Context, done chan struct{}) {
 func (ks *KeySet) fetchKeys(ctx context.Context) ([]jose.JSONWebKey, string, error) {
 	uri := ks.jwksURI
 	if uri == "" {
-		wellKnown := strings.TrimSuffix(ks.issuer, "/") + "/.well-known/openid-configuration"
-		body, err := ks.c.get(ctx, wellKnown)
+		wellKnown := discoveryURL(ks.issuer)
+		body, err := ks.c.get(ctx, wellKnown, ks.rule)
 		if err != nil {
 			return nil, "", fmt.Errorf("discover issuer: %w", err)
 		}
-		if uri, err = parseDiscovery(body, ks.issuer); err != nil {
+		if uri, err = parseDiscovery(body, ks.issuer, ks.rule); err != nil {
 			return nil, "", fmt.Errorf("discover issuer at %s: %w", wellKnown, err)
 		}
 	}
-	body, err := ks.c.get(ctx, uri)
+	body, err := ks.c.get(ctx, uri, ks.rule)
 	if err != nil {
 		return nil, "", err
 	}
@@ -181,6 +183,11 @@ func (ks *KeySet) fetchKeys(ctx context.Context) ([]jose.JSONWebKey, string, err
 		return nil, "", fmt.Errorf("key set at %s: %w", uri, err)
 	}
 	return keys, uri, nil
+}
+
+// discoveryURL is where issuer publishes its OIDC discovery document.
+func discoveryURL(issuer string) string {
+	return strings.TrimSuffix(issuer, "/") + "/.well-known/openid-configuration"
 }
 
 // verifyWith tries the keys named kid, or every key when kid is empty.

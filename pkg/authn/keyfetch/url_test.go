@@ -3,6 +3,7 @@ package keyfetch
 import (
 	"errors"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -34,6 +35,9 @@ func TestCheckURL(t *testing.T) {
 		"a backslash is refused":                             {"https://issuer.example\\@169.254.169.254/", false},
 		"a URL over the length limit is refused":             {"https://issuer.example/" + strings.Repeat("a", MaxURLLength), false},
 		"an empty string is refused":                         {"", false},
+		"port 0 is refused":                                  {"https://issuer.example:0/keys", false},
+		"a port over 65535 is refused":                       {"https://issuer.example:65536/keys", false},
+		"port 65535 is accepted":                             {"https://issuer.example:65535/keys", true},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -51,28 +55,60 @@ func TestCheckURL(t *testing.T) {
 	}
 }
 
-// FuzzCheckURL insists that an accepted URL is an absolute https URL, or
-// http to a loopback host, bounded and without user info, query or fragment.
+// TestURLRuleLoopbackHTTP: plain http to a loopback host passes only the
+// rule that allows it, and is refused with ErrLoopbackHTTP otherwise;
+// the rest of the rule is the same.
+func TestURLRuleLoopbackHTTP(t *testing.T) {
+	for _, raw := range []string{"http://127.0.0.1:15014/debug", "http://localhost:8080/", "http://[::1]/", "http://127.9.9.9/", "http://[::ffff:127.0.0.1]/"} {
+		if err := (URLRule{LoopbackHTTP: true}).Check(raw); err != nil {
+			t.Errorf("with LoopbackHTTP, %q: %v", raw, err)
+		}
+		if err := (URLRule{}).Check(raw); !errors.Is(err, ErrLoopbackHTTP) || !errors.Is(err, ErrRefusedURL) {
+			t.Errorf("without LoopbackHTTP, %q: %v, want ErrLoopbackHTTP", raw, err)
+		}
+	}
+	for _, raw := range []string{"http://issuer.example/", "http://169.254.169.254/", "ftp://127.0.0.1/"} {
+		if err := (URLRule{}).Check(raw); !errors.Is(err, ErrRefusedURL) || errors.Is(err, ErrLoopbackHTTP) {
+			t.Errorf("%q: %v, want ErrRefusedURL alone", raw, err)
+		}
+	}
+	if err := (URLRule{}).Check("https://127.0.0.1:8443/keys"); err != nil {
+		t.Errorf("https to a loopback address: %v", err)
+	}
+}
+
+// FuzzCheckURL insists that a URL either rule accepts is an absolute
+// https URL, or http to a loopback host where the rule allows it, bounded,
+// without user info, query or fragment, and with a port in 1-65535.
 func FuzzCheckURL(f *testing.F) {
 	for _, s := range []string{
 		"https://issuer.example/keys", "http://127.0.0.1:8080/x", "http://[::1]/", "http://localhost/",
 		"http://169.254.169.254/", "https://u@h/", "https://h/?q", "https://h/#f", "https:h", "//h/x",
+		"https://h:0/", "https://h:65536/", "https://h:/", "http://[::ffff:127.0.0.1]:1/",
 	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, raw string) {
-		if CheckURL(raw) != nil {
-			return
-		}
-		u, err := url.Parse(raw)
-		if err != nil {
-			t.Fatalf("accepted %q, which does not parse: %v", raw, err)
-		}
-		if len(raw) > MaxURLLength || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
-			t.Fatalf("accepted %q", raw)
-		}
-		if u.Scheme != "https" && (u.Scheme != "http" || !isLoopbackHost(u.Hostname())) {
-			t.Fatalf("accepted %q with scheme %q and host %q", raw, u.Scheme, u.Hostname())
+		for _, rule := range []URLRule{{}, {LoopbackHTTP: true}} {
+			if rule.Check(raw) != nil {
+				continue
+			}
+			u, err := url.Parse(raw)
+			if err != nil {
+				t.Fatalf("accepted %q, which does not parse: %v", raw, err)
+			}
+			if len(raw) > MaxURLLength || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+				t.Fatalf("accepted %q", raw)
+			}
+			if p := u.Port(); p != "" {
+				if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+					t.Fatalf("accepted %q with port %q", raw, p)
+				}
+			}
+			loopbackHTTP := u.Scheme == "http" && isLoopbackHost(u.Hostname())
+			if u.Scheme != "https" && (!loopbackHTTP || !rule.LoopbackHTTP) {
+				t.Fatalf("%+v accepted %q with scheme %q and host %q", rule, raw, u.Scheme, u.Hostname())
+			}
 		}
 	})
 }

@@ -2,13 +2,14 @@ package validate
 
 import (
 	"encoding/json"
-	"net/url"
 	"sort"
 	"strconv"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 	security "istio.io/api/security/v1beta1"
+
+	"github.com/bulwark-mesh/bulwark/pkg/authn/keyfetch"
 )
 
 func checkPeerAuthentication(p *problems, pa *security.PeerAuthentication) {
@@ -47,14 +48,14 @@ func checkMTLSMode(p *problems, path string, mode security.PeerAuthentication_Mu
 	}
 }
 
-func checkRequestAuthentication(p *problems, ra *security.RequestAuthentication) {
+func checkRequestAuthentication(p *problems, rs rules, ra *security.RequestAuthentication) {
 	checkTargets(p, ra.GetSelector(), ra.GetTargetRef(), ra.GetTargetRefs())
 	for i, r := range ra.GetJwtRules() {
-		checkJWTRule(p, at("spec.jwtRules", i), r)
+		checkJWTRule(p, rs, at("spec.jwtRules", i), r)
 	}
 }
 
-func checkJWTRule(p *problems, path string, r *security.JWTRule) {
+func checkJWTRule(p *problems, rs rules, path string, r *security.JWTRule) {
 	if r == nil {
 		p.addf(path, "must not be null")
 		return
@@ -70,11 +71,7 @@ func checkJWTRule(p *problems, path string, r *security.JWTRule) {
 	if r.GetJwksUri() != "" && r.GetJwks() != "" {
 		p.addf(path, "set jwks or jwksUri, not both")
 	}
-	if u := r.GetJwksUri(); u != "" {
-		if msg := checkJWKSURI(u); msg != "" {
-			p.addf(path+".jwksUri", "%s", msg)
-		}
-	}
+	checkKeySource(p, rs, path, r)
 	if j := r.GetJwks(); j != "" {
 		var set struct {
 			Keys []json.RawMessage `json:"keys"`
@@ -128,23 +125,22 @@ func checkJWTRule(p *problems, path string, r *security.JWTRule) {
 	}
 }
 
-func checkJWKSURI(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return quote(s) + " is not a URL"
-	}
-	if u.Scheme != "https" {
-		return quote(s) + " is not an https URL"
-	}
-	if u.Hostname() == "" {
-		return quote(s) + " has no host"
-	}
-	if port := u.Port(); port != "" {
-		if msg := checkPortString(port); msg != "" {
-			return msg
+// checkKeySource applies istiod's rule for where a rule's key set is
+// fetched from (keyfetch.URLRule.CheckSource, which the generator applies
+// too): its jwksUri, or, without jwks or jwksUri, its issuer's discovery
+// document.
+func checkKeySource(p *problems, rs rules, path string, r *security.JWTRule) {
+	src := keyfetch.JWKSSource{Issuer: r.GetIssuer(), JWKSURI: r.GetJwksUri()}
+	switch {
+	case src.JWKSURI != "":
+		if err := rs.jwksURLs.CheckSource(src); err != nil {
+			p.addf(path+".jwksUri", "%s is not fetched: %s", quote(src.JWKSURI), err.Error())
+		}
+	case r.GetJwks() == "" && src.Issuer != "":
+		if err := rs.jwksURLs.CheckSource(src); err != nil {
+			p.addf(path+".issuer", "%s: without jwks or jwksUri, the key set is found by the issuer's discovery document, which is not fetched: %s", quote(src.Issuer), err.Error())
 		}
 	}
-	return ""
 }
 
 // checkDuration applies Istio's rule for durations: at least 1ms, in

@@ -53,9 +53,17 @@
 //   - methods must be HTTP tokens, and namespaces and notNamespaces
 //     namespace names (optionally with a leading or trailing `*`); Istio
 //     only refuses empty strings.
-//   - jwksUri must be an https URL with a host; Istio also accepts http.
-//     jwks and jwksUri may not both be set (Istio lets jwks win), and jwks
-//     must be a JSON object with a "keys" array (Istio parses the keys).
+//   - Where a rule's key set is fetched from must be a URL istiod fetches
+//     key sets from (keyfetch.URLRule.CheckSource, the rule the generator
+//     applies): its jwksUri, or, without jwks or jwksUri, its issuer's
+//     OIDC discovery document, must be https (plain http to a loopback
+//     host only where istiod runs with --allow-loopback-http-jwks), with
+//     a host, a port in 1-65535 if any, and no user info, query or
+//     fragment. Istio also accepts http anywhere, queries, and issuers
+//     that are not URLs without a key source (whose tokens it then
+//     refuses). jwks and jwksUri may not both be set (Istio lets jwks
+//     win), and jwks must be a JSON object with a "keys" array (Istio
+//     parses the keys).
 //   - A null rule, jwtRule or portLevelMtls value is refused rather than
 //     skipped.
 //   - credentialName is refused unless tls.mode is SIMPLE or MUTUAL; Istio

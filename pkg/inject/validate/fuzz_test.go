@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/bulwark-mesh/bulwark/pkg/authn/keyfetch"
 	"github.com/bulwark-mesh/bulwark/pkg/inject/admission"
 )
 
@@ -40,6 +41,7 @@ func FuzzValidate(f *testing.F) {
 		}
 		k := kinds[names[int(which)%len(names)]]
 		obj := append(append([]byte(`{"metadata":{"name":"f"},"spec":`), spec...), '}')
-		_ = validateObject(k, obj)
+		_ = validateObject(k, obj, rules{})
+		_ = validateObject(k, obj, rules{jwksURLs: keyfetch.URLRule{LoopbackHTTP: true}})
 	})
 }

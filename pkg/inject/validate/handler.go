@@ -14,17 +14,34 @@ import (
 const MaxRequestBytes = admission.MaxRequestBytes
 
 type handler struct {
-	log *slog.Logger
+	log   *slog.Logger
+	rules rules
 	// validate checks one object; tests replace it.
 	validate func(k kind, raw []byte) error
 }
 
+// Option configures the handler.
+type Option func(*handler)
+
+// AllowLoopbackHTTPJWKS admits RequestAuthentication rules whose key set
+// istiod would fetch over plain http from a loopback host, when istiod is
+// run to fetch them (--allow-loopback-http-jwks); by default they are
+// refused, as istiod would refuse to fetch them.
+func AllowLoopbackHTTPJWKS(allow bool) Option {
+	return func(h *handler) { h.rules.jwksURLs.LoopbackHTTP = allow }
+}
+
 // NewHandler serves the validating webhook on POST /validate and /validate/.
-func NewHandler(logger *slog.Logger) http.Handler {
+func NewHandler(logger *slog.Logger, opts ...Option) http.Handler {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &handler{log: logger, validate: validateObject}
+	h := &handler{log: logger}
+	for _, o := range opts {
+		o(h)
+	}
+	h.validate = func(k kind, raw []byte) error { return validateObject(k, raw, h.rules) }
+	return h
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {

@@ -12,6 +12,8 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 	security "istio.io/api/security/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/bulwark-mesh/bulwark/pkg/authn/keyfetch"
 )
 
 const (
@@ -24,23 +26,31 @@ type kind struct {
 	name string
 	// newSpec returns an empty spec message to decode into.
 	newSpec func() proto.Message
-	// check validates the decoded spec; raw is the spec's JSON, for the
-	// few checks protobuf cannot see (an explicitly empty list).
-	check func(p *problems, meta *metav1.ObjectMeta, spec proto.Message, raw []byte)
+	// check validates the decoded spec under r; raw is the spec's JSON,
+	// for the few checks protobuf cannot see (an explicitly empty list).
+	check func(p *problems, r rules, meta *metav1.ObjectMeta, spec proto.Message, raw []byte)
+}
+
+// rules are the choices of istiod's operator that the checks follow, as
+// istiod itself does.
+type rules struct {
+	// jwksURLs is what RequestAuthentication key sets may be fetched
+	// from.
+	jwksURLs keyfetch.URLRule
 }
 
 var kinds = map[string]kind{
 	"PeerAuthentication": {
 		name:    "PeerAuthentication",
 		newSpec: func() proto.Message { return &security.PeerAuthentication{} },
-		check: func(p *problems, _ *metav1.ObjectMeta, m proto.Message, _ []byte) {
+		check: func(p *problems, _ rules, _ *metav1.ObjectMeta, m proto.Message, _ []byte) {
 			checkPeerAuthentication(p, m.(*security.PeerAuthentication))
 		},
 	},
 	"AuthorizationPolicy": {
 		name:    "AuthorizationPolicy",
 		newSpec: func() proto.Message { return &security.AuthorizationPolicy{} },
-		check: func(p *problems, meta *metav1.ObjectMeta, m proto.Message, raw []byte) {
+		check: func(p *problems, _ rules, meta *metav1.ObjectMeta, m proto.Message, raw []byte) {
 			ap := m.(*security.AuthorizationPolicy)
 			checkDryRun(p, meta, ap)
 			checkEmptyRuleLists(p, raw)
@@ -50,14 +60,14 @@ var kinds = map[string]kind{
 	"RequestAuthentication": {
 		name:    "RequestAuthentication",
 		newSpec: func() proto.Message { return &security.RequestAuthentication{} },
-		check: func(p *problems, _ *metav1.ObjectMeta, m proto.Message, _ []byte) {
-			checkRequestAuthentication(p, m.(*security.RequestAuthentication))
+		check: func(p *problems, r rules, _ *metav1.ObjectMeta, m proto.Message, _ []byte) {
+			checkRequestAuthentication(p, r, m.(*security.RequestAuthentication))
 		},
 	},
 	"DestinationRule": {
 		name:    "DestinationRule",
 		newSpec: func() proto.Message { return &networking.DestinationRule{} },
-		check: func(p *problems, _ *metav1.ObjectMeta, m proto.Message, _ []byte) {
+		check: func(p *problems, _ rules, _ *metav1.ObjectMeta, m proto.Message, _ []byte) {
 			checkDestinationRule(p, m.(*networking.DestinationRule))
 		},
 	},
@@ -86,8 +96,9 @@ type object struct {
 	Spec     json.RawMessage   `json:"spec"`
 }
 
-// validateObject decodes raw as an object of kind k and checks its spec.
-func validateObject(k kind, raw []byte) error {
+// validateObject decodes raw as an object of kind k and checks its spec
+// under r.
+func validateObject(k kind, raw []byte, r rules) error {
 	if len(raw) == 0 {
 		return fmt.Errorf("%s: no object in the request", k.name)
 	}
@@ -106,7 +117,7 @@ func validateObject(k kind, raw []byte) error {
 		rawSpec = nil
 	}
 	var p problems
-	k.check(&p, &obj.Metadata, spec, rawSpec)
+	k.check(&p, r, &obj.Metadata, spec, rawSpec)
 	if err := p.err(); err != nil {
 		return fmt.Errorf("%s: %w", ref, err)
 	}

@@ -15,9 +15,9 @@ type specCase struct {
 	refused string
 }
 
-func runSpecCases(t *testing.T, cases map[string]specCase) {
+func runSpecCases(t *testing.T, cases map[string]specCase, opts ...Option) {
 	t.Helper()
-	h := NewHandler(testLogger(t))
+	h := NewHandler(testLogger(t), opts...)
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			out := admitBody(t, h, reviewFor(t, admission.APIVersionV1, tc.kind, admissionv1.Create, objectJSON(tc.kind, tc.spec)))
@@ -103,11 +103,39 @@ func TestRequestAuthentication(t *testing.T) {
 		},
 		"an http jwksUri is refused": {
 			kind: requestAuthn, spec: `{"jwtRules":[{"issuer":"i","jwksUri":"http://a/jwks"}]}`,
-			refused: "spec.jwtRules[0].jwksUri: \"http://a/jwks\" is not an https URL",
+			refused: "spec.jwtRules[0].jwksUri: \"http://a/jwks\" is not fetched: scheme is not https",
 		},
 		"a jwksUri without a host is refused": {
 			kind: requestAuthn, spec: `{"jwtRules":[{"issuer":"i","jwksUri":"https:///jwks"}]}`,
-			refused: "has no host",
+			refused: "must be scheme://host[:port][/path] only",
+		},
+		"a jwksUri with a query, which istiod would not fetch, is refused": {
+			kind: requestAuthn, spec: `{"jwtRules":[{"issuer":"i","jwksUri":"https://a/jwks?tenant=x"}]}`,
+			refused: "spec.jwtRules[0].jwksUri: \"https://a/jwks?tenant=x\" is not fetched",
+		},
+		"a jwksUri with port 0 is refused": {
+			kind: requestAuthn, spec: `{"jwtRules":[{"issuer":"i","jwksUri":"https://a:0/jwks"}]}`,
+			refused: "port is not 1-65535",
+		},
+		"a jwksUri over http to a loopback port is refused": {
+			kind: requestAuthn, spec: `{"jwtRules":[{"issuer":"i","jwksUri":"http://127.0.0.1:15014/debug/configz"}]}`,
+			refused: "spec.jwtRules[0].jwksUri: \"http://127.0.0.1:15014/debug/configz\" is not fetched: " +
+				"http to a loopback host is not allowed by this istiod (--allow-loopback-http-jwks)",
+		},
+		"an issuer over http on a loopback port, without jwks or jwksUri, is refused": {
+			kind: requestAuthn, spec: `{"jwtRules":[{"issuer":"http://localhost:15014/debug"}]}`,
+			refused: "spec.jwtRules[0].issuer: \"http://localhost:15014/debug\": without jwks or jwksUri, the key set is found by " +
+				"the issuer's discovery document, which is not fetched: http to a loopback host is not allowed",
+		},
+		"an issuer that is not a URL, without jwks or jwksUri, is refused": {
+			kind: requestAuthn, spec: `{"jwtRules":[{"issuer":"testing@secure.istio.io"}]}`,
+			refused: "spec.jwtRules[0].issuer: \"testing@secure.istio.io\": without jwks or jwksUri",
+		},
+		"an https issuer without jwks or jwksUri is allowed": {
+			kind: requestAuthn, spec: `{"jwtRules":[{"issuer":"https://issuer.example.com/realms/x"}]}`,
+		},
+		"an issuer over http on a loopback port with an https jwksUri is allowed": {
+			kind: requestAuthn, spec: `{"jwtRules":[{"issuer":"http://127.0.0.1:8080","jwksUri":"https://a/jwks"}]}`,
 		},
 		"jwks and jwksUri together are refused": {
 			kind: requestAuthn, spec: `{"jwtRules":[{"issuer":"i","jwksUri":"https://a/jwks","jwks":"{\"keys\":[]}"}]}`,
@@ -137,6 +165,24 @@ func TestRequestAuthentication(t *testing.T) {
 			kind: requestAuthn, spec: `{"jwtRules":[null]}`, refused: "spec",
 		},
 	})
+}
+
+// TestRequestAuthenticationLoopbackHTTPAllowed: where istiod's operator
+// lets it fetch key sets over plain http from loopback hosts, the webhook
+// admits such rules; everything else is as without.
+func TestRequestAuthenticationLoopbackHTTPAllowed(t *testing.T) {
+	runSpecCases(t, map[string]specCase{
+		"a jwksUri over http to a loopback port is allowed": {
+			kind: requestAuthn, spec: `{"jwtRules":[{"issuer":"i","jwksUri":"http://127.0.0.1:8080/keys"}]}`,
+		},
+		"an issuer over http on a loopback port, without jwks or jwksUri, is allowed": {
+			kind: requestAuthn, spec: `{"jwtRules":[{"issuer":"http://localhost:8080"}]}`,
+		},
+		"an http jwksUri elsewhere is refused": {
+			kind: requestAuthn, spec: `{"jwtRules":[{"issuer":"i","jwksUri":"http://a/jwks"}]}`,
+			refused: "http is allowed only for loopback hosts",
+		},
+	}, AllowLoopbackHTTPJWKS(true))
 }
 
 func TestDestinationRule(t *testing.T) {

@@ -75,6 +75,12 @@ type Mesh struct {
 	// it such a rule is refused. Not part of Istio's mesh config: istiod's
 	// operator, not a rule's author, takes that risk.
 	AllowInsecureSkipVerify bool
+	// AllowLoopbackHTTPJWKS lets a RequestAuthentication's key set be
+	// fetched over plain http from a loopback host (its jwksUri, or its
+	// issuer's discovery); without it such a rule's issuer gets a key set
+	// that rejects every token. Not Istio's either: istiod's operator, not
+	// a rule's author, may point istiod at its own loopback ports.
+	AllowLoopbackHTTPJWKS bool
 	// TLSDefaults (mesh config tlsDefaults) are the ECDH curves and
 	// cipher suites of a DestinationRule's SIMPLE or MUTUAL TLS, as Istio
 	// applies them; empty ones leave Envoy's defaults.

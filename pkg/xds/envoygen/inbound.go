@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/bulwark-mesh/bulwark/pkg/authn/keyfetch"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/authz"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/reqauthn"
@@ -180,7 +181,7 @@ func (b *builder) inboundHTTPFilters(policies []*model.AuthorizationPolicy, requ
 	if err != nil {
 		return nil, err
 	}
-	jwt, _, err := reqauthn.Filter(requestAuthn, b.g.Keys)
+	jwt, _, err := reqauthn.Filter(requestAuthn, b.g.Keys, keyfetch.URLRule{LoopbackHTTP: b.g.Mesh.AllowLoopbackHTTPJWKS})
 	if err != nil {
 		return nil, err
 	}

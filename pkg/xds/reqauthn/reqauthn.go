@@ -22,8 +22,10 @@
 // inline jwks is used as written, otherwise the key set of its jwksUri (or
 // of the issuer's OIDC discovery) that Keys holds. Failing closed: a key
 // set that is not held (never fetched, fetch failed) or not valid, and a
-// jwksUri the fetch rule refuses, become keyfetch.RejectAllJWKS, which
-// rejects every token of the issuer; never a fallback key.
+// jwksUri or issuer the URL rule refuses (keyfetch.URLRule: plain http to
+// a loopback host only where istiod's operator allows it), become
+// keyfetch.RejectAllJWKS, which rejects every token of the issuer; never
+// a fallback key.
 //
 // Differences from Istio, on purpose: jwks that hold no usable public
 // signing key (Istio passes them as written) and failed fetches (Istio
@@ -104,22 +106,21 @@ func rules(policies []*model.RequestAuthentication) []rule {
 }
 
 // Sources returns the key sets istiod must fetch for policies: those of
-// rules without inline jwks whose jwksUri (if any) passes the fetch rule.
-func Sources(policies []*model.RequestAuthentication) []keyfetch.JWKSSource {
+// rules without inline jwks whose key set rule lets istiod fetch.
+func Sources(policies []*model.RequestAuthentication, rule keyfetch.URLRule) []keyfetch.JWKSSource {
 	var out []keyfetch.JWKSSource
 	for _, r := range rules(policies) {
-		if src, ok := source(r.spec); ok && !slices.Contains(out, src) {
+		if src, ok := source(r.spec); ok && rule.CheckSource(src) == nil && !slices.Contains(out, src) {
 			out = append(out, src)
 		}
 	}
 	return out
 }
 
+// source is where r's key set is fetched from; false when it has inline
+// jwks or names nothing to fetch.
 func source(r *securityv1.JWTRule) (keyfetch.JWKSSource, bool) {
 	if r.GetJwks() != "" || (r.GetIssuer() == "" && r.GetJwksUri() == "") {
-		return keyfetch.JWKSSource{}, false
-	}
-	if u := r.GetJwksUri(); u != "" && keyfetch.CheckURL(u) != nil {
 		return keyfetch.JWKSSource{}, false
 	}
 	return keyfetch.JWKSSource{Issuer: r.GetIssuer(), JWKSURI: r.GetJwksUri()}, true
@@ -127,9 +128,10 @@ func source(r *securityv1.JWTRule) (keyfetch.JWKSSource, bool) {
 
 // Filter returns the jwt_authn filter for the RequestAuthentications that
 // select a workload, nil when they have no rule, and the rules that fail
-// closed. The error is a marshalling failure.
-func Filter(policies []*model.RequestAuthentication, keys Keys) (*hcm.HttpFilter, []Problem, error) {
-	cfg, problems := Config(policies, keys)
+// closed; rule is what their key sets may be fetched from. The error is
+// a marshalling failure.
+func Filter(policies []*model.RequestAuthentication, keys Keys, rule keyfetch.URLRule) (*hcm.HttpFilter, []Problem, error) {
+	cfg, problems := Config(policies, keys, rule)
 	if cfg == nil {
 		return nil, problems, nil
 	}
@@ -141,7 +143,7 @@ func Filter(policies []*model.RequestAuthentication, keys Keys) (*hcm.HttpFilter
 }
 
 // Config is the filter's configuration, nil when policies have no rule.
-func Config(policies []*model.RequestAuthentication, keys Keys) (*jwtauthn.JwtAuthentication, []Problem) {
+func Config(policies []*model.RequestAuthentication, keys Keys, rule keyfetch.URLRule) (*jwtauthn.JwtAuthentication, []Problem) {
 	rs := rules(policies)
 	if len(rs) == 0 {
 		return nil, nil
@@ -151,7 +153,7 @@ func Config(policies []*model.RequestAuthentication, keys Keys) (*jwtauthn.JwtAu
 	var each, anyOf []*jwtauthn.JwtRequirement
 	for i, r := range rs {
 		name := "origins-" + strconv.Itoa(i)
-		p, reason := provider(r.spec, keys)
+		p, reason := provider(r.spec, keys, rule)
 		if reason != "" {
 			problems = append(problems, Problem{Policy: r.meta, Rule: r.index, Reason: reason})
 		}
@@ -189,8 +191,8 @@ func requiresAny(rs ...*jwtauthn.JwtRequirement) *jwtauthn.JwtRequirement {
 
 // provider is the rule's provider, and why its key set rejects every
 // token when it does.
-func provider(r *securityv1.JWTRule, keys Keys) (*jwtauthn.JwtProvider, string) {
-	jwks, reason := keySet(r, keys)
+func provider(r *securityv1.JWTRule, keys Keys, rule keyfetch.URLRule) (*jwtauthn.JwtProvider, string) {
+	jwks, reason := keySet(r, keys, rule)
 	p := &jwtauthn.JwtProvider{
 		Issuer:               r.GetIssuer(),
 		Audiences:            r.GetAudiences(),
@@ -231,22 +233,23 @@ func localJWKS(doc string) *jwtauthn.JwtProvider_LocalJwks {
 
 // keySet is the key set to inline for r, and why it rejects every token
 // when it is RejectAllJWKS.
-func keySet(r *securityv1.JWTRule, keys Keys) (string, string) {
+func keySet(r *securityv1.JWTRule, keys Keys, rule keyfetch.URLRule) (string, string) {
 	if j := r.GetJwks(); j != "" {
 		if err := keyfetch.CheckJWKS(j); err != nil {
 			return keyfetch.RejectAllJWKS, "its jwks holds no usable public signing key"
 		}
 		return j, ""
 	}
-	if r.GetIssuer() == "" && r.GetJwksUri() == "" {
+	src, ok := source(r)
+	if !ok {
 		return keyfetch.RejectAllJWKS, "neither issuer nor jwksUri"
 	}
-	if u := r.GetJwksUri(); u != "" {
-		if err := keyfetch.CheckURL(u); err != nil {
+	if err := rule.CheckSource(src); err != nil {
+		if src.JWKSURI != "" {
 			return keyfetch.RejectAllJWKS, "its jwksUri is not fetched: " + err.Error()
 		}
+		return keyfetch.RejectAllJWKS, "its issuer's discovery document is not fetched: " + err.Error()
 	}
-	src, _ := source(r)
 	if keys == nil {
 		return keyfetch.RejectAllJWKS, "its key set has not been fetched"
 	}

@@ -54,7 +54,7 @@ func parse(t *testing.T, specs ...string) []*model.RequestAuthentication {
 // and marshals deterministically.
 func build(t *testing.T, policies []*model.RequestAuthentication, keys Keys) (*jwtauthn.JwtAuthentication, []Problem) {
 	t.Helper()
-	f, problems, err := Filter(policies, keys)
+	f, problems, err := Filter(policies, keys, keyfetch.URLRule{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func build(t *testing.T, policies []*model.RequestAuthentication, keys Keys) (*j
 	if err := cfg.ValidateAll(); err != nil {
 		t.Fatalf("Envoy refuses %v: %v", cfg, err)
 	}
-	again, _, _ := Filter(policies, keys)
+	again, _, _ := Filter(policies, keys, keyfetch.URLRule{})
 	if string(again.GetTypedConfig().GetValue()) != string(f.GetTypedConfig().GetValue()) {
 		t.Error("the same policies marshal to different bytes")
 	}
@@ -163,7 +163,7 @@ func TestRulesSortedByIssuerAndEachValidOrMissing(t *testing.T) {
 			t.Errorf("requirement %d: %v", i, r)
 		}
 	}
-	if got := Sources(policies); len(got) != 2 || got[0] != (keyfetch.JWKSSource{Issuer: "https://a.example"}) ||
+	if got := Sources(policies, keyfetch.URLRule{}); len(got) != 2 || got[0] != (keyfetch.JWKSSource{Issuer: "https://a.example"}) ||
 		got[1] != (keyfetch.JWKSSource{Issuer: "https://z.example", JWKSURI: "https://z.example/keys"}) {
 		t.Errorf("sources %v", got)
 	}
@@ -197,6 +197,21 @@ func TestKeySetsFailClosed(t *testing.T) {
 			keys:    fetched{"http://169.254.169.254/latest/meta-data/": testJWKS},
 			problem: "its jwksUri is not fetched",
 		},
+		"a jwksUri over http to a loopback port": {
+			spec:    `{jwtRules: [{issuer: "https://idp.example", jwksUri: "http://127.0.0.1:15014/debug/configz"}]}`,
+			keys:    fetched{"http://127.0.0.1:15014/debug/configz": testJWKS},
+			problem: "its jwksUri is not fetched: http to a loopback host is not allowed by this istiod (--allow-loopback-http-jwks)",
+		},
+		"an issuer over http on a loopback port, without jwksUri": {
+			spec:    `{jwtRules: [{issuer: "http://localhost:15014"}]}`,
+			keys:    fetched{"http://localhost:15014": testJWKS},
+			problem: "its issuer's discovery document is not fetched: http to a loopback host is not allowed",
+		},
+		"an issuer that is not a URL, without jwks or jwksUri": {
+			spec:    `{jwtRules: [{issuer: "testing@secure.istio.io"}]}`,
+			keys:    fetched{"testing@secure.istio.io": testJWKS},
+			problem: "its issuer's discovery document is not fetched",
+		},
 		"a bad header name Envoy would refuse": {
 			spec:    `{jwtRules: [{issuer: "https://idp.example", jwks: '` + testJWKS + `', outputPayloadToHeader: "bad header\n"}]}`,
 			problem: "Envoy would refuse the rule",
@@ -212,8 +227,41 @@ func TestKeySetsFailClosed(t *testing.T) {
 				!strings.Contains(problems[0].String(), "app/p0 jwtRules[0]") {
 				t.Errorf("problems %v, want one saying %q", problems, tc.problem)
 			}
-			if got := len(Sources(policies)); (got == 1) != tc.fetch {
+			if got := len(Sources(policies, keyfetch.URLRule{})); (got == 1) != tc.fetch {
 				t.Errorf("%d key sets to fetch, want fetched: %t", got, tc.fetch)
+			}
+		})
+	}
+}
+
+// TestLoopbackHTTPIsTheOperatorsChoice: where istiod's operator allows
+// plain http to loopback hosts, a rule naming one is fetched and its keys
+// inlined like any other.
+func TestLoopbackHTTPIsTheOperatorsChoice(t *testing.T) {
+	allow := keyfetch.URLRule{LoopbackHTTP: true}
+	for name, spec := range map[string]string{
+		"by jwksUri":   `{jwtRules: [{issuer: "https://idp.example", jwksUri: "http://127.0.0.1:8080/keys"}]}`,
+		"by discovery": `{jwtRules: [{issuer: "http://localhost:8080"}]}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			policies := parse(t, spec)
+			srcs := Sources(policies, allow)
+			if len(srcs) != 1 {
+				t.Fatalf("sources %v, want one", srcs)
+			}
+			if got := Sources(policies, keyfetch.URLRule{}); len(got) != 0 {
+				t.Errorf("sources %v without the operator's choice, want none", got)
+			}
+			keys := fetched{srcs[0].JWKSURI: testJWKS}
+			if srcs[0].JWKSURI == "" {
+				keys = fetched{srcs[0].Issuer: testJWKS}
+			}
+			cfg, problems := Config(policies, keys, allow)
+			if len(problems) != 0 {
+				t.Errorf("problems %v", problems)
+			}
+			if got := cfg.GetProviders()["origins-0"].GetLocalJwks().GetInlineString(); got != testJWKS {
+				t.Errorf("key set %q, want the fetched one", got)
 			}
 		})
 	}
