@@ -1,7 +1,6 @@
 package xds
 
 import (
-	"maps"
 	"slices"
 	"sync"
 
@@ -258,7 +257,7 @@ func (st *pushState) changedNames(p *proxy, typeURL string, c endpointChanges, k
 		case typeURL == typeEndpoint && c.hosts[resource.ClusterHost(n)]:
 		case c.authz && readsAuthz(typeURL, n):
 		case p.wl.envoy && c.serviceNames[typeURL][n]:
-		case !p.wl.envoy && len(c.services) > 0 && slices.ContainsFunc(slices.Collect(maps.Keys(c.services)), func(h string) bool { return grpcgen.ReadsService(typeURL, n, h) }):
+		case !p.wl.envoy && readsAnyService(typeURL, n, c.services):
 		default:
 			return false
 		}
@@ -273,6 +272,17 @@ func (st *pushState) changedNames(p *proxy, typeURL string, c endpointChanges, k
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// readsAnyService reports whether proxyless gRPC's resource typeURL/name
+// reads one of the services of hosts.
+func readsAnyService(typeURL, name string, hosts map[string]bool) bool {
+	for h := range hosts {
+		if grpcgen.ReadsService(typeURL, name, h) {
+			return true
+		}
+	}
+	return false
 }
 
 // since is history.since(from, st.seq), once per push state and from:

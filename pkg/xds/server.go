@@ -155,6 +155,9 @@ type Server struct {
 
 	reportMu sync.Mutex
 	reported map[string]bool // policy problems logged, by description
+	// checked are the problems of the AuthorizationPolicies last
+	// reported, by policy: a snapshot shares the unchanged ones.
+	checked map[*model.AuthorizationPolicy][]authz.Problem
 
 	warmingHold time.Duration // see warming.go
 
@@ -353,11 +356,11 @@ func (s *Server) push(snap *model.Snapshot, changedAt time.Time) {
 	}
 	s.mu.Unlock()
 	s.log.Debug("pushing model", "version", st.snap.Version, "proxies", len(proxies), "full", c.full, "endpointsOf", len(c.hosts))
-	if policies {
-		s.reportPolicies(st.snap)
-	}
 	for _, p := range proxies {
 		p.pushAll(st)
+	}
+	if policies { // after the proxies: they need not wait for the logs
+		s.reportPolicies(st.snap)
 	}
 }
 
@@ -372,10 +375,20 @@ func (s *Server) wantKeys(snap *model.Snapshot) {
 // be enforced as written, and how each part fails closed instead: each
 // problem once, not again with every model change while it lasts.
 func (s *Server) reportPolicies(snap *model.Snapshot) {
-	problems := authz.Check(snap.Resources().AuthorizationPolicies, authz.Options{TrustDomain: s.cfg.TrustDomain, Flavor: authz.Envoy})
-	current := make(map[string]bool, len(problems))
 	s.reportMu.Lock()
 	defer s.reportMu.Unlock()
+	current := map[string]bool{}
+	checked := make(map[*model.AuthorizationPolicy][]authz.Problem, len(snap.Resources().AuthorizationPolicies))
+	var problems []authz.Problem
+	for _, ap := range snap.Resources().AuthorizationPolicies {
+		ps, ok := s.checked[ap]
+		if !ok {
+			ps = authz.Check([]*model.AuthorizationPolicy{ap}, authz.Options{TrustDomain: s.cfg.TrustDomain, Flavor: authz.Envoy})
+		}
+		checked[ap] = ps
+		problems = append(problems, ps...)
+	}
+	s.checked = checked
 	for _, p := range problems {
 		msg := p.String()
 		current[msg] = true
