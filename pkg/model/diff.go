@@ -3,6 +3,7 @@ package model
 import (
 	"maps"
 	"slices"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 )
@@ -18,8 +19,11 @@ type Change struct {
 	// differ.
 	Config bool
 	// Authorization is true when AuthorizationPolicies or
-	// RequestAuthentications differ.
-	Authorization bool
+	// RequestAuthentications differ, and AuthorizationScopes are where
+	// those that differ apply, before and after: a workload none of them
+	// selects keeps its authorization.
+	Authorization       bool
+	AuthorizationScopes []PolicyScope
 	// Services are the hostnames of services added, removed or changed
 	// otherwise than in their endpoints.
 	Services map[string]bool
@@ -45,6 +49,12 @@ func Diff(old, new *Snapshot) Change {
 		return Change{Config: true}
 	}
 	c := Change{Authorization: !sameAuthorization(&old.res, &new.res)}
+	if c.Authorization {
+		c.AuthorizationScopes = changedScopes(old.res.AuthorizationPolicies, new.res.AuthorizationPolicies, nil,
+			func(p *AuthorizationPolicy) PolicyScope { return scopeOf(p.Meta, p.Spec) })
+		c.AuthorizationScopes = changedScopes(old.res.RequestAuthentications, new.res.RequestAuthentications, c.AuthorizationScopes,
+			func(p *RequestAuthentication) PolicyScope { return scopeOf(p.Meta, p.Spec) })
+	}
 	mark := func(m *map[string]bool, host string) {
 		if *m == nil {
 			*m = map[string]bool{}
@@ -130,15 +140,15 @@ func samePod(a, b *Pod) bool {
 // sameRules reports whether a and b hold equal PeerAuthentications and
 // DestinationRules.
 func sameRules(a, b *Resources) bool {
-	return sameSpecs(a.PeerAuthentications, b.PeerAuthentications, (*PeerAuthentication).parts) &&
-		sameSpecs(a.DestinationRules, b.DestinationRules, (*DestinationRule).parts)
+	return sameSpecs(a.PeerAuthentications, b.PeerAuthentications, (*PeerAuthentication).Parts) &&
+		sameSpecs(a.DestinationRules, b.DestinationRules, (*DestinationRule).Parts)
 }
 
 // sameAuthorization reports whether a and b hold equal
 // AuthorizationPolicies and RequestAuthentications.
 func sameAuthorization(a, b *Resources) bool {
-	return sameSpecs(a.AuthorizationPolicies, b.AuthorizationPolicies, (*AuthorizationPolicy).parts) &&
-		sameSpecs(a.RequestAuthentications, b.RequestAuthentications, (*RequestAuthentication).parts)
+	return sameSpecs(a.AuthorizationPolicies, b.AuthorizationPolicies, (*AuthorizationPolicy).Parts) &&
+		sameSpecs(a.RequestAuthentications, b.RequestAuthentications, (*RequestAuthentication).Parts)
 }
 
 func sameSpecs[T any](a, b []T, parts func(T) (Meta, proto.Message)) bool {
@@ -149,7 +159,44 @@ func sameSpecs[T any](a, b []T, parts func(T) (Meta, proto.Message)) bool {
 	})
 }
 
-func (p *PeerAuthentication) parts() (Meta, proto.Message)    { return p.Meta, p.Spec }
-func (p *AuthorizationPolicy) parts() (Meta, proto.Message)   { return p.Meta, p.Spec }
-func (p *RequestAuthentication) parts() (Meta, proto.Message) { return p.Meta, p.Spec }
-func (p *DestinationRule) parts() (Meta, proto.Message)       { return p.Meta, p.Spec }
+// changedScopes adds to out the scopes of the policies added, removed or
+// changed from a to b, a changed one's before and after.
+func changedScopes[T interface {
+	comparable
+	Parts() (Meta, proto.Message)
+}](a, b []T, out []PolicyScope, scope func(T) PolicyScope) []PolicyScope {
+	old := make(map[Meta]T, len(a))
+	for _, x := range a {
+		m, _ := x.Parts()
+		old[m] = x
+	}
+	for _, y := range b {
+		m, ys := y.Parts()
+		x, ok := old[m]
+		delete(old, m)
+		if ok {
+			if _, xs := x.Parts(); x == y || xs == ys || proto.Equal(xs, ys) {
+				continue
+			}
+			out = append(out, scope(x))
+		}
+		out = append(out, scope(y))
+	}
+	for _, x := range old {
+		out = append(out, scope(x))
+	}
+	return out
+}
+
+// Parts are what identify and define a policy: equal parts, equal
+// policies. Sources hash them into versions.
+func (p *PeerAuthentication) Parts() (Meta, proto.Message) {
+	// Its creation time counts as part of its name: it decides which of
+	// several policies applies.
+	m := p.Meta
+	m.Name += "@" + p.Created.UTC().Format(time.RFC3339Nano)
+	return m, p.Spec
+}
+func (p *AuthorizationPolicy) Parts() (Meta, proto.Message)   { return p.Meta, p.Spec }
+func (p *RequestAuthentication) Parts() (Meta, proto.Message) { return p.Meta, p.Spec }
+func (p *DestinationRule) Parts() (Meta, proto.Message)       { return p.Meta, p.Spec }

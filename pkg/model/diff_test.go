@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	securityv1 "istio.io/api/security/v1"
+	typev1beta1 "istio.io/api/type/v1beta1"
+
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
 )
@@ -72,5 +75,40 @@ func TestDiffTellsWhatChanged(t *testing.T) {
 	}
 	if d := model.Diff(base, modeltest.Load(t, diffBase)); !d.None() {
 		t.Errorf("the same manifests differ: %+v", d)
+	}
+}
+
+// TestDiffScopesAuthorization: the scopes of an authorization change are
+// where the changed policies apply, before and after, so that workloads
+// none of them selects keep their authorization.
+func TestDiffScopesAuthorization(t *testing.T) {
+	ap := func(name, ns, app, allow string) *model.AuthorizationPolicy {
+		return &model.AuthorizationPolicy{Meta: model.Meta{Name: name, Namespace: ns}, Spec: &securityv1.AuthorizationPolicy{
+			Selector: &typev1beta1.WorkloadSelector{MatchLabels: map[string]string{"app": app}},
+			Rules:    []*securityv1.Rule{{From: []*securityv1.Rule_From{{Source: &securityv1.Source{Namespaces: []string{allow}}}}}},
+		}}
+	}
+	kept := ap("kept", "b", "kept", "a")
+	old := model.Build("1", model.Options{}, model.Resources{AuthorizationPolicies: []*model.AuthorizationPolicy{ap("edited", "a", "echo", "a"), kept, ap("gone", "c", "gone", "a")}})
+	edited := ap("edited", "a", "echo", "b")
+	edited.Spec.Selector.MatchLabels["app"] = "echo2"
+	new := model.Build("2", model.Options{}, model.Resources{AuthorizationPolicies: []*model.AuthorizationPolicy{edited, kept}})
+	c := model.Diff(old, new)
+	if !c.Authorization {
+		t.Fatal("no authorization change")
+	}
+	for _, tc := range []struct {
+		ns, app string
+		want    bool
+	}{
+		{"a", "echo", true}, {"a", "echo2", true}, {"c", "gone", true},
+		{"b", "kept", false}, {"a", "other", false}, {"c", "echo", false},
+	} {
+		got := slices.ContainsFunc(c.AuthorizationScopes, func(s model.PolicyScope) bool {
+			return s.Selects(model.DefaultRootNamespace, tc.ns, map[string]string{"app": tc.app})
+		})
+		if got != tc.want {
+			t.Errorf("workload app=%s of %s: selected by the change %v, want %v", tc.app, tc.ns, got, tc.want)
+		}
 	}
 }

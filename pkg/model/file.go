@@ -147,8 +147,9 @@ type envelope struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
 	Metadata   struct {
-		Name      string `json:"name"`
-		Namespace string `json:"namespace"`
+		Name              string    `json:"name"`
+		Namespace         string    `json:"namespace"`
+		CreationTimestamp time.Time `json:"creationTimestamp"`
 	} `json:"metadata"`
 	Spec json.RawMessage `json:"spec"`
 }
@@ -220,7 +221,8 @@ func decodeDocument(js []byte, res *Resources) error {
 		if err := decodeSpec(env, spec); err != nil {
 			return err
 		}
-		res.PeerAuthentications = append(res.PeerAuthentications, &PeerAuthentication{Meta: meta, Spec: spec})
+		res.PeerAuthentications = append(res.PeerAuthentications,
+			&PeerAuthentication{Meta: meta, Created: env.Metadata.CreationTimestamp, Spec: spec})
 	case "security.istio.io/v1/AuthorizationPolicy":
 		spec := &securityv1.AuthorizationPolicy{}
 		if err := decodeSpec(env, spec); err != nil {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"maps"
 	"slices"
+	"time"
 
 	networkingv1 "istio.io/api/networking/v1"
 	securityv1 "istio.io/api/security/v1"
@@ -76,7 +77,10 @@ type Workload struct {
 // PeerAuthentication is a named PeerAuthentication.
 type PeerAuthentication struct {
 	Meta
-	Spec *securityv1.PeerAuthentication
+	// Created is its creation time: of several policies of one scope,
+	// the oldest applies. Zero when the source has none.
+	Created time.Time
+	Spec    *securityv1.PeerAuthentication
 }
 
 // RequestAuthentication is a named RequestAuthentication. The Envoy

@@ -111,6 +111,10 @@ func TestMTLSMode(t *testing.T) {
 	pa := func(ns, name, body string) string {
 		return "\n---\napiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: " + name + ", namespace: " + ns + "}\nspec: " + body + "\n"
 	}
+	aged := func(ns, name, created, body string) string {
+		return "\n---\napiVersion: security.istio.io/v1\nkind: PeerAuthentication\nmetadata: {name: " + name + ", namespace: " + ns +
+			", creationTimestamp: \"" + created + "\"}\nspec: " + body + "\n"
+	}
 	echo := map[string]string{"app": "echo"}
 	tests := map[string]struct {
 		policies string
@@ -138,6 +142,21 @@ func TestMTLSMode(t *testing.T) {
 		"a workload policy of another workload does not apply": {
 			policies: pa("app", "w", "{selector: {matchLabels: {app: other}}, mtls: {mode: STRICT}}"),
 			want:     MTLSPermissive,
+		},
+		"of two namespace policies the older applies, whatever their names": {
+			policies: aged("app", "allow-legacy", "2026-02-01T00:00:00Z", "{mtls: {mode: PERMISSIVE}}") +
+				aged("app", "default", "2026-01-01T00:00:00Z", "{mtls: {mode: STRICT}}"),
+			want: MTLSStrict,
+		},
+		"the older applies when it is the more permissive": {
+			policies: aged("app", "allow-legacy", "2026-01-01T00:00:00Z", "{mtls: {mode: PERMISSIVE}}") +
+				aged("app", "default", "2026-02-01T00:00:00Z", "{mtls: {mode: STRICT}}"),
+			want: MTLSPermissive,
+		},
+		"of two workload policies created in the same second the first by name applies": {
+			policies: aged("app", "b", "2026-01-01T00:00:00Z", "{selector: {matchLabels: {app: echo}}, mtls: {mode: DISABLE}}") +
+				aged("app", "a", "2026-01-01T00:00:00Z", "{selector: {matchLabels: {app: echo}}, mtls: {mode: STRICT}}"),
+			want: MTLSStrict,
 		},
 		"a namespace policy of another namespace does not apply": {
 			policies: pa("other", "ns", "{mtls: {mode: STRICT}}"),

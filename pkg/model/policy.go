@@ -35,23 +35,23 @@ func (m MTLSMode) String() string {
 // namespace and labels on port: a workload policy (selector matching, its
 // port-level setting first) over the namespace policy over the mesh policy
 // (root namespace, no selector); UNSET inherits; the default is PERMISSIVE.
-// Among several policies of one level the oldest name wins, as the
-// alphabetically first (the model has no creation times).
+// Among several policies of one level the oldest applies, as in Istio: the
+// first created, then the first by name.
 func (s *Snapshot) MTLSMode(namespace string, labels map[string]string, port uint32) MTLSMode {
 	var workload, ns, mesh *PeerAuthentication
 	for _, pa := range s.sortedPeerAuthentications() {
 		hasSelector := len(pa.Spec.GetSelector().GetMatchLabels()) > 0
 		switch {
 		case pa.Namespace == namespace && hasSelector:
-			if workload == nil && Matches(pa.Spec.GetSelector().GetMatchLabels(), labels) {
+			if older(pa, workload) && Matches(pa.Spec.GetSelector().GetMatchLabels(), labels) {
 				workload = pa
 			}
 		case pa.Namespace == namespace && !hasSelector:
-			if ns == nil {
+			if older(pa, ns) {
 				ns = pa
 			}
 		case pa.Namespace == s.Options.RootNamespace && !hasSelector:
-			if mesh == nil {
+			if older(pa, mesh) {
 				mesh = pa
 			}
 		}
@@ -70,6 +70,18 @@ func (s *Snapshot) MTLSMode(namespace string, labels map[string]string, port uin
 		}
 	}
 	return MTLSPermissive
+}
+
+// older reports whether a was created before b (or, created at the same
+// second, is first by name), or b is nil.
+func older(a, b *PeerAuthentication) bool {
+	if b == nil {
+		return true
+	}
+	if c := a.Created.Compare(b.Created); c != 0 {
+		return c < 0
+	}
+	return a.Name < b.Name
 }
 
 func fromPA(m securityv1.PeerAuthentication_MutualTLS_Mode) MTLSMode {
@@ -118,17 +130,9 @@ type workloadSelected interface {
 func selectedPolicies[P any](s *Snapshot, all []P, namespace string, labels map[string]string, of func(P) (Meta, workloadSelected)) []P {
 	var out []P
 	for _, p := range all {
-		meta, spec := of(p)
-		if meta.Namespace != namespace && meta.Namespace != s.Options.RootNamespace {
-			continue
+		if scopeOf(of(p)).Selects(s.Options.RootNamespace, namespace, labels) {
+			out = append(out, p)
 		}
-		if spec.GetTargetRef() != nil || len(spec.GetTargetRefs()) > 0 {
-			continue
-		}
-		if !Matches(spec.GetSelector().GetMatchLabels(), labels) {
-			continue
-		}
-		out = append(out, p)
 	}
 	slices.SortFunc(out, func(a, b P) int {
 		ma, _ := of(a)
@@ -136,6 +140,29 @@ func selectedPolicies[P any](s *Snapshot, all []P, namespace string, labels map[
 		return cmp.Or(cmp.Compare(ma.Namespace, mb.Namespace), cmp.Compare(ma.Name, mb.Name))
 	})
 	return out
+}
+
+// PolicyScope is where an AuthorizationPolicy or RequestAuthentication
+// applies.
+type PolicyScope struct {
+	Namespace string
+	Selector  map[string]string
+	Attached  bool // by targetRef(s): to a gateway or waypoint, never a workload
+}
+
+func scopeOf(meta Meta, spec workloadSelected) PolicyScope {
+	return PolicyScope{
+		Namespace: meta.Namespace, Selector: spec.GetSelector().GetMatchLabels(),
+		Attached: spec.GetTargetRef() != nil || len(spec.GetTargetRefs()) > 0,
+	}
+}
+
+// Selects reports whether the policy applies to the workload of namespace
+// and labels, root being the mesh's root namespace: a policy of its
+// namespace or of the root namespace, not attached by targetRef(s), whose
+// selector (if any) matches.
+func (p PolicyScope) Selects(root, namespace string, labels map[string]string) bool {
+	return !p.Attached && (p.Namespace == namespace || p.Namespace == root) && Matches(p.Selector, labels)
 }
 
 // DestinationRule returns the rule for hostname seen from clientNamespace:

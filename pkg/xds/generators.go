@@ -123,10 +123,7 @@ func (w *nodeWorkload) scope(s *Server, snap *model.Snapshot) (key string, gen g
 // equal resources from one push state. Envoy sidecars generate with ms's
 // generator.
 func (w *nodeWorkload) scopeIn(s *Server, snap *model.Snapshot, ms *meshState) (key string, gen generateFunc) {
-	labels, ips := w.labels, w.ips
-	if pod := w.registryPod(snap); pod != nil && pod.ServiceAccount == w.serviceAccount {
-		labels, ips = pod.Labels, pod.IPs
-	}
+	labels, ips := w.in(snap)
 	if !w.envoy {
 		gp := &grpcgen.Proxy{Namespace: w.namespace, Labels: labels}
 		return "grpc\x00" + labelsKey(w.namespace, labels), func(snap *model.Snapshot, typeURL string, names []string, wildcard bool) []resource.Resource {
@@ -137,6 +134,22 @@ func (w *nodeWorkload) scopeIn(s *Server, snap *model.Snapshot, ms *meshState) (
 	return "envoy\x00" + ms.envoy.Scope(snap, ep), func(snap *model.Snapshot, typeURL string, names []string, wildcard bool) []resource.Resource {
 		return ms.envoy.Generate(snap, ep, typeURL, names, wildcard)
 	}
+}
+
+// in is the workload's labels and addresses in snap: the registry pod's
+// when the node names one running under the node's service account; else
+// what the node claims.
+func (w *nodeWorkload) in(snap *model.Snapshot) (labels map[string]string, ips []string) {
+	if pod := w.registryPod(snap); pod != nil && pod.ServiceAccount == w.serviceAccount {
+		return pod.Labels, pod.IPs
+	}
+	return w.labels, w.ips
+}
+
+// labelsIn is the workload's labels in snap (see in).
+func (w *nodeWorkload) labelsIn(snap *model.Snapshot) map[string]string {
+	labels, _ := w.in(snap)
+	return labels
 }
 
 func truncate(s string, n int) string {

@@ -51,6 +51,8 @@ type endpointChanges struct {
 	addrs map[string]bool     // the addresses of their endpoints, before and after
 	pods  map[model.Meta]bool // the pods that changed
 	authz bool                // AuthorizationPolicies or RequestAuthentications changed
+	// authzScopes are where those that changed apply; none: anywhere.
+	authzScopes []model.PolicyScope
 	// services changed otherwise (added, removed, their definition), and
 	// by type URL the names of what reads them for Envoy, before or after
 	// (envoygen.ServiceNames).
@@ -61,6 +63,7 @@ type endpointChanges struct {
 // add adds o to c, allocating what c lacks.
 func (c *endpointChanges) add(o endpointChanges) {
 	c.authz = c.authz || o.authz
+	c.authzScopes = append(slices.Clip(c.authzScopes), o.authzScopes...)
 	c.services = union(c.services, o.services)
 	for typeURL, names := range o.serviceNames {
 		if c.serviceNames == nil {
@@ -84,6 +87,17 @@ func union[K comparable](m, o map[K]bool) map[K]bool {
 		m[k] = true
 	}
 	return m
+}
+
+// authzFor reports whether the authorization changes may change what
+// applies to the workload of namespace and labels in snap.
+func (c endpointChanges) authzFor(snap *model.Snapshot, namespace string, labels map[string]string) bool {
+	if !c.authz || len(c.authzScopes) == 0 {
+		return c.authz
+	}
+	return slices.ContainsFunc(c.authzScopes, func(p model.PolicyScope) bool {
+		return p.Selects(snap.Options.RootNamespace, namespace, labels)
+	})
 }
 
 // touches reports whether the changes may change the scope of w in snap
@@ -173,6 +187,7 @@ func (s *Server) classify(prev, st *pushState) change {
 		}
 	}
 	c.full, c.hosts, c.pods, c.authz, c.services = false, d.Endpoints, d.Pods, d.Authorization, d.Services
+	c.authzScopes = d.AuthorizationScopes
 	for host := range d.Services {
 		for _, snap := range []*model.Snapshot{prev.snap, st.snap} {
 			envoygen.ServiceNames(snap, host, func(typeURL, name string) {
@@ -231,8 +246,9 @@ func (s *Server) changesSince(st *pushState, b basis, scope string) (endpointCha
 // With wildcard, names are what the proxy holds, and the names of what
 // reads a changed service are returned too, held or not: they may be new.
 func (st *pushState) changedNames(p *proxy, typeURL string, c endpointChanges, k affectedKey, names func(yield func(string) bool), wildcard bool) []string {
+	c.authz = c.authz && c.authzFor(st.snap, p.wl.namespace, p.wl.labelsIn(st.snap))
 	if c.authz || len(c.services) > 0 || typeURL != typeEndpoint {
-		k.typeURL, k.envoy = typeURL, p.wl.envoy
+		k.typeURL, k.envoy, k.authz = typeURL, p.wl.envoy, c.authz
 	}
 	if wildcard && p.wl.envoy {
 		// An Envoy sidecar's wildcard types are not endpoints: what
@@ -313,6 +329,7 @@ type affectedKey struct {
 	from    uint64
 	typeURL string // for changes that are not endpoints'
 	envoy   bool
+	authz   bool // the proxy's authorization changed
 }
 
 // affected returns the names that changed says changed, once per push

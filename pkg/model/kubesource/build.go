@@ -44,13 +44,13 @@ func buildReusing(l listers, opts model.Options, r *reuse, t *touched) *model.Sn
 	}
 	r.pods.update(podSource(l), all, t.pods)
 	r.peerAuthn.update(policySource(l.peerAuthn.List, l.peerAuthn.PeerAuthentications, peerAuthnOf,
-		func(p *model.PeerAuthentication) (model.Meta, proto.Message) { return p.Meta, p.Spec }), all, t.peerAuthn)
+		(*model.PeerAuthentication).Parts), all, t.peerAuthn)
 	r.authz.update(policySource(l.authz.List, l.authz.AuthorizationPolicies, authzOf,
-		func(p *model.AuthorizationPolicy) (model.Meta, proto.Message) { return p.Meta, p.Spec }), all, t.authz)
+		(*model.AuthorizationPolicy).Parts), all, t.authz)
 	r.reqAuthn.update(policySource(l.requestAuthn.List, l.requestAuthn.RequestAuthentications, reqAuthnOf,
-		func(p *model.RequestAuthentication) (model.Meta, proto.Message) { return p.Meta, p.Spec }), all, t.reqAuthn)
+		(*model.RequestAuthentication).Parts), all, t.reqAuthn)
 	r.destRules.update(policySource(l.destRules.List, l.destRules.DestinationRules, destRuleOf,
-		func(p *model.DestinationRule) (model.Meta, proto.Message) { return p.Meta, p.Spec }), all, t.destRules)
+		(*model.DestinationRule).Parts), all, t.destRules)
 	res := model.Resources{
 		Services:               r.serviceList,
 		Pods:                   r.pods.items,
@@ -127,7 +127,7 @@ func policySource[K interface {
 }
 
 func peerAuthnOf(o *securityv1.PeerAuthentication) (*model.PeerAuthentication, bool) {
-	return &model.PeerAuthentication{Meta: metaOf(o.Namespace, o.Name), Spec: clone(&o.Spec)}, true
+	return &model.PeerAuthentication{Meta: metaOf(o.Namespace, o.Name), Created: o.CreationTimestamp.Time, Spec: clone(&o.Spec)}, true
 }
 
 func authzOf(o *securityv1.AuthorizationPolicy) (*model.AuthorizationPolicy, bool) {

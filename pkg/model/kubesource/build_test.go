@@ -2,6 +2,7 @@ package kubesource
 
 import (
 	"testing"
+	"time"
 
 	istiosecurity "istio.io/client-go/pkg/apis/security/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -321,5 +322,23 @@ func TestRebuildsReuseWhatDidNotChange(t *testing.T) {
 	eps := second.Service("echo.app.svc.cluster.local").Endpoints[80]
 	if len(eps) != 2 || eps[1].Labels["version"] != "v2" || eps[0].Labels["version"] != "" {
 		t.Errorf("endpoints %+v", eps)
+	}
+}
+
+// TestPeerAuthenticationsKeepTheirCreationTime: of several policies of one
+// scope the oldest applies, so the time is in the model and in the
+// version: a policy deleted and created again under its name is another.
+func TestPeerAuthenticationsKeepTheirCreationTime(t *testing.T) {
+	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	pa := newPeerAuthentication("app", "default")
+	pa.CreationTimestamp = metav1.NewTime(created)
+	first := build(cacheListers(t, pa), model.Options{})
+	if got := first.Resources().PeerAuthentications[0].Created; !got.Equal(created) {
+		t.Fatalf("created %v, want %v", got, created)
+	}
+	again := pa.DeepCopy()
+	again.CreationTimestamp = metav1.NewTime(created.Add(time.Hour))
+	if second := build(cacheListers(t, again), model.Options{}); second.Version == first.Version {
+		t.Error("a policy created again has the version of the old one")
 	}
 }
