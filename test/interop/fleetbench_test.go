@@ -33,6 +33,8 @@ import (
 // sidecars, FLEET_ROUNDS rounds (default 3); without FLEET_SERVICES and
 // FLEET_PROXIES, 500 services with 1,000 proxies and 1,000 services with
 // 200 proxies. FLEET_CONTROL_PLANES=istio or =bulwark runs one alone.
+// FLEET_PROFILE=<dir> keeps a CPU profile of Bulwark's istiod over each
+// change, as <dir>/bulwark-<round>-<change>.pprof.
 //
 //	cd test/interop && ISTIOD_BIN=../../bin/istiod go test -short -run '^$' -bench FleetVsIstio -benchtime 1x -timeout 90m .
 func BenchmarkFleetVsIstio(b *testing.B) {
