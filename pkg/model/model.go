@@ -142,6 +142,8 @@ type Snapshot struct {
 	services []*Service // sorted by hostname
 	byHost   map[string]*Service
 	res      Resources // Pods sorted by namespace and name
+	// clientSelected: a DestinationRule has a workloadSelector.
+	clientSelected bool
 }
 
 // Services returns the services sorted by hostname.
@@ -162,6 +164,11 @@ func (s *Snapshot) Pod(namespace, name string) *Pod {
 	}
 	return nil
 }
+
+// SelectsClients reports whether a DestinationRule has a workloadSelector:
+// then which rule applies to a client depends on its labels, not only on
+// its namespace.
+func (s *Snapshot) SelectsClients() bool { return s.clientSelected }
 
 // Resources returns the snapshot's inputs.
 func (s *Snapshot) Resources() *Resources { return &s.res }
@@ -202,6 +209,9 @@ func assemble(version string, opts Options, res Resources) *Snapshot {
 		slices.SortStableFunc(res.Pods, comparePods)
 	}
 	s := &Snapshot{Version: version, Options: opts, byHost: make(map[string]*Service, len(res.Services)), res: res}
+	s.clientSelected = slices.ContainsFunc(res.DestinationRules, func(dr *DestinationRule) bool {
+		return dr.Spec.GetWorkloadSelector() != nil
+	})
 	s.services = slices.Clone(res.Services)
 	for _, svc := range s.services {
 		s.byHost[svc.Hostname] = svc

@@ -211,7 +211,7 @@ func (p *proxy) respondDeltaChangesLocked(typeURL string, d *deltaState, st *pus
 		d.upToDate(p, st)
 		return true
 	}
-	r := st.response(p.srv, p.scopeGen, sharedKey{typeURL: typeURL, proxy: p.scopeKey, names: namesKey(want)}, want)
+	r := st.response(p.srv, p.scopeGen, sharedKey{typeURL: typeURL, proxy: p.shareKey(typeURL), names: namesKey(want)}, want)
 	held := heldOf(nil, d.held)
 	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: typeURL}
 	n, size := selectDelta(resp, r, held)

@@ -136,6 +136,17 @@ func (w *nodeWorkload) scopeIn(s *Server, snap *model.Snapshot, ms *meshState) (
 	}
 }
 
+// endpointsKeyIn is the key under which the workload shares load
+// assignments in snap with other proxies (envoygen's EndpointScope): ""
+// when it shares them only within its scope.
+func (w *nodeWorkload) endpointsKeyIn(snap *model.Snapshot, ms *meshState) string {
+	if !w.envoy {
+		return ""
+	}
+	labels, _ := w.in(snap)
+	return "envoy\x00" + ms.envoy.EndpointScope(snap, &envoygen.Proxy{Namespace: w.namespace, Labels: labels})
+}
+
 // in is the workload's labels and addresses in snap: the registry pod's
 // when the node names one running under the node's service account; else
 // what the node claims.

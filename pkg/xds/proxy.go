@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"sync"
@@ -32,14 +33,17 @@ type proxy struct {
 	scopeMesh *meshState
 	scopeKey  string
 	scopeGen  generateFunc
-	watches   map[string]*watch
-	subs      map[string]subscription // from the last request that was not stale
-	last      map[string]lastResponse // state of the world: the response last computed, by type URL
-	pending   map[string]sent         // enqueued, by version
-	sent      map[string]sent         // last sent, by type URL
-	acked     map[string]string
-	nacked    map[string]string
-	warm      warming // listeners and routes held back
+	// endpointsKey is scopeKey, or the wider key under which load
+	// assignments are shared (shareKey).
+	endpointsKey string
+	watches      map[string]*watch
+	subs         map[string]subscription // from the last request that was not stale
+	last         map[string]lastResponse // state of the world: the response last computed, by type URL
+	pending      map[string]sent         // enqueued, by version
+	sent         map[string]sent         // last sent, by type URL
+	acked        map[string]string
+	nacked       map[string]string
+	warm         warming // listeners and routes held back
 	// bundleAcked is the content hash of the last trust bundle (PCDS) the
 	// proxy ACKed.
 	bundleAcked string
@@ -190,7 +194,7 @@ func (p *proxy) responseLocked(st *pushState, typeURL string, sub subscription) 
 		return p.proxyConfigLocked(key)
 	}
 	p.rescopeLocked(st)
-	key.proxy = p.scopeKey
+	key.proxy = p.shareKey(typeURL)
 	return st.response(p.srv, p.scopeGen, key, sub.names)
 }
 
@@ -208,7 +212,18 @@ func (p *proxy) rescopeLocked(st *pushState) {
 		}
 	}
 	p.scopeKey, p.scopeGen = p.wl.scopeIn(p.srv, st.snap, ms)
+	p.endpointsKey = cmp.Or(p.wl.endpointsKeyIn(st.snap, ms), p.scopeKey)
 	p.scopeSnap, p.scopeMesh, p.scopeSeq = st.snap, ms, st.seq
+}
+
+// shareKey is the key under which the proxy shares responses of typeURL
+// with other proxies of its push state: its scope, or for load
+// assignments the wider endpointsKey.
+func (p *proxy) shareKey(typeURL string) string {
+	if typeURL == typeEndpoint {
+		return p.endpointsKey
+	}
+	return p.scopeKey
 }
 
 // lastResponse is the response last computed for one type of a state of
@@ -241,7 +256,7 @@ func (p *proxy) sotwResponseLocked(st *pushState, typeURL string, sub subscripti
 			names = slices.Values(sub.names)
 		}
 		if changed := st.changedNames(p, typeURL, c, affectedKey{names: r, from: last.basis.seq}, names, sub.wildcard); len(changed) > 0 {
-			key := sharedKey{typeURL: typeURL, proxy: p.scopeKey, names: sub.key, wildcard: sub.wildcard}
+			key := sharedKey{typeURL: typeURL, proxy: p.shareKey(typeURL), names: sub.key, wildcard: sub.wildcard}
 			r = st.derived(p.srv, p.scopeGen, key, r, changed)
 		}
 	}

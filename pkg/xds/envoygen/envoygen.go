@@ -174,6 +174,22 @@ func (g *Generator) Scope(snap *model.Snapshot, p *Proxy) string {
 	return string(out)
 }
 
+// EndpointScope is what load assignments read of p in snap, as one
+// string: proxies with equal endpoint scopes get equal load assignments,
+// whatever their other resources. Load assignments read the proxy's
+// namespace (which DestinationRule applies to it, whether its rule may
+// name a credential) and, only when a DestinationRule selects clients by
+// their labels, its labels.
+func (g *Generator) EndpointScope(snap *model.Snapshot, p *Proxy) string {
+	out := appendPart([]byte("eds|"), p.Namespace)
+	if snap.SelectsClients() {
+		for _, k := range slices.Sorted(maps.Keys(p.Labels)) {
+			out = appendPart(appendPart(out, k), p.Labels[k])
+		}
+	}
+	return string(out)
+}
+
 func appendPart(b []byte, s string) []byte {
 	b = strconv.AppendInt(b, int64(len(s)), 10)
 	return append(append(b, ':'), s...)

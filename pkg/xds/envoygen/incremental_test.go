@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
@@ -81,4 +83,45 @@ func replace(t *testing.T, s, old, new string) string {
 		t.Fatalf("%q not found", old)
 	}
 	return strings.Replace(s, old, new, 1)
+}
+
+// TestEndpointScopeIsWhatLoadAssignmentsRead: proxies of one endpoint
+// scope get equal load assignments, whatever their labels and addresses,
+// unless a DestinationRule selects clients by labels: then the labels
+// are in the scope, and the load assignments do differ.
+func TestEndpointScopeIsWhatLoadAssignmentsRead(t *testing.T) {
+	g := &Generator{TrustDomain: td}
+	sleep := &Proxy{Namespace: "app", Labels: map[string]string{"app": "sleep"}, IPs: []string{"10.0.0.9"}}
+	other := &Proxy{Namespace: "app", Labels: map[string]string{"app": "other"}, IPs: []string{"10.0.0.10"}}
+	elsewhere := &Proxy{Namespace: "other", Labels: map[string]string{"app": "sleep"}, IPs: []string{"10.0.0.11"}}
+	subsets := "  subsets: [{name: v1, labels: {app: echo}}]\n  trafficPolicy: {tls: {mode: DISABLE}}\n"
+	for name, tc := range map[string]struct {
+		manifests string
+		shared    bool // sleep and other share an endpoint scope
+	}{
+		"no rule":                           {manifests, true},
+		"a rule for every client":           {originationRule("app", subsets), true},
+		"a rule for clients labelled sleep": {originationRule("app", "  workloadSelector: {matchLabels: {app: sleep}}\n"+subsets), false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			snap := modeltest.Load(t, tc.manifests)
+			if got := g.EndpointScope(snap, sleep) == g.EndpointScope(snap, other); got != tc.shared {
+				t.Fatalf("shared %v, want %v", got, tc.shared)
+			}
+			if g.EndpointScope(snap, sleep) == g.EndpointScope(snap, elsewhere) {
+				t.Fatal("proxies of two namespaces share an endpoint scope")
+			}
+			a, b := generate(t, g, snap, sleep).endpoints, generate(t, g, snap, other).endpoints
+			equal := len(a) == len(b)
+			for n, cla := range a {
+				equal = equal && proto.Equal(cla, b[n])
+			}
+			if tc.shared && !equal {
+				t.Error("proxies of one endpoint scope got different load assignments")
+			}
+			if !tc.shared && equal {
+				t.Error("the labels the rule selects by changed no load assignment: the case tests nothing")
+			}
+		})
+	}
 }
