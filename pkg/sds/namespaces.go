@@ -48,6 +48,7 @@ func (s *Server) holdNamespaceLocked(ns string) {
 	if n == nil {
 		n = s.newNamespaceWatch(ns)
 		s.namespaces[ns] = n
+		s.watched.Set(float64(len(s.namespaces)))
 		s.wakeLocked()
 	}
 	n.consumers++
@@ -62,6 +63,7 @@ func (s *Server) releaseNamespaceLocked(ns string) {
 		return
 	}
 	delete(s.namespaces, ns)
+	s.watched.Set(float64(len(s.namespaces)))
 	s.retired = append(s.retired, n)
 	s.wakeLocked()
 }

@@ -69,6 +69,7 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	refused *prometheus.CounterVec
+	watched prometheus.Gauge // namespaces whose Secrets are watched
 	repeats *repeats
 
 	wake chan struct{} // tells Run that namespaces gained or lost consumers
@@ -102,10 +103,16 @@ func New(cfg Config) (*Server, error) {
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bulwark_sds_refused_total", Help: "Secret resources asked for and not served, by reason.",
 		}, []string{"reason"}),
+		watched: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "bulwark_sds_watched_namespaces",
+			Help: "Namespaces whose Secrets are watched: those where a connected proxy asks for a credentialName Secret.",
+		}),
 	}
 	if cfg.Registerer != nil {
-		if err := cfg.Registerer.Register(s.refused); err != nil {
-			return nil, fmt.Errorf("sds: register metrics: %w", err)
+		for _, c := range []prometheus.Collector{s.refused, s.watched} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("sds: register metrics: %w", err)
+			}
 		}
 	}
 	return s, nil

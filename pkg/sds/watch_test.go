@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bulwark-mesh/bulwark/pkg/ca/catest"
@@ -57,6 +58,9 @@ func TestOnlyNamespacesWithConsumersAreWatched(t *testing.T) {
 	if got, want := f.secretNamespacesRead(), []string{"c", "gw"}; !slices.Equal(got, want) {
 		t.Fatalf("Secrets read in namespaces %q, want %q", got, want)
 	}
+	if n := testutil.ToFloat64(f.srv.watched); n != 2 {
+		t.Fatalf("bulwark_sds_watched_namespaces = %v, want 2", n)
+	}
 
 	first.Set([]string{"kubernetes://other"}) // other names, still a consumer of c
 	first.Close()
@@ -69,6 +73,9 @@ func TestOnlyNamespacesWithConsumersAreWatched(t *testing.T) {
 	}
 	if got := f.srv.Generate(context.Background(), c, []string{"kubernetes://tls"}); len(got) != 0 {
 		t.Fatal("a Secret of a namespace no longer watched was served")
+	}
+	if n := testutil.ToFloat64(f.srv.watched); n != 1 {
+		t.Fatalf("bulwark_sds_watched_namespaces = %v after c's consumers left, want 1", n)
 	}
 }
 
