@@ -39,14 +39,16 @@ var (
 // SARAuthorizer asks the API server with SubjectAccessReviews whether
 // system:serviceaccount:<ns>:<sa> may get the Secret, and caches verdicts
 // (allowed and denied; not errors) for a short time in a bounded map.
+// Concurrent checks of the same account and Secret share one review.
 type SARAuthorizer struct {
 	reviews authzclient.SubjectAccessReviewInterface
 	ttl     time.Duration
 	max     int
 	now     func() time.Time
 
-	mu    sync.Mutex
-	cache map[authzKey]authzEntry
+	mu       sync.Mutex
+	cache    map[authzKey]authzEntry
+	inflight map[authzKey]*authzCall
 }
 
 type authzKey struct{ namespace, serviceAccount, secret string }
@@ -54,6 +56,14 @@ type authzKey struct{ namespace, serviceAccount, secret string }
 type authzEntry struct {
 	allowed bool
 	expires time.Time
+}
+
+// authzCall is a review under way, which callers asking the same join.
+type authzCall struct {
+	done    chan struct{} // closed when allowed and err are set
+	allowed bool
+	err     error
+	joined  int // callers beside the first; guarded by SARAuthorizer.mu
 }
 
 // NewSARAuthorizer returns an authorizer creating reviews with reviews
@@ -69,7 +79,10 @@ func NewSARAuthorizer(reviews authzclient.SubjectAccessReviewInterface, ttl time
 	if clock == nil {
 		clock = time.Now
 	}
-	return &SARAuthorizer{reviews: reviews, ttl: ttl, max: max, now: clock, cache: map[authzKey]authzEntry{}}
+	return &SARAuthorizer{
+		reviews: reviews, ttl: ttl, max: max, now: clock,
+		cache: map[authzKey]authzEntry{}, inflight: map[authzKey]*authzCall{},
+	}
 }
 
 // CanReadSecret implements Authorizer.
@@ -77,32 +90,57 @@ func (a *SARAuthorizer) CanReadSecret(ctx context.Context, ns, sa, secret string
 	key := authzKey{ns, sa, secret}
 	now := a.now()
 	a.mu.Lock()
-	e, ok := a.cache[key]
-	a.mu.Unlock()
-	if ok && now.Before(e.expires) {
+	if e, ok := a.cache[key]; ok && now.Before(e.expires) {
+		a.mu.Unlock()
 		return e.allowed, nil
 	}
+	c, joined := a.inflight[key]
+	if joined {
+		c.joined++
+	} else {
+		c = &authzCall{done: make(chan struct{})}
+		a.inflight[key] = c
+	}
+	a.mu.Unlock()
+	if !joined {
+		// Others may be waiting for this review: the first caller's
+		// going away does not cancel it.
+		c.allowed, c.err = a.review(context.WithoutCancel(ctx), key)
+		a.mu.Lock()
+		delete(a.inflight, key)
+		if c.err == nil {
+			a.storeLocked(key, authzEntry{allowed: c.allowed, expires: now.Add(a.ttl)}, now)
+		}
+		a.mu.Unlock()
+		close(c.done)
+	}
+	select {
+	case <-c.done:
+		return c.allowed, c.err
+	case <-ctx.Done():
+		return false, fmt.Errorf("subject access review: %w", ctx.Err())
+	}
+}
+
+func (a *SARAuthorizer) review(ctx context.Context, key authzKey) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, authzTimeout)
 	defer cancel()
+	ns := key.namespace
 	review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-		User:   "system:serviceaccount:" + ns + ":" + sa,
+		User:   "system:serviceaccount:" + ns + ":" + key.serviceAccount,
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
 		ResourceAttributes: &authorizationv1.ResourceAttributes{
-			Namespace: ns, Verb: "get", Resource: "secrets", Name: secret,
+			Namespace: ns, Verb: "get", Resource: "secrets", Name: key.secret,
 		},
 	}}
 	resp, err := a.reviews.Create(ctx, review, metav1.CreateOptions{})
 	if err != nil {
 		return false, fmt.Errorf("subject access review: %w", err)
 	}
-	allowed := resp.Status.Allowed && !resp.Status.Denied
-	a.store(key, authzEntry{allowed: allowed, expires: now.Add(a.ttl)}, now)
-	return allowed, nil
+	return resp.Status.Allowed && !resp.Status.Denied, nil
 }
 
-func (a *SARAuthorizer) store(key authzKey, e authzEntry, now time.Time) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+func (a *SARAuthorizer) storeLocked(key authzKey, e authzEntry, now time.Time) {
 	if len(a.cache) >= a.max {
 		for k, old := range a.cache {
 			if !now.Before(old.expires) {

@@ -113,14 +113,32 @@ func newFixture(t *testing.T, policy sarPolicy, objs ...runtime.Object) *fixture
 	if err != nil {
 		t.Fatal(err)
 	}
-	changes, cancelSub := srv.Subscribe()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { _ = srv.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done; cancelSub() })
-	f := &fixture{t: t, srv: srv, client: client, bundles: bundles, reg: reg, reviews: reviews, changes: changes}
-	f.eventually(func() bool { return srv.secrets.Load() != nil })
+	t.Cleanup(func() { cancel(); <-done })
+	f := &fixture{t: t, srv: srv, client: client, bundles: bundles, reg: reg, reviews: reviews}
+	// A consumer in namespace gw, so that its Secrets are watched.
+	f.changes = f.watch(gwProxy, RootCAName, "kubernetes://tls")
 	return f
+}
+
+// watch registers a consumer of names for p, waits for the Secrets of its
+// namespace to be listed, and returns its notifications.
+func (f *fixture) watch(p Proxy, names ...string) <-chan struct{} {
+	f.t.Helper()
+	ch := make(chan struct{}, 1)
+	w := f.srv.Watch(p, func() {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	})
+	f.t.Cleanup(w.Close)
+	w.Set(names)
+	f.eventually(func() bool { _, ok := f.srv.lister(context.Background(), p.Namespace); return ok })
+	drain(ch)
+	return ch
 }
 
 func (f *fixture) eventually(cond func() bool) {

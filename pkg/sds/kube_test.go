@@ -65,6 +65,9 @@ func TestKubeAuthorization(t *testing.T) {
 
 	ingress := Proxy{Namespace: ns, ServiceAccount: "ingress", Secure: true}
 	names := []string{"kubernetes://gw-cert", "kubernetes://" + ns + "/gw-cert-cacert"}
+	w := srv.Watch(ingress, func() {})
+	defer w.Close()
+	w.Set(names)
 	var got []*tlsv3.Secret
 	deadline := time.Now().Add(30 * time.Second)
 	for {

@@ -9,6 +9,11 @@
 // response, logged and counted; the stream is not ended. Secrets larger
 // than MaxSecretSize, or whose PEM does not parse or whose key does not
 // match the certificate, are never served.
+//
+// Secrets are read only where a consumer may be served one: a namespace
+// is watched while a Watch of a proxy in it asks for one of its Secrets,
+// and a change is reported only to the Watches that ask for the Secret
+// changed (watch.go, namespaces.go).
 package sds
 
 import (
@@ -17,19 +22,12 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/bulwark-mesh/bulwark/pkg/ca"
 )
@@ -43,16 +41,12 @@ type Bundles interface {
 	Subscribe() (updates <-chan *ca.Bundle, cancel func())
 }
 
-// secretGetter looks Secrets up, from an informer's cache.
-type secretGetter interface {
-	Get(namespace, name string) (*corev1.Secret, error)
-}
-
 // Config configures a Server.
 type Config struct {
 	Bundles Bundles
-	// Client, when set, backs credentialName secrets: Run watches
-	// Secrets with it. Without it only ROOTCA is served.
+	// Client, when set, backs credentialName secrets: Run watches with it
+	// the Secrets of the namespaces that Watches ask for. Without it only
+	// ROOTCA is served.
 	Client kubernetes.Interface
 	// Authorizer decides who may read a Secret; required with Client.
 	Authorizer    Authorizer
@@ -75,12 +69,16 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	refused *prometheus.CounterVec
+	watched prometheus.Gauge // namespaces whose Secrets are watched
 	repeats *repeats
 
-	secrets atomic.Pointer[secretGetter] // nil until the informer has synced
+	wake chan struct{} // tells Run that namespaces gained or lost consumers
 
-	mu   sync.Mutex
-	subs map[chan struct{}]struct{}
+	mu         sync.Mutex
+	consumers  map[secretKey]map[*Watch]struct{} // by the Secret they read
+	roots      map[*Watch]struct{}               // the Watches asking for ROOTCA
+	namespaces map[string]*namespaceWatch        // those with consumers
+	retired    []*namespaceWatch                 // for Run to stop
 }
 
 // New returns a server for cfg. It does no I/O and starts nothing.
@@ -98,48 +96,37 @@ func New(cfg Config) (*Server, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{
-		cfg: cfg, log: cfg.Logger, subs: map[chan struct{}]struct{}{},
-		repeats: newRepeats(refusalLogWindow, refusalLogEntries, time.Now),
+		cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1),
+		consumers: map[secretKey]map[*Watch]struct{}{}, roots: map[*Watch]struct{}{},
+		namespaces: map[string]*namespaceWatch{},
+		repeats:    newRepeats(refusalLogWindow, refusalLogEntries, time.Now),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bulwark_sds_refused_total", Help: "Secret resources asked for and not served, by reason.",
 		}, []string{"reason"}),
+		watched: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "bulwark_sds_watched_namespaces",
+			Help: "Namespaces whose Secrets are watched: those where a connected proxy asks for a credentialName Secret.",
+		}),
 	}
 	if cfg.Registerer != nil {
-		if err := cfg.Registerer.Register(s.refused); err != nil {
-			return nil, fmt.Errorf("sds: register metrics: %w", err)
+		for _, c := range []prometheus.Collector{s.refused, s.watched} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("sds: register metrics: %w", err)
+			}
 		}
 	}
 	return s, nil
 }
 
-// Run watches the trust bundle and, with a client, Secrets, and notifies
-// subscribers of changes until ctx is done.
+// Run watches the trust bundle and, with a client, the Secrets of the
+// namespaces Watches ask for, and notifies the Watches of changes until
+// ctx is done.
 func (s *Server) Run(ctx context.Context) error {
 	bundles, cancel := s.cfg.Bundles.Subscribe()
 	defer cancel()
-	if s.cfg.Client != nil {
-		factory := informers.NewSharedInformerFactoryWithOptions(s.cfg.Client, 0,
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-				// Token secrets are never credentials and are many.
-				o.FieldSelector = fields.OneTermNotEqualSelector("type", string(corev1.SecretTypeServiceAccountToken)).String()
-			}))
-		inf := factory.Core().V1().Secrets()
-		if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { s.notify() },
-			UpdateFunc: func(any, any) { s.notify() },
-			DeleteFunc: func(any) { s.notify() },
-		}); err != nil {
-			return fmt.Errorf("sds: watch secrets: %w", err)
-		}
-		factory.Start(ctx.Done())
-		defer factory.Shutdown()
-		if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
-			return nil // ctx done
-		}
-		var g secretGetter = listerGetter{inf.Lister()}
-		s.secrets.Store(&g)
-		s.notify()
-	}
+	var running sync.WaitGroup
+	defer s.stopAll(&running)
+	s.reconcile(&running)
 	for {
 		select {
 		case <-ctx.Done():
@@ -148,39 +135,19 @@ func (s *Server) Run(ctx context.Context) error {
 			if !ok {
 				return nil
 			}
-			s.notify()
-		}
-	}
-}
-
-// Subscribe returns a channel that receives a value after a change of
-// anything served; changes are coalesced. Call cancel to stop.
-func (s *Server) Subscribe() (<-chan struct{}, func()) {
-	ch := make(chan struct{}, 1)
-	s.mu.Lock()
-	s.subs[ch] = struct{}{}
-	s.mu.Unlock()
-	return ch, func() {
-		s.mu.Lock()
-		delete(s.subs, ch)
-		s.mu.Unlock()
-	}
-}
-
-func (s *Server) notify() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for ch := range s.subs {
-		select {
-		case ch <- struct{}{}:
-		default:
+			s.notifyRoots()
+		case <-s.wake:
+			s.reconcile(&running)
 		}
 	}
 }
 
 // Generate returns the secrets of names that p may have, in the order of
 // names. Names it may not have, or that do not exist or are invalid, are
-// left out and logged.
+// left out and logged. A credentialName Secret is found only in a
+// namespace a Watch asks for (Set before Generate). Generate may wait for
+// a SubjectAccessReview, and for the Secrets of a namespace just watched
+// to be listed: call it holding no lock.
 func (s *Server) Generate(ctx context.Context, p Proxy, names []string) []*tlsv3.Secret {
 	var out []*tlsv3.Secret
 	for _, n := range names {
@@ -221,12 +188,12 @@ func (s *Server) generate(ctx context.Context, p Proxy, name string) (*tlsv3.Sec
 	if ref.namespace != p.Namespace {
 		return nil, errCrossNS
 	}
-	g := s.secrets.Load()
-	if g == nil {
-		return nil, errNotFound
+	secrets, ok := s.lister(ctx, ref.namespace)
+	if !ok {
+		return nil, errNotFound // no Watch asks for it, or not listed yet
 	}
 	for _, cand := range ref.candidates() {
-		secret, err := (*g).Get(ref.namespace, cand)
+		secret, err := secrets.Get(cand)
 		if apierrors.IsNotFound(err) {
 			continue
 		}
@@ -264,11 +231,4 @@ func reasonOf(err error) string {
 		return "invalid"
 	}
 	return "error"
-}
-
-// listerGetter adapts an informer's lister to secretGetter.
-type listerGetter struct{ l corelisters.SecretLister }
-
-func (g listerGetter) Get(namespace, name string) (*corev1.Secret, error) {
-	return g.l.Secrets(namespace).Get(name)
 }

@@ -76,6 +76,9 @@ func (s *Server) closeStream(id int64) {
 		p.mu.Unlock()
 	}
 	s.mu.Unlock()
+	if p != nil {
+		p.closeSecrets()
+	}
 }
 
 func (c callbacks) OnStreamRequest(id int64, req *discovery.DiscoveryRequest) error {

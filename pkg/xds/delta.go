@@ -91,6 +91,18 @@ func (d *deltaState) update(sets *nameSets, subscribe, unsubscribe []string) err
 // deltaRequest applies an incremental request for typeURL and answers it
 // if the client lacks something.
 func (p *proxy) deltaRequest(typeURL string, req *discovery.DeltaDiscoveryRequest) error {
+	if err := p.applyDeltaRequest(typeURL, req); err != nil {
+		return err
+	}
+	if typeURL == typeSecret {
+		p.refreshSecrets() // generated without p.mu
+	}
+	return nil
+}
+
+// applyDeltaRequest is deltaRequest but for the answer to a Secret
+// request.
+func (p *proxy) applyDeltaRequest(typeURL string, req *discovery.DeltaDiscoveryRequest) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	d := p.delta[typeURL]
@@ -102,6 +114,9 @@ func (p *proxy) deltaRequest(typeURL string, req *discovery.DeltaDiscoveryReques
 		return err
 	}
 	d.open = true
+	if typeURL == typeSecret {
+		return nil
+	}
 	p.respondDeltaLocked(typeURL, d, p.srv.state.Load())
 	if typeURL == typeEndpoint {
 		p.endpointsAskedLocked()

@@ -153,7 +153,31 @@ func (s *Server) watchTrustBundle(ctx context.Context) {
 			if !ok {
 				return
 			}
-			s.pushType(TypeProxyConfig)
+			s.pushProxyConfig()
 		}
+	}
+}
+
+// pushProxyConfig answers every open PCDS watch whose content changed: the
+// trust bundle changes apart from the model.
+func (s *Server) pushProxyConfig() {
+	st := s.state.Load()
+	s.mu.Lock()
+	proxies := make([]*proxy, 0, len(s.streams))
+	for _, p := range s.streams {
+		proxies = append(proxies, p)
+	}
+	s.mu.Unlock()
+	for _, p := range proxies {
+		p.mu.Lock()
+		if p.node != nil && p.debug == nil {
+			if w := p.watches[TypeProxyConfig]; w != nil {
+				p.respondLocked(TypeProxyConfig, w, st)
+			}
+			if d := p.delta[TypeProxyConfig]; d != nil {
+				p.respondDeltaLocked(TypeProxyConfig, d, st)
+			}
+		}
+		p.mu.Unlock()
 	}
 }

@@ -22,10 +22,19 @@ type proxy struct {
 	streamID int64
 	ctx      context.Context // the stream's, for authentication
 
-	mu   sync.Mutex
-	node *core.Node    // the authenticated first node; nil before
-	wl   *nodeWorkload // set with node
-	sp   sds.Proxy     // for secrets
+	// secretMu is held while the stream's secrets are generated and
+	// answered (refreshSecrets); taken before mu, never while holding it.
+	secretMu sync.Mutex
+
+	mu     sync.Mutex
+	closed bool          // the stream ended
+	node   *core.Node    // the authenticated first node; nil before
+	wl     *nodeWorkload // set with node
+	sp     sds.Proxy     // for secrets
+	// secretWatch reports changes of the secrets the stream asks for;
+	// ready is what refreshSecrets generated, while it answers.
+	secretWatch *sds.Watch
+	ready       readySecrets
 	// The generation scope of wl in scopeSnap, the last snapshot asked,
 	// under the mesh configuration scopeMesh.
 	scopeSnap *model.Snapshot
@@ -100,13 +109,16 @@ func (p *proxy) open(typeURL string, w *watch) func() {
 	p.watches[typeURL] = w
 	delete(p.pending, typeURL) // a response queued for an older watch is dropped with it
 	dc := p.debug
-	if dc == nil {
+	if dc == nil && typeURL != typeSecret {
 		p.respondLocked(typeURL, w, p.srv.state.Load())
 		if typeURL == typeEndpoint {
 			p.endpointsAskedLocked()
 		}
 	}
 	p.mu.Unlock()
+	if dc == nil && typeURL == typeSecret {
+		p.refreshSecrets()
+	}
 	// A debug client's every request but the ACK of the last response is
 	// a question (istioctl sends made-up nonces).
 	if dc != nil && !(sentBefore && nonce == last.nonce) {
@@ -187,7 +199,7 @@ func (p *proxy) responseLocked(st *pushState, typeURL string, sub subscription) 
 	key := sharedKey{typeURL: typeURL, names: sub.key, wildcard: sub.wildcard}
 	switch typeURL {
 	case typeSecret:
-		r := &response{gen: p.secretsLocked(sub.names)}
+		r := &response{gen: p.secretsLocked(sub)}
 		r.finish(key)
 		return r
 	case TypeProxyConfig:

@@ -161,6 +161,8 @@ type Server struct {
 
 	warmingHold time.Duration // see warming.go
 
+	secretQueue secretQueue // proxies whose secrets changed
+
 	bundles      bundleVersions                   // the roots of recent PCDS versions
 	rotationRoot atomic.Pointer[x509.Certificate] // the root a rotation waits for, if any
 
@@ -192,6 +194,7 @@ func New(cfg Config) (*Server, error) {
 		metrics:     newMetrics(cfg.Registerer),
 		limiter:     rate.NewLimiter(cfg.StreamRate, cfg.StreamBurst),
 		warmingHold: defaultWarmingHold,
+		secretQueue: secretQueue{wake: make(chan struct{}, 1)},
 		streams:     make(map[int64]*proxy),
 		byNode:      make(map[*core.Node]*proxy),
 	}
