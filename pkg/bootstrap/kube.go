@@ -18,6 +18,7 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/ca/rootcert"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/secretstore"
 	"github.com/bulwark-mesh/bulwark/pkg/inject/webhookconfig"
+	"github.com/bulwark-mesh/bulwark/pkg/unsupported"
 )
 
 // Client-side rate limits towards the API server. client-go's defaults (5
@@ -51,6 +52,9 @@ type kubeParts struct {
 	rootCerts *rootcert.Controller
 	webhooks  *webhookconfig.Controller
 	model     modelSource // nil when the model comes from files
+	// unsupported reports the Istio objects the model does not honour;
+	// nil when the model comes from files.
+	unsupported *unsupported.Reporter
 	// monitor says when the API server becomes unreachable and is back.
 	monitor   *apiserverMonitor
 	identity  string
@@ -146,7 +150,8 @@ func (k *kubeParts) synced() bool {
 }
 
 // run runs the root certificate distribution, the webhook configuration
-// controller and the mesh model until ctx is done.
+// controller, the mesh model and the unsupported-config reporter until ctx
+// is done.
 func (k *kubeParts) run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	if k.rootCerts != nil {
@@ -154,6 +159,9 @@ func (k *kubeParts) run(ctx context.Context) error {
 	}
 	if k.model != nil {
 		g.Go(func() error { return k.model.Run(ctx) })
+	}
+	if k.unsupported != nil {
+		g.Go(func() error { return k.unsupported.Run(ctx) })
 	}
 	if k.webhooks != nil {
 		g.Go(func() error { return k.webhooks.Run(ctx) })

@@ -16,7 +16,8 @@ import (
 // secure gRPC port beside the CSR API and authenticated by the same chain.
 //
 // The model comes from --configDir when it is given, in either mode, and
-// otherwise from the API server in Kubernetes mode. In Kubernetes mode SDS
+// otherwise from the API server in Kubernetes mode, where the objects it
+// does not honour in full are reported beside it. In Kubernetes mode SDS
 // also serves gateway credentialName secrets.
 func (s *Server) wireXDS(chain authn.Authenticator, td spiffeid.TrustDomain) error {
 	store := model.NewStore()
@@ -31,6 +32,9 @@ func (s *Server) wireXDS(chain authn.Authenticator, td spiffeid.TrustDomain) err
 		})
 	case s.kube != nil:
 		if err := s.kube.watchModel(store, opts); err != nil {
+			return err
+		}
+		if err := s.kube.reportUnsupported(s.registry); err != nil {
 			return err
 		}
 	}
