@@ -18,7 +18,6 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/ca/rootcert"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/secretstore"
 	"github.com/bulwark-mesh/bulwark/pkg/inject/webhookconfig"
-	"github.com/bulwark-mesh/bulwark/pkg/unsupported"
 )
 
 // Client-side rate limits towards the API server. client-go's defaults (5
@@ -52,9 +51,6 @@ type kubeParts struct {
 	rootCerts *rootcert.Controller
 	webhooks  *webhookconfig.Controller
 	model     modelSource // nil when the model comes from files
-	// unsupported reports the Istio objects the model does not honour;
-	// nil when the model comes from files.
-	unsupported *unsupported.Reporter
 	// monitor says when the API server becomes unreachable and is back.
 	monitor   *apiserverMonitor
 	identity  string
@@ -150,8 +146,7 @@ func (k *kubeParts) synced() bool {
 }
 
 // run runs the root certificate distribution, the webhook configuration
-// controller, the mesh model and the unsupported-config reporter until ctx
-// is done.
+// controller and the mesh model until ctx is done.
 func (k *kubeParts) run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	if k.rootCerts != nil {
@@ -159,9 +154,6 @@ func (k *kubeParts) run(ctx context.Context) error {
 	}
 	if k.model != nil {
 		g.Go(func() error { return k.model.Run(ctx) })
-	}
-	if k.unsupported != nil {
-		g.Go(func() error { return k.unsupported.Run(ctx) })
 	}
 	if k.webhooks != nil {
 		g.Go(func() error { return k.webhooks.Run(ctx) })

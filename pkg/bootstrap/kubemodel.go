@@ -62,28 +62,28 @@ func (k *kubeParts) watchModel(pub model.Publisher, opts model.Options) error {
 // reportUnsupported builds the reporter of the Istio and Gateway API
 // objects the model does not honour in full, whose gauge reg serves. Its
 // clients share the core client's REST configuration.
-func (k *kubeParts) reportUnsupported(reg prometheus.Registerer) error {
+func (k *kubeParts) reportUnsupported(reg prometheus.Registerer) (*unsupported.Reporter, error) {
 	if k.rest == nil {
-		return errors.New("unsupported-config reporter: no REST config")
+		return nil, errors.New("unsupported-config reporter: no REST config")
 	}
 	dyn, err := dynamic.NewForConfig(k.rest)
 	if err != nil {
-		return fmt.Errorf("dynamic client: %w", err)
+		return nil, fmt.Errorf("dynamic client: %w", err)
 	}
 	meta, err := metadata.NewForConfig(k.rest)
 	if err != nil {
-		return fmt.Errorf("metadata client: %w", err)
+		return nil, fmt.Errorf("metadata client: %w", err)
 	}
-	k.unsupported = unsupported.New(unsupported.Config{
+	r := unsupported.New(unsupported.Config{
 		Discovery: k.client.Discovery(),
 		Dynamic:   dyn,
 		Metadata:  meta,
 		Logger:    k.log.With("component", "unsupported"),
 	})
-	if err := reg.Register(k.unsupported.Collector()); err != nil {
-		return fmt.Errorf("unsupported-config reporter: %w", err)
+	if err := reg.Register(r.Collector()); err != nil {
+		return nil, fmt.Errorf("unsupported-config reporter: %w", err)
 	}
-	return nil
+	return r, nil
 }
 
 // secretAuthorizer decides, by SubjectAccessReview, whether a gateway's

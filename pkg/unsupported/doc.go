@@ -15,6 +15,13 @@
 // status write logs nothing. The gauge bulwark_unsupported_config{group,kind}
 // counts them, and Report (istiod's /debug/unsupported) lists them.
 //
+// # The file model
+//
+// Files reports the same for the file model's directory (local mode, or
+// --configDir): the fields ignored of the kinds the model reads. A kind it
+// does not read makes the model refuse the whole directory, which the
+// model logs.
+//
 // # Memory and pushes
 //
 // The informers keep a small record per object (name, namespace,

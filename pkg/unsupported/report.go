@@ -50,22 +50,28 @@ func (r *Reporter) Report() Report {
 		rep.NotInstalled = append(rep.NotInstalled, k.CRD())
 	}
 	r.mu.Unlock()
-	slices.SortFunc(rep.Objects, func(a, b Object) int {
-		return cmp.Or(cmp.Compare(a.Group, b.Group), cmp.Compare(a.Kind, b.Kind),
-			cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
-	})
+	sortObjects(rep.Objects)
 	slices.Sort(rep.Watched)
 	slices.Sort(rep.NotInstalled)
 	return rep
 }
 
+func sortObjects(objs []Object) {
+	slices.SortFunc(objs, func(a, b Object) int {
+		return cmp.Or(cmp.Compare(a.Group, b.Group), cmp.Compare(a.Kind, b.Kind),
+			cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+}
+
 // Handler serves Report as JSON: istiod's /debug/unsupported.
-func (r *Reporter) Handler() http.Handler {
+func (r *Reporter) Handler() http.Handler { return reportHandler(r.Report) }
+
+func reportHandler(report func() Report) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(r.Report())
+		_ = enc.Encode(report())
 	})
 }
 
@@ -75,20 +81,24 @@ var unsupportedDesc = prometheus.NewDesc("bulwark_unsupported_config",
 
 // Collector returns the gauge bulwark_unsupported_config{group,kind}: one
 // series per kind watched, 0 when no object of it is ignored.
-func (r *Reporter) Collector() prometheus.Collector { return collector{r} }
-
-type collector struct{ r *Reporter }
-
-func (collector) Describe(ch chan<- *prometheus.Desc) { ch <- unsupportedDesc }
-
-func (c collector) Collect(ch chan<- prometheus.Metric) {
-	for _, w := range c.r.watches() {
-		n := 0
-		for _, obj := range w.informer.GetStore().List() {
-			if rec, ok := obj.(*record); ok && len(rec.ignored) > 0 {
-				n++
+func (r *Reporter) Collector() prometheus.Collector {
+	return collectorFunc(func(ch chan<- prometheus.Metric) {
+		for _, w := range r.watches() {
+			n := 0
+			for _, obj := range w.informer.GetStore().List() {
+				if rec, ok := obj.(*record); ok && len(rec.ignored) > 0 {
+					n++
+				}
 			}
+			ch <- prometheus.MustNewConstMetric(unsupportedDesc, prometheus.GaugeValue, float64(n), w.kind.Group, w.kind.Name)
 		}
-		ch <- prometheus.MustNewConstMetric(unsupportedDesc, prometheus.GaugeValue, float64(n), w.kind.Group, w.kind.Name)
-	}
+	})
 }
+
+// collectorFunc is the collector of bulwark_unsupported_config whose
+// samples a function sends.
+type collectorFunc func(ch chan<- prometheus.Metric)
+
+func (collectorFunc) Describe(ch chan<- *prometheus.Desc) { ch <- unsupportedDesc }
+
+func (f collectorFunc) Collect(ch chan<- prometheus.Metric) { f(ch) }
