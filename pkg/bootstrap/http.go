@@ -39,7 +39,8 @@ func (s *Server) readyHandler() http.Handler {
 
 // monitoringHandler serves /metrics, /version (istiod's version, as
 // Istio's istiod serves it to `istioctl version`), and, to loopback
-// callers only, /debug/syncz (per proxy: what was sent, ACKed and NACKed)
+// callers only, /debug/syncz (per proxy: what was sent, ACKed and NACKed),
+// /debug/unsupported (the Istio objects Bulwark does not honour in full)
 // and Go's profiles under /debug/pprof/.
 func (s *Server) monitoringHandler() http.Handler {
 	mux := http.NewServeMux()
@@ -49,6 +50,9 @@ func (s *Server) monitoringHandler() http.Handler {
 		_, _ = w.Write(s.controlPlane().VersionJSON())
 	})
 	mux.Handle("GET /debug/syncz", s.xds.SynczHandler())
+	if s.unsupported != nil {
+		mux.Handle("GET /debug/unsupported", loopbackOnly(s.unsupported.Handler()))
+	}
 	mux.Handle("GET /debug/pprof/", loopbackOnly(http.HandlerFunc(pprof.Index)))
 	mux.Handle("GET /debug/pprof/cmdline", loopbackOnly(http.HandlerFunc(pprof.Cmdline)))
 	mux.Handle("GET /debug/pprof/profile", loopbackOnly(http.HandlerFunc(pprof.Profile)))

@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	versioned "istio.io/client-go/pkg/clientset/versioned"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/model/kubesource"
 	"github.com/bulwark-mesh/bulwark/pkg/sds"
+	"github.com/bulwark-mesh/bulwark/pkg/unsupported"
 )
 
 // The SubjectAccessReview cache of credentialName secrets. Istio's istiod
@@ -53,6 +57,33 @@ func (k *kubeParts) watchModel(pub model.Publisher, opts model.Options) error {
 	}
 	k.model = src
 	return nil
+}
+
+// reportUnsupported builds the reporter of the Istio and Gateway API
+// objects the model does not honour in full, whose gauge reg serves. Its
+// clients share the core client's REST configuration.
+func (k *kubeParts) reportUnsupported(reg prometheus.Registerer) (*unsupported.Reporter, error) {
+	if k.rest == nil {
+		return nil, errors.New("unsupported-config reporter: no REST config")
+	}
+	dyn, err := dynamic.NewForConfig(k.rest)
+	if err != nil {
+		return nil, fmt.Errorf("dynamic client: %w", err)
+	}
+	meta, err := metadata.NewForConfig(k.rest)
+	if err != nil {
+		return nil, fmt.Errorf("metadata client: %w", err)
+	}
+	r := unsupported.New(unsupported.Config{
+		Discovery: k.client.Discovery(),
+		Dynamic:   dyn,
+		Metadata:  meta,
+		Logger:    k.log.With("component", "unsupported"),
+	})
+	if err := reg.Register(r.Collector()); err != nil {
+		return nil, fmt.Errorf("unsupported-config reporter: %w", err)
+	}
+	return r, nil
 }
 
 // secretAuthorizer decides, by SubjectAccessReview, whether a gateway's

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/bulwark-mesh/bulwark/pkg/ca/catest"
+	"github.com/bulwark-mesh/bulwark/pkg/unsupported"
 )
 
 // kubeconfigFile names an API server that is never contacted.
@@ -52,6 +53,11 @@ func TestTheModelSource(t *testing.T) {
 			}
 			if got := s.kube != nil && s.kube.model != nil; got != tc.wantKube {
 				t.Errorf("Kubernetes model %t; want %t", got, tc.wantKube)
+			}
+			_, files := s.unsupported.(*unsupported.Files)
+			_, cluster := s.unsupported.(*unsupported.Reporter)
+			if files != tc.wantFile || cluster != tc.wantKube {
+				t.Errorf("unsupported-config reporter %T; want the file model's %t, the cluster's %t", s.unsupported, tc.wantFile, tc.wantKube)
 			}
 		})
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/meshconfig"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/sds"
+	"github.com/bulwark-mesh/bulwark/pkg/unsupported"
 	"github.com/bulwark-mesh/bulwark/pkg/xds"
 )
 
@@ -56,7 +57,22 @@ type Server struct {
 	sds             *sds.Server
 	webhooks        http.Handler
 	kube            *kubeParts // nil in local mode
+	// unsupported reports what of the model's source is not honoured.
+	unsupported unsupportedReporter
 }
+
+// unsupportedReporter reports the Istio configuration of the model's
+// source that Bulwark does not honour in full: the cluster's objects
+// (unsupported.Reporter) or the model directory's (unsupported.Files).
+type unsupportedReporter interface {
+	Run(ctx context.Context) error
+	Handler() http.Handler
+}
+
+var (
+	_ unsupportedReporter = (*unsupported.Reporter)(nil)
+	_ unsupportedReporter = (*unsupported.Files)(nil)
+)
 
 // New wires istiod from cfg. It does no I/O and starts nothing.
 func New(cfg Config, log *slog.Logger) (*Server, error) {
@@ -366,6 +382,9 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error { return s.sds.Run(ctx) })
 	if s.model != nil {
 		g.Go(func() error { return s.model.Run(ctx) })
+	}
+	if s.unsupported != nil {
+		g.Go(func() error { return s.unsupported.Run(ctx) })
 	}
 	g.Go(func() error { return s.serveWebhooks(ctx, webhookLn) })
 	err = g.Wait()

@@ -9,6 +9,7 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/authn/keyfetch"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/sds"
+	"github.com/bulwark-mesh/bulwark/pkg/unsupported"
 	"github.com/bulwark-mesh/bulwark/pkg/xds"
 )
 
@@ -16,8 +17,9 @@ import (
 // secure gRPC port beside the CSR API and authenticated by the same chain.
 //
 // The model comes from --configDir when it is given, in either mode, and
-// otherwise from the API server in Kubernetes mode. In Kubernetes mode SDS
-// also serves gateway credentialName secrets.
+// otherwise from the API server in Kubernetes mode; beside it, a reporter
+// of the same source says what of it is not honoured. In Kubernetes mode
+// SDS also serves gateway credentialName secrets.
 func (s *Server) wireXDS(chain authn.Authenticator, td spiffeid.TrustDomain) error {
 	store := model.NewStore()
 	opts := model.Options{Domain: model.DefaultDomain, RootNamespace: s.cfg.Namespace}
@@ -29,10 +31,20 @@ func (s *Server) wireXDS(chain authn.Authenticator, td spiffeid.TrustDomain) err
 			Options:   opts,
 			Logger:    s.log.With("component", "model"),
 		})
+		files := unsupported.NewFiles(unsupported.FilesConfig{Dir: s.cfg.ConfigDir, Logger: s.log.With("component", "unsupported")})
+		if err := s.registry.Register(files.Collector()); err != nil {
+			return fmt.Errorf("unsupported-config reporter: %w", err)
+		}
+		s.unsupported = files
 	case s.kube != nil:
 		if err := s.kube.watchModel(store, opts); err != nil {
 			return err
 		}
+		r, err := s.kube.reportUnsupported(s.registry)
+		if err != nil {
+			return err
+		}
+		s.unsupported = r
 	}
 	sdsCfg := sds.Config{
 		Bundles:    s.ca,

@@ -9,6 +9,9 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/xds/envoygen"
 )
 
+// refusedNoEndpoints marks an origination problem that fails closed.
+const refusedNoEndpoints = "refused, no endpoints"
+
 // originationProblems say which SIMPLE or MUTUAL TLS settings of dr
 // (rule, subsets, port-level) are refused for every client (their
 // clusters get no endpoints), and which skip verifying the server because
@@ -24,7 +27,7 @@ func originationProblems(dr *model.DestinationRule, m envoygen.Mesh) []string {
 			}
 			switch {
 			case err != nil:
-				out = append(out, dr.Namespace+"/"+dr.Name+" "+where+": refused, no endpoints: "+err.Error())
+				out = append(out, dr.Namespace+"/"+dr.Name+" "+where+": "+refusedNoEndpoints+": "+err.Error())
 			case s.GetInsecureSkipVerify().GetValue():
 				out = append(out, dr.Namespace+"/"+dr.Name+" "+where+": the server is not verified (insecureSkipVerify, allowed by --allow-insecure-skip-verify)")
 			}

@@ -17,6 +17,8 @@ type metrics struct {
 	// pushTriggers counts pushes by what they changed: "endpoint" when
 	// only endpoints, "service" when services, "config" otherwise.
 	pushTriggers *prometheus.CounterVec
+	// failClosed is bulwark_policy_fail_closed{kind,reason}.
+	failClosed *prometheus.GaugeVec
 
 	// byType holds pushTime and configSize of each served type, resolved
 	// once rather than per response.
@@ -63,13 +65,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		pushTriggers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pilot_push_triggers", Help: "Pushes of model changes, by what they changed: endpoint (endpoints only), service (services and endpoints), config (anything else).",
 		}, []string{"type"}),
+		failClosed: newFailClosedGauge(),
 	}
 	m.byType = make(map[string]typeObservers)
 	for _, t := range []string{typeListener, typeRoute, typeCluster, typeEndpoint, typeSecret} {
 		m.byType[t] = typeObservers{m.pushTime.WithLabelValues(shortType(t)), m.configSize.WithLabelValues(shortType(t))}
 	}
 	if reg != nil {
-		reg.MustRegister(m.proxies, m.pushes, m.pushTime, m.convergence, m.configSize, m.rejects, m.pushTriggers)
+		reg.MustRegister(m.proxies, m.pushes, m.pushTime, m.convergence, m.configSize, m.rejects, m.pushTriggers, m.failClosed)
 	}
 	return m
 }

@@ -32,6 +32,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -381,6 +382,8 @@ func (s *Server) reportPolicies(snap *model.Snapshot) {
 	s.reportMu.Lock()
 	defer s.reportMu.Unlock()
 	current := map[string]bool{}
+	closed := failClosed{}
+	defer s.metrics.setFailClosed(closed)
 	checked := make(map[*model.AuthorizationPolicy][]authz.Problem, len(snap.Resources().AuthorizationPolicies))
 	var problems []authz.Problem
 	for _, ap := range snap.Resources().AuthorizationPolicies {
@@ -393,6 +396,7 @@ func (s *Server) reportPolicies(snap *model.Snapshot) {
 	}
 	s.checked = checked
 	for _, p := range problems {
+		closed.addAuthz(p.Effect)
 		msg := p.String()
 		current[msg] = true
 		if !s.reported[msg] {
@@ -400,6 +404,7 @@ func (s *Server) reportPolicies(snap *model.Snapshot) {
 		}
 	}
 	for _, p := range requestAuthnProblems(snap, s.jwksRule()) {
+		closed.add("RequestAuthentication", "tokens_refused")
 		msg := p.String()
 		current[msg] = true
 		if !s.reported[msg] {
@@ -408,6 +413,9 @@ func (s *Server) reportPolicies(snap *model.Snapshot) {
 	}
 	for _, dr := range snap.Resources().DestinationRules {
 		for _, problem := range originationProblems(dr, s.mesh.Load().envoy.Mesh) {
+			if strings.Contains(problem, refusedNoEndpoints) {
+				closed.add("DestinationRule", "tls_refused")
+			}
 			current[problem] = true
 			if !s.reported[problem] {
 				s.log.Warn("destination rule TLS not applied as written", "rule", dr.Namespace+"/"+dr.Name, "problem", problem)

@@ -70,6 +70,15 @@
 //     ignores it for DISABLE and ISTIO_MUTUAL.
 //   - Enum fields must hold a defined value; protojson accepts any number.
 //
+// # Warnings
+//
+// Every Istio object the webhook admits is answered with warnings naming
+// what Bulwark ignores of it, as package policy says (the reporter of
+// pkg/unsupported reports the same at runtime): the whole object of a kind
+// it does not read (EnvoyFilter, VirtualService, Telemetry, …), a
+// DestinationRule's fields other than its TLS and subsets, a policy
+// attached by targetRef. At most 10 per object. Warnings never refuse.
+//
 // Load balancer, connection pool and outlier detection settings of a
 // DestinationRule are decoded strictly but their values are not checked:
 // they do not affect security, and Envoy's own validation refuses bad ones.

@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/bulwark-mesh/bulwark/pkg/inject/admission"
+	"github.com/bulwark-mesh/bulwark/pkg/policy"
 
 	admissionv1 "k8s.io/api/admission/v1"
 )
@@ -52,8 +53,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	admission.Serve(w, r, "validate", h.log, h.admit)
 }
 
-// admit validates creations and updates of the kinds this webhook knows;
-// anything else is allowed.
+// admit validates creations and updates of the kinds this webhook knows,
+// and warns about what Bulwark ignores of any Istio or Gateway API object
+// (package policy); anything else is allowed.
 func (h *handler) admit(req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
 	allowed := &admissionv1.AdmissionResponse{Allowed: true}
 	switch req.Operation {
@@ -66,13 +68,14 @@ func (h *handler) admit(req *admissionv1.AdmissionRequest) *admissionv1.Admissio
 		// stop istiod reporting on an object admitted before this webhook.
 		return allowed
 	}
-	k, ok := lookupKind(req.Kind.Group, req.Kind.Version, req.Kind.Kind)
-	if !ok {
-		return allowed
+	if k, ok := lookupKind(req.Kind.Group, req.Kind.Version, req.Kind.Kind); ok {
+		if err := h.validate(k, req.Object.Raw); err != nil {
+			h.log.Info("validate: refused", "kind", k.name, "namespace", req.Namespace, "name", req.Name, "reason", err.Error())
+			return deny(err.Error())
+		}
 	}
-	if err := h.validate(k, req.Object.Raw); err != nil {
-		h.log.Info("validate: refused", "kind", k.name, "namespace", req.Namespace, "name", req.Name, "reason", err.Error())
-		return deny(err.Error())
+	if k, ok := policy.Lookup(req.Kind.Group, req.Kind.Kind); ok {
+		allowed.Warnings = warnings(k, req.Object.Raw)
 	}
 	return allowed
 }

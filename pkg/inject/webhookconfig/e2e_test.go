@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/bulwark-mesh/bulwark/internal/testenv"
 	"github.com/bulwark-mesh/bulwark/pkg/ca"
@@ -99,6 +102,44 @@ func TestAdmissionEndToEnd(t *testing.T) {
 			t.Fatalf("valid policy refused: %v", err)
 		}
 	})
+	t.Run("a policy attached by targetRef is admitted with a warning", func(t *testing.T) {
+		var warnings warningRecorder
+		cfg := rest.CopyConfig(env.Config)
+		cfg.WarningHandler = &warnings
+		dyn, err := dynamic.NewForConfig(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		installAuthzCRD(t, dyn)
+		byRef := authzPolicy("by-ref-", map[string]any{
+			"targetRef": map[string]any{"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "gw"},
+			"action":    "DENY", "rules": []any{map[string]any{}},
+		})
+		if _, err := dyn.Resource(authzGVR).Namespace(injected).Create(t.Context(), byRef, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("policy refused: %v", err)
+		}
+		if got := warnings.all(); len(got) != 1 || !strings.Contains(got[0], "spec.targetRef: attaches the policy to gateways or waypoints") {
+			t.Fatalf("warnings %q", got)
+		}
+	})
+}
+
+// warningRecorder keeps the warnings the apiserver sends a client.
+type warningRecorder struct {
+	mu   sync.Mutex
+	list []string
+}
+
+func (w *warningRecorder) HandleWarningHeader(_ int, _, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.list = append(w.list, text)
+}
+
+func (w *warningRecorder) all() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.list)
 }
 
 func newCA(t *testing.T) *ca.CA {

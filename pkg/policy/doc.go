@@ -1,0 +1,12 @@
+// Package policy says, in one place, which kinds of Istio and of the
+// Kubernetes Gateway API Bulwark honours, and what it ignores of an object
+// of each: the unsupported-config reporter (pkg/unsupported) reports what
+// it says, the validating webhook warns with it, and a test keeps the
+// README's compatibility table equal to it.
+//
+// A kind is honoured (every field read, or refused failing closed), partly
+// honoured (some fields read, the others reported per object by their
+// path), or not honoured (nothing read: every object reported whole).
+// Fields are judged by the list of those read, so a field Istio adds later
+// is reported as ignored until Bulwark reads it.
+package policy

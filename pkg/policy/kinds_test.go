@@ -1,0 +1,134 @@
+package policy
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+)
+
+func spec(t *testing.T, js string) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal([]byte(js), &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func mustLookup(t *testing.T, group, name string) Kind {
+	t.Helper()
+	k, ok := Lookup(group, name)
+	if !ok {
+		t.Fatalf("no kind %s.%s", name, group)
+	}
+	return k
+}
+
+func TestIgnoredFields(t *testing.T) {
+	for name, tc := range map[string]struct {
+		group, kind string
+		annotations map[string]string
+		spec        string
+		want        []string
+	}{
+		"a DestinationRule of TLS and subsets is honoured whole": {
+			group: groupNetworking, kind: "DestinationRule",
+			spec: `{"host":"a","workloadSelector":{"matchLabels":{"app":"a"}},"trafficPolicy":{"tls":{"mode":"ISTIO_MUTUAL"},
+				"portLevelSettings":[{"port":{"number":80},"tls":{"mode":"DISABLE"}}]},
+				"subsets":[{"name":"v1","labels":{"v":"1"},"trafficPolicy":{"tls":{"mode":"ISTIO_MUTUAL"}}}]}`,
+		},
+		"load balancing, pools and outlier detection are reported by path": {
+			group: groupNetworking, kind: "DestinationRule",
+			spec: `{"host":"a","exportTo":["."],"trafficPolicy":{"loadBalancer":{"simple":"LEAST_REQUEST"},"outlierDetection":{},
+				"portLevelSettings":[{"port":{"number":80},"connectionPool":{}}]},
+				"subsets":[{"name":"v1","trafficPolicy":{"tunnel":{}}}]}`,
+			want: []string{
+				"spec.exportTo: ignored, not generated",
+				"spec.trafficPolicy.loadBalancer: ignored, not generated",
+				"spec.trafficPolicy.outlierDetection: ignored, not generated",
+				"spec.trafficPolicy.portLevelSettings[0].connectionPool: ignored, not generated",
+				"spec.subsets[0].trafficPolicy.tunnel: ignored, not generated",
+			},
+		},
+		"a field Istio adds later is reported": {
+			group: groupNetworking, kind: "DestinationRule",
+			spec: `{"host":"a","trafficPolicy":{"retryBudget":{}}}`,
+			want: []string{"spec.trafficPolicy.retryBudget: ignored, not generated"},
+		},
+		"an AuthorizationPolicy with a selector is honoured whole": {
+			group: groupSecurity, kind: "AuthorizationPolicy",
+			spec: `{"selector":{"matchLabels":{"app":"a"}},"action":"DENY","rules":[{}]}`,
+		},
+		"an AuthorizationPolicy by targetRef applies to no sidecar": {
+			group: groupSecurity, kind: "AuthorizationPolicy",
+			spec: `{"targetRef":{"kind":"Gateway","name":"gw"},"rules":[{}]}`,
+			want: []string{"spec.targetRef: " + notAttached},
+		},
+		"a dry-run AuthorizationPolicy is not evaluated": {
+			group: groupSecurity, kind: "AuthorizationPolicy",
+			annotations: map[string]string{"istio.io/dry-run": "true"},
+			spec:        `{"rules":[{}]}`,
+			want:        []string{"metadata.annotations[istio.io/dry-run]: the policy is not evaluated at all (Istio logs what it would decide)"},
+		},
+		"a jwtRule timeout is not used": {
+			group: groupSecurity, kind: "RequestAuthentication",
+			spec: `{"targetRefs":[{"kind":"Gateway","name":"gw"}],"jwtRules":[{"issuer":"a"},{"issuer":"b","timeout":"5s"}]}`,
+			want: []string{
+				"spec.targetRefs: " + notAttached,
+				"spec.jwtRules[1].timeout: not used; istiod fetches key sets with its own limits",
+			},
+		},
+		"a PeerAuthentication is honoured whole": {
+			group: groupSecurity, kind: "PeerAuthentication",
+			spec: `{"mtls":{"mode":"STRICT"},"portLevelMtls":{"80":{"mode":"DISABLE"}}}`,
+		},
+		"an EnvoyFilter is ignored whole, whatever it holds": {
+			group: groupNetworking, kind: "EnvoyFilter",
+			spec: `{}`,
+			want: []string{"the whole object: " + notRead},
+		},
+		"a WorkloadEntry from the API server is ignored whole": {
+			group: groupNetworking, kind: "WorkloadEntry",
+			spec: `{"address":"10.0.0.1"}`,
+			want: []string{"the whole object: WorkloadEntries are read from --configDir only, not from the API server"},
+		},
+		"a Gateway API Gateway is ignored whole": {
+			group: groupGatewayAPI, kind: "Gateway",
+			spec: `{"gatewayClassName":"istio"}`,
+			want: []string{"the whole object: " + notRead},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			k := mustLookup(t, tc.group, tc.kind)
+			got := k.Ignored(tc.annotations, spec(t, tc.spec))
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("ignored\n got %q\nwant %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestEveryKindNotHonouredIsReported: a kind not honoured in full is one
+// the reporter watches; a kind not honoured at all is read by nothing.
+func TestEveryKindNotHonouredIsReported(t *testing.T) {
+	reported := Reported()
+	for _, k := range Kinds() {
+		in := slices.ContainsFunc(reported, func(r Kind) bool { return r.String() == k.String() })
+		if in != (k.Support != Honoured) {
+			t.Errorf("%s: support %s, reported %t", k, k.Support, in)
+		}
+		if (k.Support == Not) != (k.unread == notRead) {
+			t.Errorf("%s: support %s, unread %q", k, k.Support, k.unread)
+		}
+	}
+}
+
+func TestKindsAreUnique(t *testing.T) {
+	seen := map[string]bool{}
+	for _, k := range Kinds() {
+		if seen[k.CRD()] || seen[k.String()] {
+			t.Errorf("%s (%s) listed twice", k, k.CRD())
+		}
+		seen[k.CRD()], seen[k.String()] = true, true
+	}
+}

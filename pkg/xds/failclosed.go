@@ -1,0 +1,43 @@
+package xds
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bulwark-mesh/bulwark/pkg/xds/authz"
+)
+
+// failClosed counts the parts of policies not applied as written, which
+// fail closed instead, by kind and reason.
+type failClosed map[[2]string]int
+
+func (f failClosed) add(kind, reason string) { f[[2]string{kind, reason}]++ }
+
+// addAuthz counts an AuthorizationPolicy problem of effect e, by how it
+// fails closed. A policy with no effect (a DENY without rules, an AUDIT
+// gRPC cannot log) does not fail closed: it is only logged.
+func (f failClosed) addAuthz(e authz.Effect) {
+	switch e {
+	case authz.Dropped:
+		f.add("AuthorizationPolicy", "allow_rule_dropped")
+	case authz.Widened:
+		f.add("AuthorizationPolicy", "deny_rule_widened")
+	case authz.DeniesAll:
+		f.add("AuthorizationPolicy", "denies_all")
+	}
+}
+
+func newFailClosedGauge() *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "bulwark_policy_fail_closed",
+		Help: "Parts of policies not applied as written, failing closed instead, by kind and reason: AuthorizationPolicy allow_rule_dropped, deny_rule_widened, denies_all; RequestAuthentication tokens_refused; DestinationRule tls_refused. Each is logged once.",
+	}, []string{"kind", "reason"})
+}
+
+// setFailClosed makes the gauge say f: the problems of the last model
+// checked, and no others.
+func (m *metrics) setFailClosed(f failClosed) {
+	m.failClosed.Reset()
+	for k, n := range f {
+		m.failClosed.WithLabelValues(k[0], k[1]).Set(float64(n))
+	}
+}
