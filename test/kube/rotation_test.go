@@ -11,11 +11,13 @@ import (
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/bulwark-mesh/bulwark/internal/testenv"
 	"github.com/bulwark-mesh/bulwark/pkg/bootstrap"
 	"github.com/bulwark-mesh/bulwark/pkg/ca"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/secretstore"
@@ -31,62 +33,14 @@ func TestRotationWaitsForAReplicaCutOffFromTheState(t *testing.T) {
 	// A cluster of its own: istiods of other tests writing
 	// istio-ca-root-cert in its namespaces would hold the rotation back.
 	env, ns, _ := privateCluster(t)
-	ctx := context.Background()
-	client := env.Client(t)
-	rbac := newReplicaRBAC(t, client, ns, "istiod-b")
-	opts := func(c *bootstrap.Config) {
-		c.RootRotationTick, c.RootRotationGrace = 100*time.Millisecond, time.Millisecond
-	}
-	a := newIstiodIn(t, env, "istiod-a", ns, istiodKubeconfig(t, env, ns), opts)
-	a.run(t)
-	waitFor(t, "istiod-a ready and writing istio-ca-root-cert", 60*time.Second, func() bool { return a.ready() && a.leading() })
+	rbac := newReplicaRBAC(t, env.Client(t), ns, "istiod-b")
 	token := env.ServiceAccountToken(t, ns, "istiod-b", nil, nil)
-	b := newIstiodIn(t, env, "istiod-b", ns, env.KubeconfigForToken(t, token), opts)
-	b.run(t)
-	waitFor(t, "istiod-b ready", 60*time.Second, b.ready)
-
-	// A proxy on istiod-b that never ACKs a trust bundle.
-	app := env.Namespace(t)
-	roots := b.roots(t, env)
-	proxy := b.dialADS(t, roots, b.workloadCert(t, env, roots, app, "app"), app, "app")
-	proxy.subscribe(typeCluster)
-	proxyName := "app-1." + app
-
-	store := secretstore.NewRotationStore(client.CoreV1(), ns)
-	state := func() *ca.Rotation {
-		t.Helper()
-		r, _, err := store.Load(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	// holds waits until a logs that it waits for what, or the rotation
-	// leaves prepare, and fails in the second case.
-	holds := func(what string) {
-		t.Helper()
-		waitFor(t, "istiod-a waiting for "+what, 30*time.Second, func() bool {
-			return strings.Contains(a.logs.String(), what) || state().Phase != ca.PhasePrepare
-		})
-		if r := state(); r.Phase != ca.PhasePrepare {
-			t.Fatalf("the rotation moved to %q while istiod-b, cut off from the state, serves %s without the new root", r.Phase, proxyName)
-		}
-	}
+	m := newRotationPair(t, env, ns, env.KubeconfigForToken(t, token))
+	b, proxyName, state, holds := m.b, m.proxy, m.state, m.holds
 
 	// Cut off before the rotation begins: istiod-b never reports.
 	rbac.cutOff(t)
-	operator := bootstrap.DefaultConfig()
-	operator.Kubeconfig, operator.Namespace = env.Kubeconfig, ns
-	authority, err := bootstrap.NewCA(operator, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// `istiod ca rotate`, again if a replica wrote the state meanwhile.
-	for _, err := authority.RequestRotation(ctx); err != nil; _, err = authority.RequestRotation(ctx) {
-		if !errors.Is(err, ca.ErrRotationConflict) {
-			t.Fatalf("request rotation: %v", err)
-		}
-	}
+	requestRotation(t, env, ns)
 	holds("running without a report (istiod-b)")
 	if rep, ok := state().Replicas["istiod-b"]; ok {
 		t.Fatalf("istiod-b, cut off, reported: %+v", rep)
@@ -112,6 +66,130 @@ func TestRotationWaitsForAReplicaCutOffFromTheState(t *testing.T) {
 	// holds nothing.
 	b.stop()
 	waitFor(t, "activation once istiod-b is gone", 30*time.Second, func() bool { return state().Phase == ca.PhaseActivate })
+}
+
+// A replica cut off from the API server altogether (a network partition)
+// can renew no Lease either, so its Lease lapses; it still serves its
+// proxies, and while its pod runs the rotation stays in prepare for them.
+// Once the pod is gone, the rotation moves on.
+func TestRotationWaitsForAPartitionedReplicaWhilePodRuns(t *testing.T) {
+	t.Parallel()
+	env, ns, apiHost := privateCluster(t)
+	ctx := context.Background()
+	client := env.Client(t)
+	// istiod-b's pod, as kubelet would report it: running.
+	env.ServiceAccountToken(t, ns, "istiod", nil, nil)
+	pod := createPod(t, client, ns, "istiod-b", "istiod", "10.0.0.2", nil)
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{
+		Name: "app", Image: "example.invalid/app", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}},
+	}}
+	if _, err := client.CoreV1().Pods(ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lnk := newLink(t, apiHost)
+	m := newRotationPair(t, env, ns, kubeconfigVia(t, istiodKubeconfig(t, env, ns), env.URL, lnk.URL()))
+
+	requestRotation(t, env, ns)
+	waitFor(t, "istiod-b's report naming "+m.proxy, 30*time.Second, func() bool {
+		r := m.state()
+		return r.Phase == ca.PhasePrepare && slices.Contains(r.Replicas["istiod-b"].Unacked, m.proxy)
+	})
+	lapsed := time.Now()
+	lnk.Cut()
+	// When istiod-b's Lease lapses; at the cut for a replica without one.
+	lease, err := client.CoordinationV1().Leases(ns).Get(ctx, "istiod-b", metav1.GetOptions{})
+	switch {
+	case err == nil:
+		lapsed = lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
+	case !apierrors.IsNotFound(err):
+		t.Fatal(err)
+	}
+	// A tick of istiod-a after the Lease lapsed: istiod-a saves its report
+	// (made at the tick's start) after it has asked which replicas run.
+	waitFor(t, "a report of istiod-a made after istiod-b's Lease lapsed", 30*time.Second, func() bool {
+		r := m.state()
+		return r.Phase != ca.PhasePrepare || r.Replicas["istiod-a"].At.After(lapsed.Add(time.Second))
+	})
+	m.holds("running but silent (istiod-b)")
+	if rep := m.state().Replicas["istiod-b"]; !rep.At.Before(lapsed) || !slices.Contains(rep.Unacked, m.proxy) {
+		t.Fatalf("istiod-b reported through the cut link: %+v", rep)
+	}
+
+	if err := client.CoreV1().Pods(ns).Delete(ctx, "istiod-b", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "activation once istiod-b's pod is gone", 30*time.Second, func() bool { return m.state().Phase == ca.PhaseActivate })
+}
+
+// rotationPair is two istiods of one CA with a proxy on the second that
+// never ACKs a trust bundle: istiod-a (writing istio-ca-root-cert) and
+// istiod-b, which reaches the API server with bKubeconfig.
+type rotationPair struct {
+	a, b *istiod
+	// proxy is the proxy's name in the rotation's reports.
+	proxy string
+	// state reads the rotation state.
+	state func() *ca.Rotation
+	// holds waits until istiod-a logs that it waits for what, or the
+	// rotation leaves prepare, and fails in the second case.
+	holds func(what string)
+}
+
+func newRotationPair(t *testing.T, env *testenv.Env, ns, bKubeconfig string) *rotationPair {
+	t.Helper()
+	opts := func(c *bootstrap.Config) {
+		c.RootRotationTick, c.RootRotationGrace = 100*time.Millisecond, time.Millisecond
+	}
+	m := &rotationPair{}
+	m.a = newIstiodIn(t, env, "istiod-a", ns, istiodKubeconfig(t, env, ns), opts)
+	m.a.run(t)
+	waitFor(t, "istiod-a ready and writing istio-ca-root-cert", 60*time.Second, func() bool { return m.a.ready() && m.a.leading() })
+	m.b = newIstiodIn(t, env, "istiod-b", ns, bKubeconfig, opts)
+	m.b.run(t)
+	waitFor(t, "istiod-b ready", 60*time.Second, m.b.ready)
+
+	app := env.Namespace(t)
+	roots := m.b.roots(t, env)
+	proxy := m.b.dialADS(t, roots, m.b.workloadCert(t, env, roots, app, "app"), app, "app")
+	proxy.subscribe(typeCluster)
+	m.proxy = "app-1." + app
+
+	store := secretstore.NewRotationStore(env.Client(t).CoreV1(), ns)
+	m.state = func() *ca.Rotation {
+		t.Helper()
+		r, _, err := store.Load(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	m.holds = func(what string) {
+		t.Helper()
+		waitFor(t, "istiod-a waiting for "+what, 30*time.Second, func() bool {
+			return strings.Contains(m.a.logs.String(), what) || m.state().Phase != ca.PhasePrepare
+		})
+		if r := m.state(); r.Phase != ca.PhasePrepare {
+			t.Fatalf("the rotation moved to %q while istiod-b, cut off, serves %s without the new root", r.Phase, m.proxy)
+		}
+	}
+	return m
+}
+
+// requestRotation begins a rotation as `istiod ca rotate` does, again if a
+// replica wrote the state meanwhile.
+func requestRotation(t *testing.T, env *testenv.Env, ns string) {
+	t.Helper()
+	operator := bootstrap.DefaultConfig()
+	operator.Kubeconfig, operator.Namespace = env.Kubeconfig, ns
+	authority, err := bootstrap.NewCA(operator, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, err := authority.RequestRotation(context.Background()); err != nil; _, err = authority.RequestRotation(context.Background()) {
+		if !errors.Is(err, ca.ErrRotationConflict) {
+			t.Fatalf("request rotation: %v", err)
+		}
+	}
 }
 
 // replicaRBAC is the ServiceAccount of a second istiod, bound to the
