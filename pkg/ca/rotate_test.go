@@ -190,7 +190,8 @@ func TestRotationDrivesTheSigner(t *testing.T) {
 }
 
 // With two replicas, one whose proxies lack the new bundle holds
-// activation for both; a replica that stops reporting stops counting.
+// activation for both; without a Liveness (local mode), a replica that
+// stops reporting stops counting.
 func TestRotationWaitsForEveryReplica(t *testing.T) {
 	rig := newRotationRig(t)
 	a := rig.replica("a", nil)
