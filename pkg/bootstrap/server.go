@@ -167,6 +167,12 @@ func NewCA(cfg Config, log *slog.Logger) (*ca.CA, error) {
 			return nil, err
 		}
 	}
+	if kube != nil {
+		// Not run: a command reads the replicas' Leases, renews none.
+		if err := kube.announceReplica(cfg.RootRotationTick); err != nil {
+			return nil, err
+		}
+	}
 	store, rotations, liveness := caStores(cfg, kube)
 	return newCA(cfg, store, rotations, liveness, log)
 }

@@ -49,3 +49,17 @@ func (c *CA) counted(ctx context.Context, r *Rotation, now time.Time) (DataPlane
 
 // livenessTimeout bounds one question to the Liveness.
 const livenessTimeout = 10 * time.Second
+
+// RunningReplicas returns the replicas that run while r prepares, as a
+// rotation step counts them, for an operator; known is false without a
+// Liveness (local mode) or outside prepare.
+func (c *CA) RunningReplicas(ctx context.Context, r *Rotation) (running []string, known bool, err error) {
+	if c.cfg.Liveness == nil || r == nil || r.Phase != PhasePrepare {
+		return nil, false, nil
+	}
+	running, err = c.cfg.Liveness.Running(ctx, slices.Sorted(maps.Keys(r.Replicas)))
+	if err != nil {
+		return nil, false, fmt.Errorf("root rotation: which replicas run: %w", err)
+	}
+	return running, true, nil
+}

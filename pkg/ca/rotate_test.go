@@ -208,6 +208,11 @@ func TestRotationWaitsForEveryReplica(t *testing.T) {
 	if st := a.RotationStatus(); st.Phase != PhasePrepare || !slices.Equal(st.Unacked, []string{"app-2.ns"}) {
 		t.Fatalf("replica a activated while b's proxy lacks the new root: %+v", st)
 	}
+	if rot, err := a.Rotation(context.Background()); err != nil {
+		t.Fatal(err)
+	} else if _, known, err := a.RunningReplicas(context.Background(), rot); known || err != nil {
+		t.Errorf("without a Liveness, which replicas run is known (%v, %v)", known, err)
+	}
 	// b is gone: its report goes stale, and a activates alone.
 	rig.clock.Advance(StaleReports*DefaultRotationTick + time.Second)
 	rig.tick(a, "a")
@@ -392,6 +397,13 @@ func TestRotationWaitsForASilentReplicaThatRuns(t *testing.T) {
 	}
 	if !strings.Contains(st.Waiting, "running but silent (b)") || !strings.Contains(st.Waiting, "without a report (c)") {
 		t.Errorf("waiting for %q; want b named silent and c without a report", st.Waiting)
+	}
+	rot, err := a.Rotation(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, known, err := a.RunningReplicas(context.Background(), rot); err != nil || !known || !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Errorf("running replicas for ca status: %v %v %v", got, known, err)
 	}
 	setRunning([]string{"a", "b"}, nil)
 	rig.tick(a, "a")

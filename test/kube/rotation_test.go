@@ -45,6 +45,9 @@ func TestRotationWaitsForAReplicaCutOffFromTheState(t *testing.T) {
 	if rep, ok := state().Replicas["istiod-b"]; ok {
 		t.Fatalf("istiod-b, cut off, reported: %+v", rep)
 	}
+	if got := runningReplicas(t, env, ns); !slices.Contains(got, "istiod-b") {
+		t.Errorf("istiod ca status: running replicas %v, want istiod-b among them", got)
+	}
 	waitFor(t, "istiod-b refused a write of the rotation state", 30*time.Second, func() bool {
 		return strings.Contains(b.logs.String(), "root rotation: the shared state could not be moved") && strings.Contains(b.logs.String(), "forbidden")
 	})
@@ -60,6 +63,9 @@ func TestRotationWaitsForAReplicaCutOffFromTheState(t *testing.T) {
 	holds("running but silent (istiod-b)")
 	if r := state(); !slices.Contains(r.Replicas["istiod-b"].Unacked, proxyName) {
 		t.Fatalf("istiod-b's report lost %s: %+v", proxyName, r.Replicas)
+	}
+	if got := runningReplicas(t, env, ns); !slices.Equal(got, []string{"istiod-a", "istiod-b"}) {
+		t.Errorf("istiod ca status: running replicas %v, want istiod-a and istiod-b", got)
 	}
 
 	// istiod-b stops (its proxies would reconnect to istiod-a): gone, it
@@ -175,13 +181,35 @@ func newRotationPair(t *testing.T, env *testenv.Env, ns, bKubeconfig string) *ro
 	return m
 }
 
+// runningReplicas are the replicas that run, as `istiod ca status` asks.
+func runningReplicas(t *testing.T, env *testenv.Env, ns string) []string {
+	t.Helper()
+	authority, err := bootstrap.NewCA(operatorConfig(env, ns), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := authority.Rotation(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	running, known, err := authority.RunningReplicas(context.Background(), r)
+	if err != nil || !known {
+		t.Fatalf("running replicas: %v (known %v)", err, known)
+	}
+	return running
+}
+
+func operatorConfig(env *testenv.Env, ns string) bootstrap.Config {
+	cfg := bootstrap.DefaultConfig()
+	cfg.Kubeconfig, cfg.Namespace = env.Kubeconfig, ns
+	return cfg
+}
+
 // requestRotation begins a rotation as `istiod ca rotate` does, again if a
 // replica wrote the state meanwhile.
 func requestRotation(t *testing.T, env *testenv.Env, ns string) {
 	t.Helper()
-	operator := bootstrap.DefaultConfig()
-	operator.Kubeconfig, operator.Namespace = env.Kubeconfig, ns
-	authority, err := bootstrap.NewCA(operator, slog.New(slog.DiscardHandler))
+	authority, err := bootstrap.NewCA(operatorConfig(env, ns), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
