@@ -66,16 +66,19 @@ func caCommand(ctx context.Context, args []string, getenv func(string) string, s
 	if verb == "rotate" {
 		r, err = authority.RequestRotation(ctx)
 		if errors.Is(err, ca.ErrRotationInProgress) {
-			printRotation(stdout, r, time.Now())
+			printRotation(stdout, r, replicasOf(ctx, authority, r, stderr), time.Now())
 		}
 		if err != nil {
 			return err
 		}
 		fmt.Fprintln(stdout, "root rotation requested: the running istiod replicas carry it out")
-	} else if r, err = authority.Rotation(ctx); err != nil {
-		return err
+		printRotation(stdout, r, replicas{}, time.Now()) // no replica has reported yet
+	} else {
+		if r, err = authority.Rotation(ctx); err != nil {
+			return err
+		}
+		printRotation(stdout, r, replicasOf(ctx, authority, r, stderr), time.Now())
 	}
-	printRotation(stdout, r, time.Now())
 	key, err := authority.SigningKey(ctx)
 	if err != nil {
 		return err
@@ -84,8 +87,25 @@ func caCommand(ctx context.Context, args []string, getenv func(string) string, s
 	return nil
 }
 
+// replicas are the replicas that run, as a rotation step counts them;
+// known is false where that cannot be told (local mode).
+type replicas struct {
+	running []string
+	known   bool
+}
+
+// replicasOf asks which replicas run while r prepares; a failure to tell is
+// written to stderr, and the status is printed without it.
+func replicasOf(ctx context.Context, authority *ca.CA, r *ca.Rotation, stderr io.Writer) replicas {
+	running, known, err := authority.RunningReplicas(ctx, r)
+	if err != nil {
+		fmt.Fprintf(stderr, "cannot tell which replicas run: %v\n", err)
+	}
+	return replicas{running: running, known: known}
+}
+
 // printRotation writes where rotation r stands, for an operator.
-func printRotation(w io.Writer, r *ca.Rotation, now time.Time) {
+func printRotation(w io.Writer, r *ca.Rotation, reps replicas, now time.Time) {
 	if !r.InProgress() {
 		fmt.Fprintln(w, "phase: idle (no root rotation under way)")
 		return
@@ -99,8 +119,20 @@ func printRotation(w io.Writer, r *ca.Rotation, now time.Time) {
 		fmt.Fprintln(w, "the old key signs until every proxy and namespace holds the new root")
 		for _, id := range slices.Sorted(maps.Keys(r.Replicas)) {
 			rep := r.Replicas[id]
-			fmt.Fprintf(w, "replica %s (reported %s ago): %d proxies without the new root %v, %d namespaces %v\n",
-				id, now.Sub(rep.At).Round(time.Second), len(rep.Unacked), rep.Unacked, len(rep.Missing), rep.Missing)
+			state := ""
+			if reps.known {
+				state = ", no live Lease or pod"
+				if slices.Contains(reps.running, id) {
+					state = ", running"
+				}
+			}
+			fmt.Fprintf(w, "replica %s (reported %s ago%s): %d proxies without the new root %v, %d namespaces %v\n",
+				id, now.Sub(rep.At).Round(time.Second), state, len(rep.Unacked), rep.Unacked, len(rep.Missing), rep.Missing)
+		}
+		for _, id := range reps.running {
+			if _, ok := r.Replicas[id]; !ok {
+				fmt.Fprintf(w, "replica %s (running, never reported): holds the rotation until it can update the rotation state\n", id)
+			}
 		}
 	case ca.PhaseActivate:
 		fmt.Fprintf(w, "activated: %s; the new key signs\n", r.Activated.UTC().Format(time.RFC3339))

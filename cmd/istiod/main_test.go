@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/bulwark-mesh/bulwark/pkg/ca"
 )
 
 func noEnv(string) string { return "" }
@@ -153,5 +156,48 @@ func TestCARotateCommand(t *testing.T) {
 	}
 	if code, out := ca("rotate", "--cacerts-dir", t.TempDir()); code != exitError || !strings.Contains(out, "already under way") {
 		t.Fatalf("rotate with an empty cacerts dir: exit %d\n%s", code, out)
+	}
+}
+
+// `istiod ca status` says which reporting replicas run, and names those
+// that run without a report, where it can tell (Kubernetes mode).
+func TestCAStatusNamesTheReplicasThatRun(t *testing.T) {
+	now := time.Now()
+	r := &ca.Rotation{Phase: ca.PhasePrepare, Prepared: now, Replicas: map[string]ca.ReplicaReport{
+		"istiod-a": {At: now},
+		"istiod-b": {At: now.Add(-time.Minute), Unacked: []string{"app-1.ns"}},
+		"istiod-c": {At: now.Add(-time.Hour)},
+	}}
+	for name, tc := range map[string]struct {
+		reps      replicas
+		want, not []string
+	}{
+		"local mode": {
+			want: []string{"replica istiod-b (reported 1m0s ago): 1 proxies"},
+			not:  []string{"running", "never reported"},
+		},
+		"kubernetes mode": {
+			reps: replicas{running: []string{"istiod-a", "istiod-b", "istiod-d"}, known: true},
+			want: []string{
+				"replica istiod-b (reported 1m0s ago, running): 1 proxies",
+				"replica istiod-c (reported 1h0m0s ago, no live Lease or pod)",
+				"replica istiod-d (running, never reported)",
+			},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var out bytes.Buffer
+			printRotation(&out, r, tc.reps, now)
+			for _, w := range tc.want {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("no %q in\n%s", w, out.String())
+				}
+			}
+			for _, w := range tc.not {
+				if strings.Contains(out.String(), w) {
+					t.Errorf("%q in\n%s", w, out.String())
+				}
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package bootstrap
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/bulwark-mesh/bulwark/pkg/ca"
+	"github.com/bulwark-mesh/bulwark/pkg/ca/replicalease"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/rootcert"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/secretstore"
 	"github.com/bulwark-mesh/bulwark/pkg/inject/webhookconfig"
@@ -48,6 +50,9 @@ type kubeParts struct {
 	rest      *rest.Config
 	store     *secretstore.Store
 	rotations *secretstore.RotationStore
+	// replicas keeps this replica's Lease and tells the replicas that run,
+	// for a root rotation; nil in commands that do not run one.
+	replicas  *replicalease.Registry
 	rootCerts *rootcert.Controller
 	webhooks  *webhookconfig.Controller
 	model     modelSource // nil when the model comes from files
@@ -161,6 +166,9 @@ func (k *kubeParts) run(ctx context.Context) error {
 	if k.monitor != nil {
 		g.Go(func() error { return k.monitor.Run(ctx) })
 	}
+	if k.replicas != nil {
+		g.Go(func() error { return k.replicas.Run(ctx) })
+	}
 	g.Go(func() error { <-ctx.Done(); return nil })
 	return g.Wait()
 }
@@ -204,14 +212,39 @@ func (k *kubeParts) runCA(ctx context.Context, authority caRunner) error {
 	return nil
 }
 
+// announceReplica builds the Lease this replica renews every tick, named
+// after it, by which the other replicas tell it runs while it cannot write
+// the rotation state.
+func (k *kubeParts) announceReplica(tick time.Duration) error {
+	tick = cmp.Or(tick, ca.DefaultRotationTick)
+	r, err := replicalease.New(replicalease.Config{
+		Client:    k.client,
+		Namespace: k.namespace,
+		Name:      k.identity,
+		Renew:     tick,
+		Lifetime:  ca.StaleReports * tick,
+		Logger:    k.log.With("component", "ca"),
+	})
+	if err != nil {
+		return err
+	}
+	k.replicas = r
+	return nil
+}
+
 // caStores are where the self-signed root and the root rotation state
 // live: istio-ca-secret and istio-ca-rotation in Kubernetes mode, the
-// state directory otherwise.
-func caStores(cfg Config, kube *kubeParts) (ca.Store, ca.RotationStore) {
+// state directory otherwise; and what tells the replicas that run: their
+// Leases and pods in Kubernetes mode, nothing locally (one process).
+func caStores(cfg Config, kube *kubeParts) (ca.Store, ca.RotationStore, ca.Liveness) {
 	if kube != nil {
-		return kube.store, kube.rotations
+		var live ca.Liveness
+		if kube.replicas != nil {
+			live = kube.replicas
+		}
+		return kube.store, kube.rotations, live
 	}
-	return ca.NewDirStore(cfg.StateDir), ca.NewDirRotationStore(cfg.StateDir)
+	return ca.NewDirStore(cfg.StateDir), ca.NewDirRotationStore(cfg.StateDir), nil
 }
 
 // runCA runs the CA; in Kubernetes mode it first waits out an unreachable

@@ -89,8 +89,13 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 			return nil, err
 		}
 	}
-	store, rotations := caStores(cfg, kube)
-	authority, err := newCA(cfg, store, rotations, log)
+	if kube != nil {
+		if err := kube.announceReplica(cfg.RootRotationTick); err != nil {
+			return nil, err
+		}
+	}
+	store, rotations, liveness := caStores(cfg, kube)
+	authority, err := newCA(cfg, store, rotations, liveness, log)
 	if err != nil {
 		return nil, err
 	}
@@ -178,13 +183,20 @@ func NewCA(cfg Config, log *slog.Logger) (*ca.CA, error) {
 			return nil, err
 		}
 	}
-	store, rotations := caStores(cfg, kube)
-	return newCA(cfg, store, rotations, log)
+	if kube != nil {
+		// Not run: a command reads the replicas' Leases, renews none.
+		if err := kube.announceReplica(cfg.RootRotationTick); err != nil {
+			return nil, err
+		}
+	}
+	store, rotations, liveness := caStores(cfg, kube)
+	return newCA(cfg, store, rotations, liveness, log)
 }
 
-// newCA builds the CA with its self-signed root kept in store and the root
-// rotation state in rotations.
-func newCA(cfg Config, store ca.Store, rotations ca.RotationStore, log *slog.Logger) (*ca.CA, error) {
+// newCA builds the CA with its self-signed root kept in store, the root
+// rotation state in rotations, and the replicas that run told by
+// liveness (nil: by their reports alone).
+func newCA(cfg Config, store ca.Store, rotations ca.RotationStore, liveness ca.Liveness, log *slog.Logger) (*ca.CA, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
@@ -210,6 +222,7 @@ func newCA(cfg Config, store ca.Store, rotations ca.RotationStore, log *slog.Log
 		RotationTick:        cfg.RootRotationTick,
 		RootGracePercentile: cfg.RootGracePercentile,
 		Replica:             replicaName(cfg.PodName),
+		Liveness:            liveness,
 		Logger:              log,
 	})
 	if err != nil {

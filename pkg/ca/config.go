@@ -64,6 +64,9 @@ type Config struct {
 	RootGracePercentile int
 	// Replica names this replica in a rotation's reports.
 	Replica string
+	// Liveness tells the replicas that run from those that are gone; nil
+	// takes a replica whose report is five ticks old to be gone.
+	Liveness Liveness
 	// Clock returns the current time.
 	Clock func() time.Time
 	// Logger receives the CA's logs.

@@ -59,15 +59,15 @@ func (h *handOver) abort() {
 
 func (h *handOver) settle() { h.once.Do(func() { close(h.settled) }) }
 
-// commitStep steps r at now, saves the result at rev when it differs from
-// what was loaded, and installs the signer it asks for over base. When
-// that signer keeps another issuance record than the one in force (the
-// new key activating), the record in force is closed first and its last
-// value noted in r, which is stepped again with it: the state saved then
-// bounds every certificate the signer giving way signed. It returns the
-// state saved, nil when another writer moved the stored one first.
-func (c *CA) commitStep(ctx context.Context, base *authority, r *Rotation, changed bool, rev string, now time.Time) (saved *Rotation, waiting string, err error) {
-	dp := r.DataPlane(now.Add(-staleReports * c.cfg.RotationTick))
+// commitStep steps r at now with dp (what r's reports count), saves the
+// result at rev when it differs from what was loaded, and installs the
+// signer it asks for over base. When that signer keeps another issuance
+// record than the one in force (the new key activating), the record in
+// force is closed first and its last value noted in r, which is stepped
+// again with it: the state saved then bounds every certificate the
+// signer giving way signed. It returns the state saved, nil when another
+// writer moved the stored one first.
+func (c *CA) commitStep(ctx context.Context, base *authority, r *Rotation, dp DataPlane, changed bool, rev string, now time.Time) (saved *Rotation, waiting string, err error) {
 	stepped, waiting := r.Step(now, dp, c.cfg.RotationPolicy)
 	sets := c.sets
 	defer func() {

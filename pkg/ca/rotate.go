@@ -29,9 +29,10 @@ type DataPlaneFunc func(ctx context.Context, root *x509.Certificate) DataPlane
 // tick.
 const watermarkTicks = 60
 
-// A replica's report counts for staleReports ticks; after that the replica
-// is taken to be gone, and its proxies to have reconnected elsewhere.
-const staleReports = 5
+// StaleReports is how many ticks a replica's report counts for; after
+// that the replica is taken to be gone, and its proxies to have
+// reconnected elsewhere, unless a Liveness says it still runs.
+const StaleReports = 5
 
 // RotationStatus is where root rotation stands, for metrics and debug.
 type RotationStatus struct {
@@ -99,11 +100,15 @@ func (c *CA) rotateOnce(ctx context.Context, dp DataPlaneFunc) error {
 	if err != nil {
 		return err
 	}
-	saved, waiting, err := c.commitStep(ctx, base, next, changed, rev, now)
+	counted, err := c.counted(ctx, next, now)
+	if err != nil {
+		return err
+	}
+	saved, waiting, err := c.commitStep(ctx, base, next, counted, changed, rev, now)
 	if err != nil || saved == nil {
 		return err
 	}
-	c.noteStatus(rec, saved, waiting)
+	c.noteStatus(rec, saved, counted, waiting)
 	return nil
 }
 
@@ -296,7 +301,7 @@ func (c *CA) rotateToPluggedIn(a *authority) error {
 	}
 	c.base = a
 	h.finish()
-	c.noteStatus(rec, r, "")
+	c.noteStatus(rec, r, DataPlane{}, "")
 	return nil
 }
 
@@ -322,8 +327,9 @@ func (c *CA) set(keep map[[sha256.Size]byte]*authority, m *KeyMaterial, now time
 	return a, nil
 }
 
-// noteStatus logs a change of phase and keeps the status for metrics.
-func (c *CA) noteStatus(before, after *Rotation, waiting string) {
+// noteStatus logs a change of phase and keeps the status for metrics; dp
+// is what the reports in after count.
+func (c *CA) noteStatus(before, after *Rotation, dp DataPlane, waiting string) {
 	phase := func(r *Rotation) Phase {
 		if r == nil {
 			return PhaseIdle
@@ -344,7 +350,7 @@ func (c *CA) noteStatus(before, after *Rotation, waiting string) {
 	}
 	var unacked []string
 	if after.Phase == PhasePrepare {
-		unacked = after.DataPlane(c.cfg.Clock().Add(-staleReports * c.cfg.RotationTick)).Unacked
+		unacked = dp.Unacked
 	}
 	c.rotMu.Lock()
 	logWaiting := waiting != "" && (waiting != c.rotStatus.Waiting || c.cfg.Clock().Sub(c.waitLogged) >= time.Minute)

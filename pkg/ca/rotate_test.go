@@ -190,7 +190,8 @@ func TestRotationDrivesTheSigner(t *testing.T) {
 }
 
 // With two replicas, one whose proxies lack the new bundle holds
-// activation for both; a replica that stops reporting stops counting.
+// activation for both; without a Liveness (local mode), a replica that
+// stops reporting stops counting.
 func TestRotationWaitsForEveryReplica(t *testing.T) {
 	rig := newRotationRig(t)
 	a := rig.replica("a", nil)
@@ -207,8 +208,13 @@ func TestRotationWaitsForEveryReplica(t *testing.T) {
 	if st := a.RotationStatus(); st.Phase != PhasePrepare || !slices.Equal(st.Unacked, []string{"app-2.ns"}) {
 		t.Fatalf("replica a activated while b's proxy lacks the new root: %+v", st)
 	}
+	if rot, err := a.Rotation(context.Background()); err != nil {
+		t.Fatal(err)
+	} else if _, known, err := a.RunningReplicas(context.Background(), rot); known || err != nil {
+		t.Errorf("without a Liveness, which replicas run is known (%v, %v)", known, err)
+	}
 	// b is gone: its report goes stale, and a activates alone.
-	rig.clock.Advance(staleReports*DefaultRotationTick + time.Second)
+	rig.clock.Advance(StaleReports*DefaultRotationTick + time.Second)
 	rig.tick(a, "a")
 	if st := a.RotationStatus(); st.Phase != PhaseActivate {
 		t.Fatalf("a stale replica's report still holds the rotation: %+v", st)
@@ -350,5 +356,68 @@ func TestRotationToAPluggedInRoot(t *testing.T) {
 	}
 	if st := c.RotationStatus(); st.Phase != PhaseIdle || !signedBy(c, same.Signing) {
 		t.Fatal("an intermediate of the same root did not swap in at once")
+	}
+}
+
+// With a Liveness, a replica that stops reporting but runs (cut off from
+// the state, still serving its proxies) holds activation with its last
+// report, and a running replica that never reported holds it too; once
+// they no longer run the rotation moves on. A replica that cannot tell
+// which replicas run moves nothing.
+func TestRotationWaitsForASilentReplicaThatRuns(t *testing.T) {
+	rig := newRotationRig(t)
+	var mu sync.Mutex
+	running, liveErr := []string{"a", "b", "c"}, error(nil)
+	setRunning := func(names []string, err error) {
+		mu.Lock()
+		running, liveErr = names, err
+		mu.Unlock()
+	}
+	live := func(cfg *Config) {
+		cfg.Liveness = LivenessFunc(func(context.Context, []string) ([]string, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(running), liveErr
+		})
+	}
+	a := rig.replica("a", live)
+	b := rig.replica("b", live)
+	if _, err := a.RequestRotation(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rig.setUnacked("b", "app-2.ns")
+	rig.tick(a, "a")
+	rig.tick(b, "b")
+	// b reports no more; c runs and never reported.
+	rig.clock.Advance(3 * time.Minute)
+	rig.tick(a, "a")
+	st := a.RotationStatus()
+	if st.Phase != PhasePrepare || !slices.Equal(st.Unacked, []string{"app-2.ns"}) {
+		t.Fatalf("activated while the silent replica b runs with a proxy lacking the new root: %+v", st)
+	}
+	if !strings.Contains(st.Waiting, "running but silent (b)") || !strings.Contains(st.Waiting, "without a report (c)") {
+		t.Errorf("waiting for %q; want b named silent and c without a report", st.Waiting)
+	}
+	rot, err := a.Rotation(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, known, err := a.RunningReplicas(context.Background(), rot); err != nil || !known || !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Errorf("running replicas for ca status: %v %v %v", got, known, err)
+	}
+	setRunning([]string{"a", "b"}, nil)
+	rig.tick(a, "a")
+	if st := a.RotationStatus(); st.Phase != PhasePrepare {
+		t.Fatalf("activated while the silent replica b runs: %+v", st)
+	}
+	setRunning(nil, errors.New("the API server is away"))
+	if err := a.rotateOnce(context.Background(), rig.dataPlane("a")); err == nil || !strings.Contains(err.Error(), "cannot tell which replicas run") {
+		t.Errorf("a tick without knowing which replicas run: %v", err)
+	}
+	// b's pod is gone: its report no longer counts.
+	setRunning([]string{"a"}, nil)
+	rig.tick(a, "a")
+	if st := a.RotationStatus(); st.Phase != PhaseActivate {
+		t.Fatalf("a gone replica's report still holds the rotation: %+v", st)
 	}
 }

@@ -115,6 +115,12 @@ type DataPlane struct {
 	Unacked []string
 	// Missing names the namespaces whose root ConfigMap lacks the new root.
 	Missing []string
+	// Silent names the replicas that run but have stopped reporting: their
+	// last reports are in Unacked and Missing.
+	Silent []string
+	// Unreported names the replicas that run but have not reported in this
+	// rotation: what their proxies hold is not known.
+	Unreported []string
 }
 
 // Begin starts a rotation from oldRoot to newRoot at now: the prepare
@@ -159,17 +165,28 @@ func (r *Rotation) Step(now time.Time, dp DataPlane, policy RotationPolicy) (nex
 		if len(dp.Unacked) > 0 {
 			held = append(held, fmt.Sprintf("%d proxies without the new bundle (%s)", len(dp.Unacked), names(dp.Unacked)))
 		}
+		if len(dp.Unreported) > 0 {
+			held = append(held, fmt.Sprintf("%d replicas running without a report (%s): can they update the rotation state?", len(dp.Unreported), names(dp.Unreported)))
+		}
+		if len(held) > 0 && len(dp.Silent) > 0 {
+			held = append(held, fmt.Sprintf("the last reports of %d replicas running but silent (%s) kept", len(dp.Silent), names(dp.Silent)))
+		}
 		if since := now.Sub(r.Prepared); since < policy.Grace {
 			held = append(held, fmt.Sprintf("propagation grace until %s", r.Prepared.Add(policy.Grace).UTC().Format(time.RFC3339)))
 		}
 		if len(held) == 0 {
 			return r.activated(now, nil), ""
 		}
-		// Past the timeout only proxies that never ACK can hold it: a
-		// namespace's ConfigMap istiod writes itself, and the grace is
-		// shorter than the timeout.
+		// Past the timeout only proxies that never ACK, and replicas that
+		// never report, can hold it: a namespace's ConfigMap istiod writes
+		// itself, and the grace is shorter than the timeout. Both are
+		// recorded.
 		if now.Sub(r.Prepared) >= policy.Timeout && policy.ProceedAfterTimeout && len(dp.Missing) == 0 && now.Sub(r.Prepared) >= policy.Grace {
-			return r.activated(now, slices.Clone(dp.Unacked)), ""
+			forced := slices.Clone(dp.Unacked)
+			for _, id := range dp.Unreported {
+				forced = append(forced, "replica "+id+" (unreported)")
+			}
+			return r.activated(now, forced), ""
 		}
 		return r, strings.Join(held, "; ")
 	case PhaseActivate:
@@ -196,22 +213,38 @@ func (r *Rotation) clone() *Rotation {
 // InProgress reports whether r is a rotation under way.
 func (r *Rotation) InProgress() bool { return r != nil && r.Phase != PhaseIdle }
 
-// DataPlane is the union of the replicas' reports made since stale: a
-// replica that has not reported since is gone, and its proxies have
-// reconnected to the others.
-func (r *Rotation) DataPlane(since time.Time) DataPlane {
+// DataPlane is the union of the replicas' reports made since stale.
+func (r *Rotation) DataPlane(since time.Time) DataPlane { return r.Counted(since, nil) }
+
+// Counted is the union of the reports that count: those made since, and
+// the last ones of the replicas in running, which run though silent (they
+// may have lost the right or the means to write the state, and still
+// serve their proxies). A replica neither reporting since nor running is
+// gone, and its proxies have reconnected to the others. A running replica
+// without a report is Unreported.
+func (r *Rotation) Counted(since time.Time, running []string) DataPlane {
 	var dp DataPlane
 	for _, id := range slices.Sorted(maps.Keys(r.Replicas)) {
 		rep := r.Replicas[id]
 		if rep.At.Before(since) {
-			continue
+			if !slices.Contains(running, id) {
+				continue
+			}
+			dp.Silent = append(dp.Silent, id)
 		}
 		dp.Unacked = append(dp.Unacked, rep.Unacked...)
 		dp.Missing = append(dp.Missing, rep.Missing...)
 	}
+	for _, id := range running {
+		if _, ok := r.Replicas[id]; !ok {
+			dp.Unreported = append(dp.Unreported, id)
+		}
+	}
 	slices.Sort(dp.Unacked)
 	slices.Sort(dp.Missing)
-	return DataPlane{Unacked: slices.Compact(dp.Unacked), Missing: slices.Compact(dp.Missing)}
+	slices.Sort(dp.Unreported)
+	dp.Unacked, dp.Missing, dp.Unreported = slices.Compact(dp.Unacked), slices.Compact(dp.Missing), slices.Compact(dp.Unreported)
+	return dp
 }
 
 func (r *Rotation) activated(now time.Time, forced []string) *Rotation {

@@ -3,6 +3,7 @@ package ca
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -183,4 +184,61 @@ func FuzzUnmarshalRotation(f *testing.F) {
 		}
 		_, _ = got.Step(t0, DataPlane{}, RotationPolicy{})
 	})
+}
+
+// The reports that count are the recent ones and the last ones of the
+// replicas that still run; a running replica without a report holds the
+// rotation in prepare, as what its proxies hold is not known.
+func TestRotationCountsTheReportsOfReplicasThatRun(t *testing.T) {
+	t0 := time.Now().UTC().Truncate(time.Second)
+	since := t0.Add(-time.Minute)
+	r, err := Begin(nil, catest.NewRoot(t).Cert, catest.NewRoot(t).Cert, t0, t0.Add(-time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Replicas = map[string]ReplicaReport{
+		"fresh":  {At: t0, Unacked: []string{"a.ns"}},
+		"silent": {At: since.Add(-time.Second), Unacked: []string{"b.ns"}, Missing: []string{"ns"}},
+		"gone":   {At: since.Add(-time.Hour), Unacked: []string{"c.ns"}},
+	}
+	for name, tc := range map[string]struct {
+		running []string
+		want    DataPlane
+	}{
+		"replicas that stopped reporting are gone without a liveness signal": {
+			want: DataPlane{Unacked: []string{"a.ns"}},
+		},
+		"a silent replica that runs keeps its last report": {
+			running: []string{"fresh", "silent"},
+			want:    DataPlane{Unacked: []string{"a.ns", "b.ns"}, Missing: []string{"ns"}, Silent: []string{"silent"}},
+		},
+		"a running replica without a report is unreported": {
+			running: []string{"fresh", "new"},
+			want:    DataPlane{Unacked: []string{"a.ns"}, Unreported: []string{"new"}},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := r.Counted(since, tc.running)
+			if !slices.Equal(got.Unacked, tc.want.Unacked) || !slices.Equal(got.Missing, tc.want.Missing) ||
+				!slices.Equal(got.Silent, tc.want.Silent) || !slices.Equal(got.Unreported, tc.want.Unreported) {
+				t.Errorf("Counted = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+
+	policy := RotationPolicy{Grace: time.Minute, Timeout: time.Hour}
+	next, why := r.Step(t0, DataPlane{Unreported: []string{"new"}}, policy)
+	if next.Phase != PhasePrepare || !strings.Contains(why, "new") || !strings.Contains(why, "without a report") {
+		t.Errorf("activated with a running replica that never reported: %v %q", next.Phase, why)
+	}
+	next, why = r.Step(t0, DataPlane{Unacked: []string{"b.ns"}, Silent: []string{"silent"}}, policy)
+	if next.Phase != PhasePrepare || !strings.Contains(why, "b.ns") || !strings.Contains(why, "silent") {
+		t.Errorf("a silent replica's proxy: %v %q", next.Phase, why)
+	}
+	// Past the timeout, proceeding records the replica it went ahead without.
+	proceed := RotationPolicy{Timeout: time.Hour, ProceedAfterTimeout: true}
+	next, _ = r.Step(t0.Add(time.Hour), DataPlane{Unreported: []string{"new"}}, proceed)
+	if next.Phase != PhaseActivate || !slices.Equal(next.Forced, []string{"replica new (unreported)"}) {
+		t.Errorf("proceeding past the timeout without a replica's report: %+v", next)
+	}
 }

@@ -31,7 +31,11 @@ const releaseName = "istiod"
 var leftovers = []string{
 	"ConfigMap/" + rootcert.ConfigMapName, // the trust bundle, in every namespace
 	"Lease/" + rootcert.LeaseName,         // leader election of the replicas
-	"Secret/" + secretstore.SecretName,    // the self-signed root, kept on purpose
+	// The replica's own Lease (pkg/ca/replicalease): in a cluster it is
+	// owned by istiod's pod and the garbage collector deletes it with the
+	// pod; here istiod runs without a pod, and without a collector.
+	"Lease/" + istiodPodName,
+	"Secret/" + secretstore.SecretName, // the self-signed root, kept on purpose
 }
 
 // releaseCase is one kind of install: its values, and the labels that

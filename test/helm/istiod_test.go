@@ -19,6 +19,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 )
 
+// istiodPodName is the pod name istiod is given (POD_NAME), as the
+// Deployment's downward API would.
+const istiodPodName = "istiod-helm-test"
+
 // istiodBinary is the real istiod, built once per test binary from the
 // repository's main module by the first test that runs it.
 var istiodBinary struct {
@@ -122,7 +126,7 @@ func startIstiod(t *testing.T, dep *appsv1.Deployment, kubeconfig, injectDir, we
 	for _, e := range container.Env {
 		switch {
 		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
-			env = append(env, e.Name+"=istiod-helm-test")
+			env = append(env, e.Name+"="+istiodPodName)
 		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
 			env = append(env, e.Name+"="+dep.Namespace)
 		case e.ValueFrom != nil:

@@ -81,6 +81,10 @@ func TestRBACGrantsWhatIstiodNeeds(t *testing.T) {
 		{"coordination.k8s.io", "leases", "create", ""},
 		{"coordination.k8s.io", "leases", "get", rootcert.LeaseName},
 		{"coordination.k8s.io", "leases", "update", rootcert.LeaseName},
+		// Each replica's Lease, named after its pod, for root rotation.
+		{"coordination.k8s.io", "leases", "list", ""},
+		{"coordination.k8s.io", "leases", "get", "istiod-5d8f7c9b4-x2x7q"},
+		{"coordination.k8s.io", "leases", "update", "istiod-5d8f7c9b4-x2x7q"},
 	}
 	for _, g := range namespaced {
 		if !allowed(role.Rules, g.group, g.resource, g.verb, g.name) {
@@ -90,7 +94,10 @@ func TestRBACGrantsWhatIstiodNeeds(t *testing.T) {
 	namespacedDenied := []grant{
 		{"", "secrets", "update", secretstore.SecretName}, {"", "secrets", "delete", secretstore.SecretName},
 		{"", "secrets", "update", "cacerts"}, {"", "secrets", "delete", secretstore.RotationSecretName},
-		{"coordination.k8s.io", "leases", "update", "someone-elses-lease"},
+		// A replica's Lease goes with its pod (owner reference); istiod
+		// deletes none, and watches none.
+		{"coordination.k8s.io", "leases", "delete", ""}, {"coordination.k8s.io", "leases", "watch", ""},
+		{"coordination.k8s.io", "leases", "patch", rootcert.LeaseName},
 		{"", "events", "create", ""},
 	}
 	for _, g := range namespacedDenied {
