@@ -397,21 +397,28 @@ func (c *CA) RequestRotation(ctx context.Context) (*Rotation, error) {
 			return nil, fmt.Errorf("root rotation: the CA is plugged in from %s: put a set with the new root there, and istiod rotates to it", c.cfg.CACertsDir)
 		}
 	}
-	cur, rev, err := c.cfg.Rotations.Load(ctx)
-	if err != nil {
-		return nil, err
+	// A running replica may save its own report between the load and the
+	// save: the request is made again on what it saved.
+	for range 5 {
+		cur, rev, err := c.cfg.Rotations.Load(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if cur.InProgress() {
+			return cur, fmt.Errorf("%w (phase %s since %s)", ErrRotationInProgress, cur.Phase, cur.Prepared.UTC().Format(time.RFC3339))
+		}
+		r, err := c.begin(ctx, cur, c.cfg.Clock())
+		if err != nil {
+			return nil, err
+		}
+		if _, err := c.cfg.Rotations.Save(ctx, r, rev); !errors.Is(err, ErrRotationConflict) {
+			if err != nil {
+				return nil, err
+			}
+			return r, nil
+		}
 	}
-	if cur.InProgress() {
-		return cur, fmt.Errorf("%w (phase %s since %s)", ErrRotationInProgress, cur.Phase, cur.Prepared.UTC().Format(time.RFC3339))
-	}
-	r, err := c.begin(ctx, cur, c.cfg.Clock())
-	if err != nil {
-		return nil, err
-	}
-	if _, err := c.cfg.Rotations.Save(ctx, r, rev); err != nil {
-		return nil, err
-	}
-	return r, nil
+	return nil, fmt.Errorf("root rotation: %w five times in a row", ErrRotationConflict)
 }
 
 // RecordIssued saves the latest expiry this process signed into the

@@ -421,3 +421,43 @@ func TestRotationWaitsForASilentReplicaThatRuns(t *testing.T) {
 		t.Fatalf("a gone replica's report still holds the rotation: %+v", st)
 	}
 }
+
+// racingRotations is a RotationStore another writer saves to just before
+// the first saves of this one.
+type racingRotations struct {
+	RotationStore
+	races int
+	other func()
+}
+
+func (s *racingRotations) Save(ctx context.Context, r *Rotation, revision string) (string, error) {
+	if s.races > 0 {
+		s.races--
+		s.other()
+	}
+	return s.RotationStore.Save(ctx, r, revision)
+}
+
+// A replica saving its report between the request's load and save does
+// not fail the request: it is made again on what the replica saved.
+func TestRotationRequestOutlivesAConcurrentReport(t *testing.T) {
+	rig := newRotationRig(t)
+	store := NewDirRotationStore(rig.dir)
+	other := func() { // a replica records what it signed: no rotation under way
+		_, rev, err := store.Load(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Save(context.Background(), &Rotation{OldSignedUntil: rig.clock.Now().Add(time.Hour)}, rev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	racing := &racingRotations{RotationStore: store, races: 2, other: other}
+	c := rig.replica("a", func(cfg *Config) { cfg.Rotations = racing })
+	if _, err := c.RequestRotation(context.Background()); err != nil {
+		t.Fatalf("a request raced twice: %v", err)
+	}
+	if racing.races != 0 {
+		t.Fatal("the store never raced: the test tests nothing")
+	}
+}
