@@ -174,8 +174,14 @@ func TestCAResetStartsOverAfterARotation(t *testing.T) {
 	if code != exitError || !strings.Contains(out, "istiod is running") {
 		t.Fatalf("ca reset while istiod runs: exit %d\n%s", code, out)
 	}
-	if after := snapshot(t, state); !maps.Equal(before, after) {
-		t.Errorf("a refused reset changed the state directory:\nbefore %v\nafter  %v", before, after)
+	// The running istiod may move its rotation meanwhile (rotation.json);
+	// the reset must have deleted nothing, and left the keys as they were.
+	after := snapshot(t, state)
+	for path, content := range before {
+		got, ok := after[path]
+		if !ok || (strings.HasPrefix(path, "/istio-ca-secret/") && got != content) {
+			t.Errorf("a refused reset deleted or changed %s", path)
+		}
 	}
 
 	first.stop()

@@ -129,6 +129,8 @@ func TestCAResetStartsOverAfterARotation(t *testing.T) {
 		}
 		return p, fresh
 	}
+	// The Secrets' UIDs: a running istiod may update istio-ca-rotation
+	// (its reports, its phase); only a deletion changes a UID.
 	versions := func() map[string]string {
 		t.Helper()
 		out := map[string]string{}
@@ -137,7 +139,7 @@ func TestCAResetStartsOverAfterARotation(t *testing.T) {
 			if err != nil {
 				t.Fatalf("secret %s: %v", name, err)
 			}
-			out[name] = s.ResourceVersion
+			out[name] = string(s.UID)
 		}
 		return out
 	}
@@ -153,7 +155,7 @@ func TestCAResetStartsOverAfterARotation(t *testing.T) {
 		t.Errorf("reset as istiod's service account: %v, want forbidden", err)
 	}
 	if got := versions(); got[secretstore.SecretName] != kept[secretstore.SecretName] || got[secretstore.RotationSecretName] != kept[secretstore.RotationSecretName] {
-		t.Fatalf("a refused reset changed the Secrets: %v, then %v", kept, got)
+		t.Fatalf("a refused reset deleted Secrets: UIDs %v, then %v", kept, got)
 	}
 	deleted, err := bootstrap.ResetCA(ctx, operator, discard)
 	if want := []string{ns + "/" + secretstore.RotationSecretName, ns + "/" + secretstore.SecretName}; err != nil || !slices.Equal(deleted, want) {
