@@ -34,6 +34,7 @@ var fleetMetrics = []fleetMetric{
 	{"streams refused while connecting", "refused-streams", phaseInitial, func(r *fleetRound) float64 { return float64(r.refused) }},
 	{"live heap per proxy (KiB)", "heap-KiB/proxy", phaseInitial, func(r *fleetRound) float64 { return r.heapKiB }},
 	{"RSS per proxy (KiB)", "rss-KiB/proxy", phaseInitial, func(r *fleetRound) float64 { return r.rssKiB }},
+	{"live heap per service, no proxy (KiB)", "heap-KiB/service", phaseInitial, func(r *fleetRound) float64 { return r.heapPerServiceKiB }},
 	{"endpoint move, p50 (ms)", "move-p50-ms", phaseMove, msOf(func(r *fleetRound) time.Duration { return r.moveP50 })},
 	{"endpoint move, p99 (ms)", "move-p99-ms", phaseMove, msOf(func(r *fleetRound) time.Duration { return r.moveP99 })},
 	{"endpoint move, max (ms)", "move-max-ms", phaseMove, msOf(func(r *fleetRound) time.Duration { return r.moveMax })},

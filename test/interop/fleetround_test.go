@@ -29,6 +29,10 @@ type fleetRound struct {
 	initCPU, initFleetCPU     time.Duration // the control plane's, the fleet's
 	refused                   int64
 	heapKiB, rssKiB           float64 // per proxy
+	// The live heap with the mesh loaded and no proxy connected, per
+	// service: what the model costs, with the control plane's own fixed
+	// share spread over the services.
+	heapPerServiceKiB         float64
 	moveP50, moveP99, moveMax time.Duration
 	moveCPU                   time.Duration
 	burstAll, burstCPU        time.Duration
@@ -165,6 +169,7 @@ func (r *fleetRun) initial(ctx context.Context) bool {
 	heap1, rss1 := cp.memory(b)
 	n := float64(len(pods))
 	r.res.heapKiB, r.res.rssKiB = float64(heap1-heap0)/1024/n, float64(rss1-rss0)/1024/n
+	r.res.heapPerServiceKiB = float64(heap0) / 1024 / float64(len(r.mesh.services))
 	r.res.samples = map[string]proxySnapshot{}
 	for _, p := range f.proxies {
 		if p.detail {
