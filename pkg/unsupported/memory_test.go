@@ -18,9 +18,6 @@ const maxHeap = 30 << 20
 // metadata, and 5,000 DestinationRules with a load balancer, read whole
 // and reduced to their record) stays under 30 MiB.
 func TestMemoryOf10000Objects(t *testing.T) {
-	if testing.Short() {
-		t.Skip("creates 10,000 objects")
-	}
 	c := startCluster(t)
 	ns := c.env.Namespace(t)
 	ef, dr := kind(t, networking, "EnvoyFilter"), kind(t, networking, "DestinationRule")

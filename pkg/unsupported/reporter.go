@@ -3,9 +3,7 @@ package unsupported
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -21,6 +19,7 @@ import (
 	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/bulwark-mesh/bulwark/internal/kubewatch"
 	"github.com/bulwark-mesh/bulwark/pkg/policy"
 )
 
@@ -242,7 +241,7 @@ func (r *Reporter) newWatch(k policy.Kind, version string) (*watch, error) {
 	if _, err := w.informer.AddEventHandler(handler{w: w, log: r.cfg.Logger}); err != nil {
 		return nil, fmt.Errorf("watch %s: %w", k.CRD(), err)
 	}
-	if err := w.informer.SetWatchErrorHandlerWithContext(watchErrorLogger(r.cfg.Logger, k.CRD())); err != nil {
+	if err := w.informer.SetWatchErrorHandlerWithContext(kubewatch.ErrorLogger(r.cfg.Logger, k.CRD())); err != nil {
 		return nil, fmt.Errorf("watch %s: %w", k.CRD(), err)
 	}
 	return w, nil
@@ -264,18 +263,6 @@ func (r *Reporter) HasSynced() bool {
 		}
 	}
 	return true
-}
-
-// watchErrorLogger logs list and watch failures through the injected
-// logger instead of klog. A closed or expired watch is routine.
-func watchErrorLogger(log *slog.Logger, name string) cache.WatchErrorHandlerWithContext {
-	return func(_ context.Context, _ *cache.Reflector, err error) {
-		if errors.Is(err, io.EOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-			log.Debug("Kubernetes watch restarted", "resource", name, "err", err)
-			return
-		}
-		log.Warn("Kubernetes list or watch failed; retrying", "resource", name, "err", err)
-	}
 }
 
 // Message is the log line of an object Bulwark does not honour in full.

@@ -1,10 +1,7 @@
 package kubesource
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"slices"
@@ -14,13 +11,14 @@ import (
 	networkinglisters "istio.io/client-go/pkg/listers/networking/v1"
 	securitylisters "istio.io/client-go/pkg/listers/security/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	k8sinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/bulwark-mesh/bulwark/internal/kubewatch"
 )
 
 // podIPIndex indexes pods by "<namespace>/<ip>" of each pod IP.
@@ -109,7 +107,7 @@ func (i *informers) watch(name string, inf cache.SharedIndexInformer) error {
 	if _, err := inf.AddEventHandler(handler{changed: i.changed}); err != nil {
 		return fmt.Errorf("watch %s: %w", name, err)
 	}
-	if err := inf.SetWatchErrorHandlerWithContext(watchErrorLogger(i.log, name)); err != nil {
+	if err := inf.SetWatchErrorHandlerWithContext(kubewatch.ErrorLogger(i.log, name)); err != nil {
 		return fmt.Errorf("watch %s: %w", name, err)
 	}
 	return nil
@@ -150,18 +148,6 @@ func (i *informers) unsynced() []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// watchErrorLogger logs list and watch failures through the injected
-// logger instead of klog. A closed or expired watch is routine.
-func watchErrorLogger(log *slog.Logger, name string) cache.WatchErrorHandlerWithContext {
-	return func(_ context.Context, _ *cache.Reflector, err error) {
-		if errors.Is(err, io.EOF) || apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
-			log.Debug("Kubernetes watch restarted", "resource", name, "err", err)
-			return
-		}
-		log.Warn("Kubernetes list or watch failed; retrying", "resource", name, "err", err)
-	}
 }
 
 // handler asks for a rebuild on every change, naming the objects it
