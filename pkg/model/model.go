@@ -102,6 +102,26 @@ type DestinationRule struct {
 	Spec *networkingv1.DestinationRule
 }
 
+// Gateway is a networking.istio.io Gateway: the servers a gateway pod
+// (a router proxy) whose labels its selector matches listens with.
+type Gateway struct {
+	Meta
+	// Created is its creation time: of conflicting servers, the oldest
+	// Gateway's applies. Zero when the source has none.
+	Created time.Time
+	Spec    *networkingv1.Gateway
+}
+
+// VirtualService is a networking.istio.io VirtualService: routes for the
+// hosts it names, bound to gateways by name or to sidecars ("mesh").
+type VirtualService struct {
+	Meta
+	// Created is its creation time: of several services for one host,
+	// the oldest applies. Zero when the source has none.
+	Created time.Time
+	Spec    *networkingv1.VirtualService
+}
+
 // Pod is a running pod of the registry: the workload a sidecar that names
 // it serves.
 type Pod struct {
@@ -124,6 +144,9 @@ type Resources struct {
 	AuthorizationPolicies  []*AuthorizationPolicy
 	RequestAuthentications []*RequestAuthentication
 	DestinationRules       []*DestinationRule
+	// Gateways and VirtualServices are sorted by namespace and name.
+	Gateways        []*Gateway
+	VirtualServices []*VirtualService
 }
 
 // Options shape how a Snapshot reads its resources.
