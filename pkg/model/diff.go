@@ -61,8 +61,8 @@ func Diff(old, new *Snapshot) Change {
 		}
 		(*m)[host] = true
 	}
-	for host, os := range old.byHost {
-		switch ns := new.byHost[host]; {
+	compare := func(host string, os, ns *Service) {
+		switch {
 		case ns == os: // shared by both snapshots: unchanged
 		case ns == nil || !sameService(os, ns):
 			mark(&c.Services, host)
@@ -70,9 +70,18 @@ func Diff(old, new *Snapshot) Change {
 			mark(&c.Endpoints, host)
 		}
 	}
-	for host := range new.byHost {
-		if old.byHost[host] == nil {
-			mark(&c.Services, host)
+	if old.hosts == new.hosts { // the same hostnames in the same order
+		for i, os := range old.services {
+			compare(os.Hostname, os, new.services[i])
+		}
+	} else {
+		for _, os := range old.services {
+			compare(os.Hostname, os, new.Service(os.Hostname))
+		}
+		for _, ns := range new.services {
+			if old.Service(ns.Hostname) == nil {
+				mark(&c.Services, ns.Hostname)
+			}
 		}
 	}
 	c.Pods = podChanges(old.res.Pods, new.res.Pods)

@@ -112,3 +112,47 @@ func TestDiffScopesAuthorization(t *testing.T) {
 		}
 	}
 }
+
+// TestDiffOfSnapshotsBuiltOnTheLast: a snapshot built on the last one, as
+// the Kubernetes source builds them, shares its ordering when the
+// hostnames stay, and still tells each service apart: Diff, Service and
+// Services answer as for snapshots built from nothing.
+func TestDiffOfSnapshotsBuiltOnTheLast(t *testing.T) {
+	base := modeltest.Load(t, diffBase)
+	prev := model.BuildShared("1", model.Options{}, *base.Resources(), nil)
+	moved := modeltest.Load(t, strings.Replace(diffBase, "address: 10.0.0.5", "address: 10.0.0.6", 1))
+	renamed := modeltest.Load(t, strings.Replace(diffBase, "name: web,", "name: aaa,", 1))
+	for name, fresh := range map[string]*model.Snapshot{"an endpoint moves": moved, "a service renamed": renamed} {
+		t.Run(name, func(t *testing.T) {
+			// the services that did not change stay the very same objects
+			res := *fresh.Resources()
+			res.Services = slices.Clone(res.Services)
+			for i, svc := range res.Services {
+				if old := prev.Service(svc.Hostname); old != nil && !model.Diff(prev, fresh).Endpoints[svc.Hostname] {
+					res.Services[i] = old
+				}
+			}
+			next := model.BuildShared("2", model.Options{}, res, prev)
+			got, want := model.Diff(prev, next), model.Diff(base, fresh)
+			if !maps.Equal(got.Services, want.Services) || !maps.Equal(got.Endpoints, want.Endpoints) {
+				t.Errorf("built on the last: %+v; from nothing: %+v", got, want)
+			}
+			var hosts, wantHosts []string
+			for _, svc := range next.Services() {
+				hosts = append(hosts, svc.Hostname)
+				if next.Service(svc.Hostname) != svc {
+					t.Errorf("Service(%s) is not the listed service", svc.Hostname)
+				}
+			}
+			for _, svc := range fresh.Services() {
+				wantHosts = append(wantHosts, svc.Hostname)
+			}
+			if !slices.Equal(hosts, wantHosts) {
+				t.Errorf("services %v, want %v", hosts, wantHosts)
+			}
+			if svc := next.Service("web.app.svc.cluster.local"); (svc != nil) != (name == "an endpoint moves") {
+				t.Errorf("web: %v", svc)
+			}
+		})
+	}
+}

@@ -163,8 +163,8 @@ type Snapshot struct {
 	Options Options
 
 	services []*Service // sorted by hostname
-	byHost   map[string]*Service
-	res      Resources // Pods sorted by namespace and name
+	hosts    *hostIndex // of services; shared by snapshots of the same hostnames
+	res      Resources  // Pods sorted by namespace and name
 	// clientSelected: a DestinationRule has a workloadSelector.
 	clientSelected bool
 }
@@ -173,7 +173,48 @@ type Snapshot struct {
 func (s *Snapshot) Services() []*Service { return s.services }
 
 // Service returns the service of hostname, or nil.
-func (s *Snapshot) Service(hostname string) *Service { return s.byHost[hostname] }
+func (s *Snapshot) Service(hostname string) *Service {
+	if i, ok := s.hosts.at[hostname]; ok {
+		return s.services[i]
+	}
+	return nil
+}
+
+// hostIndex orders a list of services by hostname. Snapshots whose
+// service lists name the same hostnames in the same order share one: a
+// rebuild that changed only what some services hold (their endpoints)
+// neither sorts nor indexes again.
+type hostIndex struct {
+	hostnames []string // of the list, in its order
+	order     []int32  // the list's positions, by hostname
+	at        map[string]int32
+}
+
+// indexHosts indexes svcs, or returns prev if it indexes the same
+// hostnames in the same order.
+func indexHosts(svcs []*Service, prev *hostIndex) *hostIndex {
+	if prev != nil && len(prev.hostnames) == len(svcs) {
+		same := true
+		for i, svc := range svcs {
+			if svc.Hostname != prev.hostnames[i] {
+				same = false
+				break
+			}
+		}
+		if same {
+			return prev
+		}
+	}
+	x := &hostIndex{hostnames: make([]string, len(svcs)), order: make([]int32, len(svcs)), at: make(map[string]int32, len(svcs))}
+	for i, svc := range svcs {
+		x.hostnames[i], x.order[i] = svc.Hostname, int32(i)
+	}
+	slices.SortStableFunc(x.order, func(a, b int32) int { return cmp.Compare(x.hostnames[a], x.hostnames[b]) })
+	for i, k := range x.order {
+		x.at[x.hostnames[k]] = int32(i)
+	}
+	return x
+}
 
 // HasPods reports whether the source has a registry of pods, in which a
 // sidecar's workload is looked up rather than taken from what it claims.
@@ -207,7 +248,11 @@ func Build(version string, opts Options, res Resources) *Snapshot {
 		svc.Hostname = opts.Hostname(svc.Namespace, svc.Name)
 		svc.Endpoints = endpointsOf(svc, res.Workloads)
 	}
-	return assemble(version, opts, res)
+	if !slices.IsSortedFunc(res.Pods, comparePods) {
+		res.Pods = slices.Clone(res.Pods)
+		slices.SortStableFunc(res.Pods, comparePods)
+	}
+	return assemble(version, opts, res, nil)
 }
 
 func comparePods(a, b *Pod) int { return byMeta(a.Meta, b.Meta) }
@@ -219,27 +264,29 @@ func byMeta(a, b Meta) int {
 
 // BuildShared makes a snapshot of res whose services are complete: each
 // has its hostname under opts and its endpoints sorted by address and
-// port (SortEndpoints), and res has no WorkloadEntries. It changes nothing
-// it is given, so that successive snapshots can share the services that
-// did not change; Diff then tells them apart by pointer.
-func BuildShared(version string, opts Options, res Resources) *Snapshot {
-	return assemble(version, opts.WithDefaults(), res)
+// port (SortEndpoints), whose pods are sorted by namespace and name, and
+// which has no WorkloadEntries. It changes nothing it is given, so that
+// successive snapshots can share the services that did not change; Diff
+// then tells them apart by pointer. prev, when not nil, is the snapshot
+// the source built before: what res keeps of it is not indexed again.
+func BuildShared(version string, opts Options, res Resources, prev *Snapshot) *Snapshot {
+	return assemble(version, opts.WithDefaults(), res, prev)
 }
 
-func assemble(version string, opts Options, res Resources) *Snapshot {
-	if !slices.IsSortedFunc(res.Pods, comparePods) {
-		res.Pods = slices.Clone(res.Pods)
-		slices.SortStableFunc(res.Pods, comparePods)
-	}
-	s := &Snapshot{Version: version, Options: opts, byHost: make(map[string]*Service, len(res.Services)), res: res}
+func assemble(version string, opts Options, res Resources, prev *Snapshot) *Snapshot {
+	s := &Snapshot{Version: version, Options: opts, res: res}
 	s.clientSelected = slices.ContainsFunc(res.DestinationRules, func(dr *DestinationRule) bool {
 		return dr.Spec.GetWorkloadSelector() != nil
 	})
-	s.services = slices.Clone(res.Services)
-	for _, svc := range s.services {
-		s.byHost[svc.Hostname] = svc
+	var prevHosts *hostIndex
+	if prev != nil {
+		prevHosts = prev.hosts
 	}
-	slices.SortFunc(s.services, func(a, b *Service) int { return cmp.Compare(a.Hostname, b.Hostname) })
+	s.hosts = indexHosts(res.Services, prevHosts)
+	s.services = make([]*Service, len(res.Services))
+	for i, k := range s.hosts.order {
+		s.services[i] = res.Services[k]
+	}
 	return s
 }
 

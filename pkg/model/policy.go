@@ -172,7 +172,7 @@ func (p PolicyScope) Selects(root, namespace string, labels map[string]string) b
 // workloadSelector is not read (proxyless gRPC); DestinationRuleFor reads
 // it.
 func (s *Snapshot) DestinationRule(hostname, clientNamespace string) *DestinationRule {
-	svc := s.byHost[hostname]
+	svc := s.Service(hostname)
 	order := []string{clientNamespace}
 	if svc != nil {
 		order = append(order, svc.Namespace)
@@ -195,7 +195,7 @@ func (s *Snapshot) DestinationRule(hostname, clientNamespace string) *Destinatio
 // matches labels wins, else the one without a selector, else none. A rule
 // with a selector never applies to clients of another namespace.
 func (s *Snapshot) DestinationRuleFor(hostname, clientNamespace string, labels map[string]string) *DestinationRule {
-	svc := s.byHost[hostname]
+	svc := s.Service(hostname)
 	order := []string{clientNamespace}
 	if svc != nil {
 		order = append(order, svc.Namespace)

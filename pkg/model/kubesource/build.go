@@ -62,7 +62,8 @@ func buildReusing(l listers, opts model.Options, r *reuse, t *touched) *model.Sn
 	if res.Pods == nil {
 		res.Pods = []*model.Pod{} // a registry, even when empty
 	}
-	return model.BuildShared(r.version(), opts, res)
+	r.last = model.BuildShared(r.version(), opts, res, r.last)
+	return r.last
 }
 
 // serviceSource makes the entries of Services, with their endpoints.

@@ -61,8 +61,8 @@ func (c *collection[K, V]) update(src kindSource[K, V], all bool, keys map[strin
 		if !ok && !found {
 			continue
 		}
-		if !cloned { // the last snapshot holds the old slices
-			c.keys, c.from, c.items, c.digests = slices.Clone(c.keys), slices.Clone(c.from), slices.Clone(c.items), slices.Clone(c.digests)
+		if !cloned { // the last snapshot holds the old items; nothing else is shared
+			c.items = slices.Clone(c.items)
 			cloned = true
 		}
 		changed = true
@@ -116,8 +116,8 @@ func (c *collection[K, V]) rebuild(src kindSource[K, V]) bool {
 func (c *collection[K, V]) sum() {
 	h := &hasher{h: sha256.New()}
 	h.count(len(c.digests))
-	for _, d := range c.digests {
-		h.h.Write(d[:])
+	for i := range c.digests {
+		h.h.Write(c.digests[i][:]) // in place: a copy would escape to the heap
 	}
 	c.digest = h.sum()
 }

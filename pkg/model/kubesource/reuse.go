@@ -26,6 +26,7 @@ type reuse struct {
 	reqAuthn    collection[*securityv1.RequestAuthentication, *model.RequestAuthentication]
 	destRules   collection[*networkingv1.DestinationRule, *model.DestinationRule]
 	workloads   memo[*corev1.Pod, *workload] // what endpoints take from their pod
+	last        *model.Snapshot              // the last rebuild's
 }
 
 // version hashes the kinds' digests: equal content gives an equal
