@@ -35,7 +35,7 @@ type pushState struct {
 	sharedBytes   int
 	byContent     map[string]*response // by type URL and version; see canonical
 	sinceCache    map[uint64]sinceResult
-	affectedCache map[affectedKey][]string
+	affectedCache map[affectedKey]affectedNames
 }
 
 type builtResource struct {
@@ -120,6 +120,9 @@ type response struct {
 
 	heldOnce sync.Once
 	held     *heldBase
+
+	encodedOnce sync.Once
+	encoded     []byte // gen, as an incremental response's resources
 
 	canon *response // the push state's response of equal content; set with gen
 }

@@ -214,19 +214,25 @@ func (p *proxy) respondDeltaChangesLocked(typeURL string, d *deltaState, st *pus
 	if d.wildcard {
 		k.names, names = d.held.names()
 	}
-	want := slices.Clone(st.changedNames(p, typeURL, c, k, names, d.wildcard))
-	for _, n := range d.added {
-		if d.names.contains(n) {
-			want = append(want, n)
+	want, key := st.changedNames(p, typeURL, c, k, names, d.wildcard)
+	if len(d.added) > 0 {
+		want, key = slices.Clone(want), ""
+		for _, n := range d.added {
+			if d.names.contains(n) {
+				want = append(want, n)
+			}
 		}
+		slices.Sort(want)
+		want = slices.Compact(want)
 	}
-	slices.Sort(want)
-	want = slices.Compact(want)
 	if len(want) == 0 {
 		d.upToDate(p, st)
 		return true
 	}
-	r := st.response(p.srv, p.scopeGen, sharedKey{typeURL: typeURL, proxy: p.shareKey(typeURL), names: namesKey(want)}, want)
+	if key == "" {
+		key = namesKey(want)
+	}
+	r := st.response(p.srv, p.scopeGen, sharedKey{typeURL: typeURL, proxy: p.shareKey(typeURL), names: key}, want)
 	held := heldOf(nil, d.held)
 	resp := &discovery.DeltaDiscoveryResponse{TypeUrl: typeURL}
 	n, size := selectDelta(resp, r, held)
@@ -271,16 +277,29 @@ func (p *proxy) respondDeltaChangesLocked(typeURL string, d *deltaState, st *pus
 // every response that sends it, and each response copies the entries it
 // sends, so that what stays in memory is one entry per resource, not
 // one copy per response. It returns how many, and their size.
+//
+// A response that sends all of r, as most answers to a change do, shares
+// one encoding of it with every other; nothing modifies it.
 func selectDelta(resp *discovery.DeltaDiscoveryResponse, r *response, held held) (n, size int) {
-	sel := make([]generated, 0, len(r.gen))
-	for _, g := range r.gen {
+	var sel []generated
+	for i, g := range r.gen {
 		if v, _ := held.version(g.name); v == g.hash {
+			if sel == nil {
+				sel = append(make([]generated, 0, len(r.gen)), r.gen[:i]...)
+			}
 			continue
 		}
-		sel = append(sel, g)
+		if sel != nil {
+			sel = append(sel, g)
+		}
 		size += len(g.any.GetValue())
 	}
-	if len(sel) > 0 {
+	switch {
+	case sel == nil && len(r.gen) > 0:
+		r.encodedOnce.Do(func() { r.encoded = slices.Clip(encodeDeltaResources(r.gen, size)) })
+		resp.ProtoReflect().SetUnknown(r.encoded)
+		return len(r.gen), size
+	case len(sel) > 0:
 		resp.ProtoReflect().SetUnknown(encodeDeltaResources(sel, size))
 	}
 	return len(sel), size

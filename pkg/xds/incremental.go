@@ -111,11 +111,12 @@ func (c endpointChanges) touches(w *nodeWorkload, snap *model.Snapshot) bool {
 	if w.pod != "" && c.pods[model.Meta{Name: w.pod, Namespace: w.namespace}] {
 		return true
 	}
-	ips := w.ips
-	if pod := w.registryPod(snap); pod != nil {
-		ips = append(slices.Clip(ips), pod.IPs...)
+	changed := func(ip string) bool { return c.addrs[ip] }
+	if slices.ContainsFunc(w.ips, changed) {
+		return true
 	}
-	return slices.ContainsFunc(ips, func(ip string) bool { return c.addrs[ip] })
+	pod := w.registryPod(snap)
+	return pod != nil && slices.ContainsFunc(pod.IPs, changed)
 }
 
 // history is the changes of the last historyLen pushes.
@@ -245,7 +246,11 @@ func (s *Server) changesSince(st *pushState, b basis, scope string) (endpointCha
 //
 // With wildcard, names are what the proxy holds, and the names of what
 // reads a changed service are returned too, held or not: they may be new.
-func (st *pushState) changedNames(p *proxy, typeURL string, c endpointChanges, k affectedKey, names func(yield func(string) bool), wildcard bool) []string {
+//
+// The names are sorted and unique; callers must not modify them. key is
+// namesKey of them when they are shared by the proxies of one key, and
+// empty otherwise.
+func (st *pushState) changedNames(p *proxy, typeURL string, c endpointChanges, k affectedKey, names func(yield func(string) bool), wildcard bool) (changed []string, key string) {
 	c.authz = c.authz && c.authzFor(st.snap, p.wl.namespace, p.wl.labelsIn(st.snap))
 	if c.authz || len(c.services) > 0 || typeURL != typeEndpoint {
 		k.typeURL, k.envoy, k.authz = typeURL, p.wl.envoy, c.authz
@@ -262,32 +267,21 @@ func (st *pushState) changedNames(p *proxy, typeURL string, c endpointChanges, k
 			out = append(out, n)
 		}
 		slices.Sort(out)
-		return slices.Compact(out)
+		return slices.Compact(out), ""
 	}
-	readsAuthz := grpcgen.ReadsAuthorization
-	if p.wl.envoy {
-		readsAuthz = envoygen.ReadsAuthorization
+	a, ok := st.affectedCached(k)
+	if !ok {
+		a = st.affected(k, names, changedBy(c, typeURL, p.wl.envoy))
 	}
-	changed := st.affected(k, names, func(n string) bool {
-		switch {
-		case typeURL == typeEndpoint && c.hosts[resource.ClusterHost(n)]:
-		case c.authz && readsAuthz(typeURL, n):
-		case p.wl.envoy && c.serviceNames[typeURL][n]:
-		case !p.wl.envoy && readsAnyService(typeURL, n, c.services):
-		default:
-			return false
-		}
-		return true
-	})
 	if !wildcard || len(c.serviceNames[typeURL]) == 0 {
-		return changed
+		return a.names, a.key
 	}
-	out := slices.Clone(changed)
+	out := slices.Clone(a.names)
 	for n := range c.serviceNames[typeURL] {
 		out = append(out, n)
 	}
 	slices.Sort(out)
-	return slices.Compact(out)
+	return slices.Compact(out), ""
 }
 
 // readsAnyService reports whether proxyless gRPC's resource typeURL/name
@@ -332,22 +326,58 @@ type affectedKey struct {
 	authz   bool // the proxy's authorization changed
 }
 
+// changedBy tells the names of typeURL that c changes for an Envoy
+// sidecar or, when not envoy, proxyless gRPC.
+func changedBy(c endpointChanges, typeURL string, envoy bool) func(string) bool {
+	readsAuthz := grpcgen.ReadsAuthorization
+	if envoy {
+		readsAuthz = envoygen.ReadsAuthorization
+	}
+	return func(n string) bool {
+		switch {
+		case typeURL == typeEndpoint && c.hosts[resource.ClusterHost(n)]:
+		case c.authz && readsAuthz(typeURL, n):
+		case envoy && c.serviceNames[typeURL][n]:
+		case !envoy && readsAnyService(typeURL, n, c.services):
+		default:
+			return false
+		}
+		return true
+	}
+}
+
+// affectedNames are the names of one affectedKey that changed, and their
+// namesKey.
+type affectedNames struct {
+	names []string
+	key   string
+}
+
+// affectedCached returns what affected returned for k, if it did.
+func (st *pushState) affectedCached(k affectedKey) (affectedNames, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	r, ok := st.affectedCache[k]
+	return r, ok
+}
+
 // affected returns the names that changed says changed, once per push
 // state and key.
-func (st *pushState) affected(k affectedKey, names func(yield func(string) bool), changed func(string) bool) []string {
+func (st *pushState) affected(k affectedKey, names func(yield func(string) bool), changed func(string) bool) affectedNames {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if r, ok := st.affectedCache[k]; ok {
 		return r
 	}
-	var out []string
+	var out affectedNames
 	for n := range names {
 		if changed(n) {
-			out = append(out, n)
+			out.names = append(out.names, n)
 		}
 	}
+	out.key = namesKey(out.names)
 	if st.affectedCache == nil {
-		st.affectedCache = map[affectedKey][]string{}
+		st.affectedCache = map[affectedKey]affectedNames{}
 	}
 	st.affectedCache[k] = out
 	return out

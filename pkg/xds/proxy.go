@@ -267,7 +267,7 @@ func (p *proxy) sotwResponseLocked(st *pushState, typeURL string, sub subscripti
 		if !sub.wildcard {
 			names = slices.Values(sub.names)
 		}
-		if changed := st.changedNames(p, typeURL, c, affectedKey{names: r, from: last.basis.seq}, names, sub.wildcard); len(changed) > 0 {
+		if changed, _ := st.changedNames(p, typeURL, c, affectedKey{names: r, from: last.basis.seq}, names, sub.wildcard); len(changed) > 0 {
 			key := sharedKey{typeURL: typeURL, proxy: p.shareKey(typeURL), names: sub.key, wildcard: sub.wildcard}
 			r = st.derived(p.srv, p.scopeGen, key, r, changed)
 		}
