@@ -37,7 +37,9 @@
 //     proxy.istio.io/overrides, which Bulwark never writes. The gateway
 //     template is the exception: it takes the pod's own istio-proxy (one,
 //     among the containers, as the istio/gateway chart writes it with
-//     image "auto") and lays it over the template as Istio does.
+//     image "auto") and lays it over the template as Istio does. Each of
+//     its lists (env, ports, volumeMounts, ...) may hold at most 128
+//     items: the merge's time grows with the square of their length.
 //   - The gateway's istio-proxy starts from the same restricted security
 //     context as every istio-proxy; Istio's gateway template sets only the
 //     user and group. The pod's own settings win over either, so with the

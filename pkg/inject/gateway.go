@@ -156,10 +156,28 @@ func mergeContainer(base, patch corev1.Container) (corev1.Container, error) {
 // over the template.
 var errOwnProxy = errors.New("the pod's istio-proxy container")
 
-// checkOwnProxy refuses what a strategic merge would read as a directive
-// rather than data: the container's only maps with keys the pod chooses
-// are its resource lists, and a key there must be a resource name.
+// maxOwnListItems bounds each merged list of the pod's istio-proxy: a
+// strategic merge matches list items pairwise, so its time grows with the
+// square of their number (20,000 variables take minutes).
+const maxOwnListItems = 128
+
+// checkOwnProxy refuses what the merge cannot take: lists longer than
+// maxOwnListItems, and what a strategic merge would read as a directive
+// rather than data (the container's only maps with keys the pod chooses
+// are its resource lists, and a key there must be a resource name).
 func checkOwnProxy(c corev1.Container) error {
+	for _, l := range []struct {
+		name string
+		n    int
+	}{
+		{"env", len(c.Env)}, {"envFrom", len(c.EnvFrom)}, {"ports", len(c.Ports)},
+		{"volumeMounts", len(c.VolumeMounts)}, {"volumeDevices", len(c.VolumeDevices)},
+		{"resizePolicy", len(c.ResizePolicy)}, {"resources.claims", len(c.Resources.Claims)},
+	} {
+		if l.n > maxOwnListItems {
+			return fmt.Errorf("%w: %d items in %s, at most %d", errOwnProxy, l.n, l.name, maxOwnListItems)
+		}
+	}
 	for _, list := range []corev1.ResourceList{c.Resources.Limits, c.Resources.Requests} {
 		for name := range list {
 			if errs := validation.IsQualifiedName(string(name)); len(errs) > 0 {

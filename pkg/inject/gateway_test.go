@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -150,6 +151,14 @@ func TestGatewayRefusals(t *testing.T) {
 			},
 			want: errOwnProxy,
 		},
+		"more variables than the merge takes": {
+			edit: func(p *corev1.Pod) {
+				for i := range maxOwnListItems + 1 {
+					p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{Name: "E" + strconv.Itoa(i)})
+				}
+			},
+			want: errOwnProxy,
+		},
 		"the sidecar template with the pod's own istio-proxy": {
 			edit: func(p *corev1.Pod) { p.Annotations[AnnotationTemplates] = TemplateSidecar },
 			want: ErrConflict,
@@ -209,4 +218,47 @@ func TestHandlerInjectsGateway(t *testing.T) {
 	if r := out.Response; r.Allowed || r.Result == nil || !strings.Contains(r.Result.Message, AnnotationTemplates) {
 		t.Errorf("gateway,sidecar: response %+v, want a denial naming %s", r, AnnotationTemplates)
 	}
+}
+
+// FuzzGatewayOwnContainer lays arbitrary istio-proxy containers of a pod
+// over the gateway template. Nothing may panic; an injected pod has one
+// istio-proxy and no init containers, and the patch gives the mutated pod.
+func FuzzGatewayOwnContainer(f *testing.F) {
+	f.Add(`{"name":"istio-proxy","image":"auto","ports":[{"containerPort":15090,"protocol":"TCP","name":"http-envoy-prom"}]}`)
+	f.Add(`{"name":"istio-proxy","image":"auto","env":[{"name":"CA_ADDR","value":"x"},{"name":"CA_ADDR","value":"y"}],"resources":{"limits":{"$patch":"1"}}}`)
+	f.Add(`{"name":"istio-proxy","securityContext":{"capabilities":{"add":["NET_ADMIN"]}},"volumeMounts":[{"name":"istio-token","mountPath":"/etc/istio/proxy"}],"readinessProbe":{"exec":{"command":["true"]}}}`)
+	p := Params{}
+	{
+		snap := NewStore().Load()
+		p = Params{Namespace: "default", Config: snap.Config, Values: snap.Values}
+	}
+	f.Fuzz(func(t *testing.T, container string) {
+		var own corev1.Container
+		if err := json.Unmarshal([]byte(container), &own); err != nil {
+			return
+		}
+		own.Name = ProxyContainerName
+		pod := gatewayPod()
+		pod.Spec.Containers = []corev1.Container{own}
+		mutated, res, err := Mutate(pod, p)
+		if err != nil || !res.Injected {
+			return
+		}
+		if n := countProxies(mutated); n != 1 || len(mutated.Spec.InitContainers) != 0 {
+			t.Fatalf("%d istio-proxy, init containers %v", n, mutated.Spec.InitContainers)
+		}
+		res, err = Inject(pod, p)
+		if err != nil {
+			t.Fatalf("Mutate succeeded but Inject failed: %v", err)
+		}
+		orig, _ := json.Marshal(pod)
+		want, _ := json.Marshal(mutated)
+		patched, err := applyPatch(orig, res.Patch)
+		if err != nil {
+			t.Fatalf("apply patch: %v", err)
+		}
+		if !jsonEqual(t, want, patched) {
+			t.Fatalf("the patch does not give the mutated pod")
+		}
+	})
 }
