@@ -126,6 +126,17 @@ spec:
 		release: "istio-ingressgateway", namespace: "istio-ingress",
 		values: `{"global": {"hub": "registry.example.com/istio", "tag": "1.28.1", "imagePullPolicy": "IfNotPresent"}}`,
 	},
+	"native sidecars and proxy resource annotations, which the gateway template does not read": {
+		release: "istio-ingressgateway", namespace: "istio-ingress",
+		chart: map[string]any{"podAnnotations": map[string]any{
+			"inject.istio.io/templates":                    "gateway",
+			"sidecar.istio.io/nativeSidecar":               "true",
+			"sidecar.istio.io/proxyCPU":                    "50m",
+			"sidecar.istio.io/proxyMemoryLimit":            "256Mi",
+			"traffic.sidecar.istio.io/includeInboundPorts": "8080",
+		}},
+		values: `{"global": {"nativeSidecar": true}}`,
+	},
 	"resources set": {
 		release: "istio-ingressgateway", namespace: "istio-ingress",
 		chart: map[string]any{"resources": map[string]any{
