@@ -27,9 +27,12 @@ var defaultFiles embed.FS
 const (
 	TemplateSidecar   = "sidecar"
 	TemplateGRPCAgent = "grpc-agent"
+	// TemplateGateway is the proxy of a gateway Deployment (Istio's
+	// istio/gateway chart): Envoy as a router, no traffic capture.
+	TemplateGateway = "gateway"
 )
 
-var builtinTemplates = map[string]bool{TemplateSidecar: true, TemplateGRPCAgent: true}
+var builtinTemplates = map[string]bool{TemplateSidecar: true, TemplateGRPCAgent: true, TemplateGateway: true}
 
 // Policy is Istio's injection policy.
 type Policy string
@@ -182,13 +185,14 @@ func compileSelectors(in []metav1.LabelSelector) ([]labels.Selector, error) {
 }
 
 // resolveTemplates expands aliases and checks the list names exactly one
-// known template family.
+// known template family. An empty entry ("gateway,") is an unknown
+// template, as it is to Istio's injector.
 func (c *Config) resolveTemplates(names []string) (string, error) {
 	seen := map[string]bool{}
 	for _, n := range names {
 		n = strings.TrimSpace(n)
 		if n == "" {
-			continue
+			return "", fmt.Errorf("empty template name (known: %s)", knownTemplates())
 		}
 		targets, ok := c.Aliases[n]
 		if !ok {
@@ -205,7 +209,12 @@ func (c *Config) resolveTemplates(names []string) (string, error) {
 	case len(seen) == 0:
 		return "", errors.New("no template named")
 	case len(seen) > 1:
-		return "", fmt.Errorf("templates %s cannot be combined", knownTemplates())
+		names := make([]string, 0, len(seen))
+		for t := range seen {
+			names = append(names, t)
+		}
+		sort.Strings(names)
+		return "", fmt.Errorf("templates %s cannot be combined: one template builds the whole proxy", strings.Join(names, ", "))
 	}
 	for t := range seen {
 		return t, nil

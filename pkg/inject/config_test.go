@@ -57,7 +57,7 @@ func TestParseConfigRejects(t *testing.T) {
 	}{
 		"an unknown config key":                   {config: "policy: enabled\nfoo: bar\n", want: "foo"},
 		"a policy other than enabled or disabled": {config: "policy: sometimes\n", want: "policy"},
-		"a template that is not built in":         {config: "policy: enabled\ntemplates:\n  gateway: x\n", want: "gateway"},
+		"a template that is not built in":         {config: "policy: enabled\ntemplates:\n  spire: x\n", want: "spire"},
 		"a default template that is not built in": {config: "policy: enabled\ndefaultTemplates: [spire]\n", want: "spire"},
 		"an alias to an unknown template":         {config: "policy: enabled\naliases:\n  x: [spire]\n", want: "spire"},
 		"a malformed selector":                    {config: "policy: enabled\nneverInjectSelector:\n- matchExpressions:\n  - {key: a, operator: Bogus}\n", want: "neverInjectSelector"},

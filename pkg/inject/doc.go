@@ -15,8 +15,8 @@
 // # Differences from Istio's injector
 //
 // For the same pod and values, the injected pod is the one Istio's own
-// injector (istio.io/istio/pkg/kube/inject with the injection-template.yaml
-// and grpc-agent.yaml it ships) produces: same containers in the same
+// injector (istio.io/istio/pkg/kube/inject with the injection-template.yaml,
+// grpc-agent.yaml and gateway-injection-template.yaml it ships) produces: same containers in the same
 // order, images, arguments, variables, volumes and mounts, probes and their
 // rewrite, security contexts, labels and status annotation. test/interop
 // checks this field by field. The differences below are deliberate, and
@@ -34,7 +34,19 @@
 //     istio-proxy or istio-init container, or a volume with a name the
 //     injector adds, is refused. Istio re-injects the former and merges the
 //     latter's container over its template; so it also records
-//     proxy.istio.io/overrides, which Bulwark never writes.
+//     proxy.istio.io/overrides, which Bulwark never writes. The gateway
+//     template is the exception: it takes the pod's own istio-proxy (one,
+//     among the containers, as the istio/gateway chart writes it with
+//     image "auto") and lays it over the template as Istio does. Each of
+//     its lists (env, ports, volumeMounts, ...) may hold at most 128
+//     items: the merge's time grows with the square of their length.
+//   - The gateway's istio-proxy starts from the same restricted security
+//     context as every istio-proxy; Istio's gateway template sets only the
+//     user and group. The pod's own settings win over either, so with the
+//     gateway chart's defaults the two are the same.
+//   - The gateway template always sets the pod's
+//     net.ipv4.ip_unprivileged_port_start sysctl: the values have no
+//     gateways key (Istio's gateways.securityContext replaces the sysctl).
 //   - PROXY_CONFIG holds the fields Bulwark sets (the discovery address and
 //     the pod's proxy.istio.io/config); Istio's holds every field that
 //     differs from its defaults. Merged over the defaults, as pilot-agent
@@ -52,13 +64,18 @@
 //     interception mode TPROXY, global.proxy.privileged, proxyMetadata
 //     that replaces a variable the injector sets. Unknown keys in the
 //     ConfigMap's config and values are errors.
-//   - Templates are built in ("sidecar" and "grpc-agent"); the ConfigMap
-//     may name them (templates, aliases, defaultTemplates) but its template
-//     text is not rendered.
+//   - Templates are built in ("sidecar", "grpc-agent" and "gateway"); the
+//     ConfigMap may name them (templates, aliases, defaultTemplates) but its
+//     template text is not rendered. One template builds the whole proxy: a
+//     pod that names two (for example inject.istio.io/templates
+//     "gateway,sidecar") is refused. Istio lays the second over the first,
+//     which for these two gives a gateway pod with istio-init capturing its
+//     traffic, and in this order a proxy that runs as a sidecar.
 //   - Probes and HTTP or TCP lifecycle hooks on a port the sidecar does not
 //     capture (outside includeInboundPorts, or in excludeInboundPorts) are
 //     not rewritten: kubelet reaches the app directly. Istio rewrites them
 //     all.
-//   - The gRPC agent's service.istio.io/canonical-name label is cut to 63
-//     characters like the sidecar's, so that it stays a valid label.
+//   - The gRPC agent's and the gateway's service.istio.io/canonical-name
+//     label is cut to 63 characters like the sidecar's, so that it stays a
+//     valid label.
 package inject

@@ -29,7 +29,7 @@ func (b *builder) grpcAgentContainer() corev1.Container {
 		Ports: []corev1.ContainerPort{{
 			Name: "mesh-metrics", ContainerPort: status, Protocol: corev1.ProtocolTCP,
 		}},
-		Args:            b.proxyArgs(),
+		Args:            b.proxyArgs("sidecar"),
 		Env:             env,
 		ImagePullPolicy: corev1.PullPolicy(b.values.Global.ImagePullPolicy),
 		ReadinessProbe:  ready,

@@ -83,7 +83,7 @@ func Mutate(pod *corev1.Pod, p Params) (*corev1.Pod, Result, error) {
 	if err != nil {
 		return nil, Result{Reason: reason}, err
 	}
-	if err := checkConflicts(pod); err != nil {
+	if err := checkConflicts(pod, set.template); err != nil {
 		return nil, Result{Reason: reason}, err
 	}
 	out := pod.DeepCopy()
@@ -95,6 +95,8 @@ func Mutate(pod *corev1.Pod, p Params) (*corev1.Pod, Result, error) {
 	switch set.template {
 	case TemplateGRPCAgent:
 		st, err = b.applyGRPCAgent()
+	case TemplateGateway:
+		st, err = b.applyGateway()
 	default:
 		st, err = b.applySidecar()
 	}
@@ -276,11 +278,23 @@ var reservedVolumes = map[string]bool{
 // checkConflicts refuses pods that already define istio-proxy, istio-init
 // or one of the injected volumes: merging over them could change the
 // sidecar's privileges, and a duplicate name fails pod validation anyway.
-func checkConflicts(pod *corev1.Pod) error {
-	for _, list := range [][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for _, c := range list {
-			if c.Name == ProxyContainerName || c.Name == InitContainerName {
-				return fmt.Errorf("container %s: %w", c.Name, ErrConflict)
+// The gateway template alone takes the pod's own istio-proxy container
+// (one, among the containers), as the gateway chart writes it.
+func checkConflicts(pod *corev1.Pod, template string) error {
+	for _, c := range pod.Spec.InitContainers {
+		if c.Name == ProxyContainerName || c.Name == InitContainerName {
+			return fmt.Errorf("init container %s: %w", c.Name, ErrConflict)
+		}
+	}
+	proxies := 0
+	for _, c := range pod.Spec.Containers {
+		switch {
+		case c.Name == InitContainerName,
+			c.Name == ProxyContainerName && template != TemplateGateway:
+			return fmt.Errorf("container %s: %w", c.Name, ErrConflict)
+		case c.Name == ProxyContainerName:
+			if proxies++; proxies > 1 {
+				return fmt.Errorf("a second container %s: %w", c.Name, ErrConflict)
 			}
 		}
 	}

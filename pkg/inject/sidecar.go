@@ -58,10 +58,11 @@ func (b *builder) appContainerNames() []string {
 	return names
 }
 
-func (b *builder) proxyArgs() []string {
+// proxyArgs are pilot-agent's arguments; role is "sidecar" or "router".
+func (b *builder) proxyArgs(role string) []string {
 	g := &b.values.Global
 	args := []string{
-		"proxy", "sidecar",
+		"proxy", role,
 		"--domain", "$(POD_NAMESPACE).svc." + g.Proxy.ClusterDomain,
 		"--proxyLogLevel=" + b.set.logLevel,
 		"--proxyComponentLogLevel=" + g.Proxy.ComponentLogLevel,
@@ -87,11 +88,13 @@ func resourceEnv(name, res string) corev1.EnvVar {
 
 func valueEnv(name, value string) corev1.EnvVar { return corev1.EnvVar{Name: name, Value: value} }
 
-// podPortsJSON is ISTIO_META_POD_PORTS: the app containers' ports.
+// podPortsJSON is ISTIO_META_POD_PORTS: the app containers' ports. The
+// gateway template lists the ports of every container of the pod as it
+// came, its own istio-proxy included.
 func (b *builder) podPortsJSON() string {
 	ports := []corev1.ContainerPort{}
 	for _, c := range b.pod.Spec.Containers {
-		if c.Name != ProxyContainerName {
+		if c.Name != ProxyContainerName || b.set.template == TemplateGateway {
 			ports = append(ports, c.Ports...)
 		}
 	}
@@ -133,16 +136,7 @@ func (b *builder) clusterEnv() []corev1.EnvVar {
 // commonEnv is shared by the sidecar and the gRPC agent; the agent alone
 // has no Envoy, so no interception mode and no Go runtime limits for it.
 func (b *builder) commonEnv(sidecar bool) []corev1.EnvVar {
-	v := b.values
-	env := []corev1.EnvVar{
-		valueEnv("PILOT_CERT_PROVIDER", v.Global.PilotCertProvider),
-		valueEnv("CA_ADDR", v.CAAddress()),
-		fieldEnv("POD_NAME", "metadata.name"),
-		fieldEnv("POD_NAMESPACE", "metadata.namespace"),
-		fieldEnv("INSTANCE_IP", "status.podIP"),
-		fieldEnv("SERVICE_ACCOUNT", "spec.serviceAccountName"),
-		fieldEnv("HOST_IP", "status.hostIP"),
-	}
+	env := b.podEnv()
 	if sidecar {
 		env = append(env, resourceEnv("ISTIO_CPU_LIMIT", "limits.cpu"))
 	}
@@ -162,11 +156,33 @@ func (b *builder) commonEnv(sidecar bool) []corev1.EnvVar {
 	if sidecar {
 		env = append(env, valueEnv("ISTIO_META_INTERCEPTION_MODE", b.set.proxy.mode.String()))
 	}
+	return append(env, b.identityEnv(sidecar)...)
+}
+
+// podEnv is what every istio-proxy reads first: the CA and the pod's own
+// coordinates.
+func (b *builder) podEnv() []corev1.EnvVar {
+	v := b.values
+	return []corev1.EnvVar{
+		valueEnv("PILOT_CERT_PROVIDER", v.Global.PilotCertProvider),
+		valueEnv("CA_ADDR", v.CAAddress()),
+		fieldEnv("POD_NAME", "metadata.name"),
+		fieldEnv("POD_NAMESPACE", "metadata.namespace"),
+		fieldEnv("INSTANCE_IP", "status.podIP"),
+		fieldEnv("SERVICE_ACCOUNT", "spec.serviceAccountName"),
+		fieldEnv("HOST_IP", "status.hostIP"),
+	}
+}
+
+// identityEnv names the workload, its owner and its mesh, then adds the
+// proxy metadata. Only the sidecar takes the workload name from the pod's
+// service.istio.io/workload-name label, as Istio does.
+func (b *builder) identityEnv(workloadLabel bool) []corev1.EnvVar {
+	v := b.values
+	var env []corev1.EnvVar
 	if b.work.name != "" {
 		name := b.work.name
-		// The sidecar (not the gRPC agent) takes the workload name from
-		// the pod's service.istio.io/workload-name label, as Istio does.
-		if l := b.pod.Labels[LabelWorkloadName]; sidecar && l != "" && validateLabelValue(l) == nil {
+		if l := b.pod.Labels[LabelWorkloadName]; workloadLabel && l != "" && validateLabelValue(l) == nil {
 			name = l
 		}
 		env = append(env,
@@ -236,7 +252,7 @@ func (b *builder) proxyContainer() corev1.Container {
 		Ports: []corev1.ContainerPort{{
 			Name: "http-envoy-prom", ContainerPort: envoyPromPort, Protocol: corev1.ProtocolTCP,
 		}},
-		Args:            b.proxyArgs(),
+		Args:            b.proxyArgs("sidecar"),
 		Env:             append(b.commonEnv(true), b.clusterEnv()...),
 		ImagePullPolicy: corev1.PullPolicy(b.values.Global.ImagePullPolicy),
 		ReadinessProbe:  b.readinessProbe(),

@@ -59,8 +59,9 @@ var releaseCases = map[string]releaseCase{
 // The chart installed by Helm into a real apiserver runs the real istiod
 // with exactly the chart's RBAC: it becomes ready, creates its CA, publishes
 // the trust bundle, patches both webhooks, and injects a pod through the
-// chart's webhook. Then an upgrade changes the release and an uninstall
-// leaves only what the chart documents.
+// chart's webhook, and the pod of Istio's istio/gateway chart installed
+// beside it as a gateway. Then an upgrade changes the release and an
+// uninstall leaves only what the chart documents.
 func TestHelmInstallUpgradeUninstall(t *testing.T) {
 	t.Parallel()
 	// One after the other: every istiod publishes istio-ca-root-cert in
@@ -79,6 +80,7 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 			r.runIstiod(t)
 			r.checkTrust(t)
 			r.checkInjection(t)
+			r.checkGatewayChart(t)
 			r.checkIstioctlAnalyze(t)
 			if !tc.istio {
 				r.upgrade(t)

@@ -31,8 +31,9 @@ const istioOnlyValues = `{
   "global": {"sts": {"servicePort": 0}, "caName": "", "mountMtlsCerts": false}
 }`
 
-// istioTemplates parses injection-template.yaml (as "sidecar") and
-// grpc-agent.yaml from the istio module in the module cache, once.
+// istioTemplates parses injection-template.yaml (as "sidecar"),
+// grpc-agent.yaml and gateway-injection-template.yaml (as "gateway") from
+// the istio module in the module cache, once.
 var istioTemplates = sync.OnceValues(func() (istioinject.Templates, error) {
 	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "istio.io/istio").Output()
 	if err != nil {
@@ -43,6 +44,7 @@ var istioTemplates = sync.OnceValues(func() (istioinject.Templates, error) {
 	for name, file := range map[string]string{
 		bulwarkinject.TemplateSidecar:   "injection-template.yaml",
 		bulwarkinject.TemplateGRPCAgent: "grpc-agent.yaml",
+		bulwarkinject.TemplateGateway:   "gateway-injection-template.yaml",
 	} {
 		b, err := os.ReadFile(filepath.Join(dir, file))
 		if err != nil {
