@@ -41,7 +41,7 @@ func FuzzValidate(f *testing.F) {
 		}
 		k := kinds[names[int(which)%len(names)]]
 		obj := append(append([]byte(`{"metadata":{"name":"f"},"spec":`), spec...), '}')
-		_ = validateObject(k, obj, rules{})
-		_ = validateObject(k, obj, rules{jwksURLs: keyfetch.URLRule{LoopbackHTTP: true}})
+		_, _ = validateObject(k, obj, rules{})
+		_, _ = validateObject(k, obj, rules{jwksURLs: keyfetch.URLRule{LoopbackHTTP: true}})
 	})
 }
