@@ -153,7 +153,11 @@ var routingCases = map[string]routingCase{
 	"a longer prefix before a shorter one":  {vs: true, spec: `hosts: [a]` + "\n" + `http: [{match: [{uri: {prefix: /api/v2}}], route: [{destination: {host: b}}]}, {match: [{uri: {prefix: /api}}], route: [{destination: {host: a}}]}]`},
 	"a TCP rule after a catch-all":          {vs: true, spec: "hosts: [a]\ntcp: [{route: [{destination: {host: a}}]}, {match: [{port: 5432}], route: [{destination: {host: b}}]}]", warns: true},
 	"2,000 hosts":                           {vs: true, spec: "hosts: [" + manyHosts(2000) + "]\n" + aRoute, stricter: "a VirtualService holds at most 1024 hosts: every gateway reading it pays for each"},
-	"the internal parents annotation":       {vs: true, annotations: map[string]string{"internal.istio.io/parents": "x"}, spec: "hosts: [a]\n" + aRoute, istioRefuses: true},
+	"a Gateway name with dots under gateway semantics": {name: "a.b", annotations: map[string]string{"internal.istio.io/gateway-semantics": "gateway"}, spec: gw(httpServer),
+		stricter: "internal.istio.io/gateway-semantics is istiod's mark on its own Gateway API translations; a user setting it gets no relaxed rules"},
+	"a VirtualService under route semantics": {vs: true, annotations: map[string]string{"internal.istio.io/route-semantics": "gateway"}, spec: "hosts: [a.example.com]\ngateways: [ns/Gw.x]\n" + aRoute,
+		stricter: "internal.istio.io/route-semantics is istiod's mark on its own Gateway API translations; a user setting it gets no relaxed rules"},
+	"the internal parents annotation": {vs: true, annotations: map[string]string{"internal.istio.io/parents": "x"}, spec: "hosts: [a]\n" + aRoute, istioRefuses: true},
 }
 
 // TestRoutingValidationMatchesIstio runs every case through Istio's own
