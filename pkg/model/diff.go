@@ -14,8 +14,8 @@ import (
 type Change struct {
 	// Config is true when anything but endpoints, pods and authorization
 	// differs: the services themselves (ports, addresses, selectors, a
-	// service added or removed), a PeerAuthentication, a DestinationRule
-	// or the options. The other fields are empty then: everything may
+	// service added or removed), a PeerAuthentication, a DestinationRule,
+	// a Gateway, a VirtualService or the options. The other fields are empty then: everything may
 	// differ.
 	Config bool
 	// Authorization is true when AuthorizationPolicies or
@@ -146,11 +146,15 @@ func samePod(a, b *Pod) bool {
 	return a.UID == b.UID && a.ServiceAccount == b.ServiceAccount && maps.Equal(a.Labels, b.Labels) && slices.Equal(a.IPs, b.IPs)
 }
 
-// sameRules reports whether a and b hold equal PeerAuthentications and
-// DestinationRules.
+// sameRules reports whether a and b hold equal PeerAuthentications,
+// DestinationRules, Gateways and VirtualServices. A Gateway or a
+// VirtualService may change any listener or route of a gateway, and
+// (bound to "mesh") of a sidecar: their changes are config changes.
 func sameRules(a, b *Resources) bool {
 	return sameSpecs(a.PeerAuthentications, b.PeerAuthentications, (*PeerAuthentication).Parts) &&
-		sameSpecs(a.DestinationRules, b.DestinationRules, (*DestinationRule).Parts)
+		sameSpecs(a.DestinationRules, b.DestinationRules, (*DestinationRule).Parts) &&
+		sameSpecs(a.Gateways, b.Gateways, (*Gateway).Parts) &&
+		sameSpecs(a.VirtualServices, b.VirtualServices, (*VirtualService).Parts)
 }
 
 // sameAuthorization reports whether a and b hold equal
@@ -202,10 +206,21 @@ func changedScopes[T interface {
 func (p *PeerAuthentication) Parts() (Meta, proto.Message) {
 	// Its creation time counts as part of its name: it decides which of
 	// several policies applies.
-	m := p.Meta
-	m.Name += "@" + p.Created.UTC().Format(time.RFC3339Nano)
-	return m, p.Spec
+	return createdParts(p.Meta, p.Created), p.Spec
 }
+
+// Parts of a Gateway or a VirtualService count its creation time, as a
+// PeerAuthentication's: of conflicting ones, the oldest applies.
+func (g *Gateway) Parts() (Meta, proto.Message) { return createdParts(g.Meta, g.Created), g.Spec }
+func (v *VirtualService) Parts() (Meta, proto.Message) {
+	return createdParts(v.Meta, v.Created), v.Spec
+}
+
+func createdParts(m Meta, created time.Time) Meta {
+	m.Name += "@" + created.UTC().Format(time.RFC3339Nano)
+	return m
+}
+
 func (p *AuthorizationPolicy) Parts() (Meta, proto.Message)   { return p.Meta, p.Spec }
 func (p *RequestAuthentication) Parts() (Meta, proto.Message) { return p.Meta, p.Spec }
 func (p *DestinationRule) Parts() (Meta, proto.Message)       { return p.Meta, p.Spec }

@@ -41,6 +41,10 @@
 //   - networking.istio.io/v1 DestinationRule (host, workloadSelector,
 //     subsets, and the TLS of trafficPolicy and its portLevelSettings;
 //     workloadSelector is read by the Envoy generator only).
+//   - networking.istio.io/v1 Gateway and VirtualService, with
+//     metadata.creationTimestamp when given (of conflicting ones the
+//     oldest applies, as in Istio). Snapshot.GatewaysFor selects a gateway
+//     pod's Gateways as Istio does.
 //
 // Specs are decoded strictly: an unknown field, a duplicate key, a wrong type
 // or an unknown kind rejects the whole directory read, which is logged, and

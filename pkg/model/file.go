@@ -241,6 +241,19 @@ func decodeDocument(js []byte, res *Resources) error {
 			return err
 		}
 		res.DestinationRules = append(res.DestinationRules, &DestinationRule{Meta: meta, Spec: spec})
+	case "networking.istio.io/v1/Gateway":
+		spec := &networkingv1.Gateway{}
+		if err := decodeSpec(env, spec); err != nil {
+			return err
+		}
+		res.Gateways = append(res.Gateways, &Gateway{Meta: meta, Created: env.Metadata.CreationTimestamp, Spec: spec})
+	case "networking.istio.io/v1/VirtualService":
+		spec := &networkingv1.VirtualService{}
+		if err := decodeSpec(env, spec); err != nil {
+			return err
+		}
+		res.VirtualServices = append(res.VirtualServices,
+			&VirtualService{Meta: meta, Created: env.Metadata.CreationTimestamp, Spec: spec})
 	default:
 		return fmt.Errorf("unknown kind %s %s: %w", env.APIVersion, env.Kind, ErrInvalid)
 	}
@@ -305,4 +318,6 @@ func sortResources(r *Resources) {
 	slices.SortStableFunc(r.AuthorizationPolicies, func(a, b *AuthorizationPolicy) int { return byMeta(a.Meta, b.Meta) })
 	slices.SortStableFunc(r.RequestAuthentications, func(a, b *RequestAuthentication) int { return byMeta(a.Meta, b.Meta) })
 	slices.SortStableFunc(r.DestinationRules, func(a, b *DestinationRule) int { return byMeta(a.Meta, b.Meta) })
+	slices.SortStableFunc(r.Gateways, func(a, b *Gateway) int { return byMeta(a.Meta, b.Meta) })
+	slices.SortStableFunc(r.VirtualServices, func(a, b *VirtualService) int { return byMeta(a.Meta, b.Meta) })
 }

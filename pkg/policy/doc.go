@@ -4,6 +4,11 @@
 // it says, the validating webhook warns with it, and a test keeps the
 // README's compatibility table equal to it.
 //
+// It also holds the rules of validity of Gateway and VirtualService
+// (ValidateGateway, ValidateVirtualService, CheckRegex), Istio's rules
+// with bounds on hostile input: the validating webhook refuses by them
+// and the gateway generators skip what they refuse.
+//
 // A kind is honoured (every field read, or refused failing closed), partly
 // honoured (some fields read, the others reported per object by their
 // path), or not honoured (nothing read: every object reported whole).

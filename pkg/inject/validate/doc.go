@@ -1,7 +1,10 @@
 // Package validate is istiod's /validate admission webhook for the security
 // resources Bulwark reads: PeerAuthentication, AuthorizationPolicy and
-// RequestAuthentication (security.istio.io v1 and v1beta1) and
-// DestinationRule (networking.istio.io v1, v1beta1 and v1alpha3).
+// RequestAuthentication (security.istio.io v1 and v1beta1), DestinationRule,
+// Gateway and VirtualService (networking.istio.io v1, v1beta1 and
+// v1alpha3). The rules of Gateway and VirtualService are package policy's
+// (ValidateGateway, ValidateVirtualService), which the gateway generators
+// read too; their warnings, Istio's, are admission warnings.
 //
 // A spec is decoded strictly into the istio.io/api messages (an unknown
 // field is refused) and then checked field by field. A refusal names the
@@ -69,6 +72,21 @@
 //   - credentialName is refused unless tls.mode is SIMPLE or MUTUAL; Istio
 //     ignores it for DISABLE and ISTIO_MUTUAL.
 //   - Enum fields must hold a defined value; protojson accepts any number.
+//   - A regex (VirtualService matches, allowOrigins, uriRegexRewrite) must
+//     compile, as RE2, to a program of at most 100 instructions, Envoy's
+//     default re2.max_program_size.error_level; Istio checks only its
+//     length (1024) and raises the limit in the bootstraps it renders.
+//   - A Gateway holds at most 1024 servers, a server and a VirtualService at
+//     most 1024 hosts, a VirtualService at most 4096 routes and a route 4096
+//     matches; Istio sets no bound.
+//   - A server's caCrl beside a credentialName is refused: the CRL must be
+//     in the Secret, and Istio ignores the file without a word.
+//   - Every gateway reference of a VirtualService is checked; Istio stops
+//     at the first that has no "/" (such as "mesh").
+//   - The annotations internal.istio.io/gateway-semantics and
+//     internal.istio.io/route-semantics relax no rule (Gateway names,
+//     gateway references, destinations), as they do in Istio, where only
+//     istiod's own translation of Gateway API objects sets them.
 //
 // # Warnings
 //

@@ -21,10 +21,14 @@ func FuzzValidate(f *testing.F) {
 		`"kind":{"group":"networking.istio.io","version":"v1alpha3","kind":"DestinationRule"},"object":{"spec":{"host":"*.a"}}}}`),
 		uint8(3), `{"host":"a","trafficPolicy":{"tls":{"mode":"MUTUAL","credentialName":"c"},"portLevelSettings":[{"port":{"number":1}}]}}`)
 	f.Add([]byte("{not json"), uint8(0), `{"selector":{"matchLabels":{"a":"b"}},"portLevelMtls":{"80":{"mode":"STRICT"}}}`)
+	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"3",`+
+		`"kind":{"group":"networking.istio.io","version":"v1","kind":"VirtualService"},"object":{"spec":{"hosts":["a"],"http":[{"match":[{"uri":{"regex":"(a"}}]}]}}}}`),
+		uint8(5), `{"hosts":["*"],"gateways":["mesh"],"http":[{"redirect":{"uri":"/"},"route":[{"destination":{"host":"a"}}]}]}`)
+	f.Add([]byte(`{}`), uint8(4), `{"servers":[{"port":{"number":443,"name":"a","protocol":"HTTPS"},"hosts":["a/b.c"],"tls":{"mode":"ISTIO_MUTUAL","credentialName":"x"}}]}`)
 	f.Add([]byte(`{}`), uint8(2), `{"jwtRules":[{"issuer":"i","jwksUri":"https://[::1]:99999/x","timeout":"-1s"}]}`)
 
 	h := NewHandler(nil)
-	names := []string{"PeerAuthentication", "AuthorizationPolicy", "RequestAuthentication", "DestinationRule"}
+	names := []string{"PeerAuthentication", "AuthorizationPolicy", "RequestAuthentication", "DestinationRule", "Gateway", "VirtualService"}
 	f.Fuzz(func(t *testing.T, body []byte, which uint8, spec string) {
 		rec := post(t, h, "/validate", "application/json", body)
 		if rec.Code == http.StatusInternalServerError {
@@ -41,7 +45,7 @@ func FuzzValidate(f *testing.F) {
 		}
 		k := kinds[names[int(which)%len(names)]]
 		obj := append(append([]byte(`{"metadata":{"name":"f"},"spec":`), spec...), '}')
-		_ = validateObject(k, obj, rules{})
-		_ = validateObject(k, obj, rules{jwksURLs: keyfetch.URLRule{LoopbackHTTP: true}})
+		_, _ = validateObject(k, obj, rules{})
+		_, _ = validateObject(k, obj, rules{jwksURLs: keyfetch.URLRule{LoopbackHTTP: true}})
 	})
 }

@@ -1,6 +1,7 @@
 package validate
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
 
@@ -18,7 +19,7 @@ type handler struct {
 	log   *slog.Logger
 	rules rules
 	// validate checks one object; tests replace it.
-	validate func(k kind, raw []byte) error
+	validate func(k kind, raw []byte) ([]string, error)
 }
 
 // Option configures the handler.
@@ -41,7 +42,7 @@ func NewHandler(logger *slog.Logger, opts ...Option) http.Handler {
 	for _, o := range opts {
 		o(h)
 	}
-	h.validate = func(k kind, raw []byte) error { return validateObject(k, raw, h.rules) }
+	h.validate = func(k kind, raw []byte) ([]string, error) { return validateObject(k, raw, h.rules) }
 	return h
 }
 
@@ -68,15 +69,23 @@ func (h *handler) admit(req *admissionv1.AdmissionRequest) *admissionv1.Admissio
 		// stop istiod reporting on an object admitted before this webhook.
 		return allowed
 	}
+	var checked []string
 	if k, ok := lookupKind(req.Kind.Group, req.Kind.Version, req.Kind.Kind); ok {
-		if err := h.validate(k, req.Object.Raw); err != nil {
+		warns, err := h.validate(k, req.Object.Raw)
+		if err != nil {
 			h.log.Info("validate: refused", "kind", k.name, "namespace", req.Namespace, "name", req.Name, "reason", err.Error())
 			return deny(err.Error())
 		}
+		checked = warns
 	}
 	if k, ok := policy.Lookup(req.Kind.Group, req.Kind.Kind); ok {
 		allowed.Warnings = warnings(k, req.Object.Raw)
 	}
+	// Istio's warnings of the object, then what Bulwark ignores of it.
+	if len(checked) > maxWarnings {
+		checked = append(checked[:maxWarnings:maxWarnings], fmt.Sprintf("and %d more warnings", len(checked)-maxWarnings))
+	}
+	allowed.Warnings = append(checked, allowed.Warnings...)
 	return allowed
 }
 

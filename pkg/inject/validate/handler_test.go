@@ -98,7 +98,7 @@ func TestHandlerRefusesUndecodableObjects(t *testing.T) {
 // A panic while validating answers 500 instead of crashing the server.
 func TestHandlerRecoversPanics(t *testing.T) {
 	h := NewHandler(testLogger(t)).(*handler)
-	h.validate = func(kind, []byte) error { panic("boom") }
+	h.validate = func(kind, []byte) ([]string, error) { panic("boom") }
 	rec := post(t, h, "/validate", "application/json",
 		reviewFor(t, admission.APIVersionV1, peerAuthn, admissionv1.Create, objectJSON(peerAuthn, `{}`)))
 	if rec.Code != http.StatusInternalServerError {

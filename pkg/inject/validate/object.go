@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bulwark-mesh/bulwark/pkg/authn/keyfetch"
+	"github.com/bulwark-mesh/bulwark/pkg/policy"
 )
 
 const (
@@ -71,7 +72,27 @@ var kinds = map[string]kind{
 			checkDestinationRule(p, m.(*networking.DestinationRule))
 		},
 	},
+	// Gateway and VirtualService follow package policy's rules, which the
+	// generators read too.
+	"Gateway": {
+		name:    "Gateway",
+		newSpec: func() proto.Message { return &networking.Gateway{} },
+		check: func(p *problems, _ rules, meta *metav1.ObjectMeta, m proto.Message, _ []byte) {
+			p.addFindings(policy.ValidateGateway(meta.Name, meta.Annotations, m.(*networking.Gateway)))
+		},
+	},
+	"VirtualService": {
+		name:    "VirtualService",
+		newSpec: func() proto.Message { return &networking.VirtualService{} },
+		check: func(p *problems, _ rules, meta *metav1.ObjectMeta, m proto.Message, _ []byte) {
+			p.addFindings(policy.ValidateVirtualService(meta.Namespace, meta.Annotations, m.(*networking.VirtualService)))
+		},
+	},
 }
+
+// networkingKinds are the kinds of networking.istio.io this webhook
+// validates.
+var networkingKinds = map[string]bool{"DestinationRule": true, "Gateway": true, "VirtualService": true}
 
 // lookupKind reports whether group/version/kind is one this webhook
 // validates.
@@ -81,8 +102,8 @@ func lookupKind(group, version, name string) (kind, bool) {
 		return kind{}, false
 	}
 	switch {
-	case group == groupSecurity && name != "DestinationRule" && (version == "v1" || version == "v1beta1"):
-	case group == groupNetworking && name == "DestinationRule" &&
+	case group == groupSecurity && !networkingKinds[name] && (version == "v1" || version == "v1beta1"):
+	case group == groupNetworking && networkingKinds[name] &&
 		(version == "v1" || version == "v1beta1" || version == "v1alpha3"):
 	default:
 		return kind{}, false
@@ -97,21 +118,22 @@ type object struct {
 }
 
 // validateObject decodes raw as an object of kind k and checks its spec
-// under r.
-func validateObject(k kind, raw []byte, r rules) error {
+// under r. It returns the warnings of an object it admits, each naming
+// the object.
+func validateObject(k kind, raw []byte, r rules) ([]string, error) {
 	if len(raw) == 0 {
-		return fmt.Errorf("%s: no object in the request", k.name)
+		return nil, fmt.Errorf("%s: no object in the request", k.name)
 	}
 	var obj object
 	if err := json.Unmarshal(raw, &obj); err != nil {
-		return fmt.Errorf("%s: decode object: %w", k.name, err)
+		return nil, fmt.Errorf("%s: decode object: %w", k.name, err)
 	}
 	ref := k.name + " " + objectRef(&obj.Metadata)
 	spec := k.newSpec()
 	rawSpec := bytes.TrimSpace(obj.Spec)
 	if len(rawSpec) != 0 && !bytes.Equal(rawSpec, []byte("null")) {
 		if err := (protojson.UnmarshalOptions{DiscardUnknown: false}).Unmarshal(rawSpec, spec); err != nil {
-			return fmt.Errorf("%s: spec: %s", ref, cleanProtoError(err))
+			return nil, fmt.Errorf("%s: spec: %s", ref, cleanProtoError(err))
 		}
 	} else {
 		rawSpec = nil
@@ -119,9 +141,13 @@ func validateObject(k kind, raw []byte, r rules) error {
 	var p problems
 	k.check(&p, r, &obj.Metadata, spec, rawSpec)
 	if err := p.err(); err != nil {
-		return fmt.Errorf("%s: %w", ref, err)
+		return nil, fmt.Errorf("%s: %w", ref, err)
 	}
-	return nil
+	var warns []string
+	for _, w := range p.warnings {
+		warns = append(warns, ref+": "+w)
+	}
+	return warns, nil
 }
 
 func objectRef(m *metav1.ObjectMeta) string {
@@ -145,10 +171,28 @@ func cleanProtoError(err error) string {
 
 const maxProblems = 10
 
-// problems collects the reasons an object is refused, each naming a field.
+// problems collects the reasons an object is refused, each naming a field,
+// and the warnings of one admitted.
 type problems struct {
-	list []string
-	more int
+	list     []string
+	more     int
+	warnings []string
+}
+
+// addFindings adds what package policy found.
+func (p *problems) addFindings(f policy.Findings) {
+	for _, e := range f.Errors {
+		if len(p.list) >= maxProblems {
+			p.more++
+			continue
+		}
+		p.list = append(p.list, e)
+	}
+	p.more += f.MoreErrors
+	p.warnings = append(p.warnings, f.Warnings...)
+	if f.MoreWarnings > 0 {
+		p.warnings = append(p.warnings, fmt.Sprintf("and %d more warnings", f.MoreWarnings))
+	}
 }
 
 func (p *problems) addf(path, format string, args ...any) {

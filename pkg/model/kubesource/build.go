@@ -51,6 +51,10 @@ func buildReusing(l listers, opts model.Options, r *reuse, t *touched) *model.Sn
 		(*model.RequestAuthentication).Parts), all, t.reqAuthn)
 	r.destRules.update(policySource(l.destRules.List, l.destRules.DestinationRules, destRuleOf,
 		(*model.DestinationRule).Parts), all, t.destRules)
+	r.gateways.update(policySource(l.gateways.List, l.gateways.Gateways, gatewayOf,
+		(*model.Gateway).Parts), all, t.gateways)
+	r.virtualSvcs.update(policySource(l.virtualServices.List, l.virtualServices.VirtualServices, virtualServiceOf,
+		(*model.VirtualService).Parts), all, t.virtualSvcs)
 	res := model.Resources{
 		Services:               r.serviceList,
 		Pods:                   r.pods.items,
@@ -58,6 +62,8 @@ func buildReusing(l listers, opts model.Options, r *reuse, t *touched) *model.Sn
 		AuthorizationPolicies:  r.authz.items,
 		RequestAuthentications: r.reqAuthn.items,
 		DestinationRules:       r.destRules.items,
+		Gateways:               r.gateways.items,
+		VirtualServices:        r.virtualSvcs.items,
 	}
 	if res.Pods == nil {
 		res.Pods = []*model.Pod{} // a registry, even when empty
@@ -144,6 +150,14 @@ func reqAuthnOf(o *securityv1.RequestAuthentication) (*model.RequestAuthenticati
 
 func destRuleOf(o *networkingv1.DestinationRule) (*model.DestinationRule, bool) {
 	return &model.DestinationRule{Meta: metaOf(o.Namespace, o.Name), Spec: clone(&o.Spec)}, true
+}
+
+func gatewayOf(o *networkingv1.Gateway) (*model.Gateway, bool) {
+	return &model.Gateway{Meta: metaOf(o.Namespace, o.Name), Created: o.CreationTimestamp.Time, Spec: clone(&o.Spec)}, true
+}
+
+func virtualServiceOf(o *networkingv1.VirtualService) (*model.VirtualService, bool) {
+	return &model.VirtualService{Meta: metaOf(o.Namespace, o.Name), Created: o.CreationTimestamp.Time, Spec: clone(&o.Spec)}, true
 }
 
 // slicesOf are the EndpointSlices of service namespace/name, by name.

@@ -62,6 +62,20 @@ func istioKinds() []istioKind {
 			return f.Networking().V1().DestinationRules().Informer()
 		},
 		setLister: func(l *listers, idx cache.Indexer) { l.destRules = networkinglisters.NewDestinationRuleLister(idx) },
+	}, {
+		resource: "gateways", groupVersion: "networking.istio.io/v1", kind: "Gateway",
+		informer: func(f istioinformers.SharedInformerFactory) cache.SharedIndexInformer {
+			return f.Networking().V1().Gateways().Informer()
+		},
+		setLister: func(l *listers, idx cache.Indexer) { l.gateways = networkinglisters.NewGatewayLister(idx) },
+	}, {
+		resource: "virtualservices", groupVersion: "networking.istio.io/v1", kind: "VirtualService",
+		informer: func(f istioinformers.SharedInformerFactory) cache.SharedIndexInformer {
+			return f.Networking().V1().VirtualServices().Informer()
+		},
+		setLister: func(l *listers, idx cache.Indexer) {
+			l.virtualServices = networkinglisters.NewVirtualServiceLister(idx)
+		},
 	}}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	networkingv1 "istio.io/api/networking/v1"
 	istionetworking "istio.io/client-go/pkg/apis/networking/v1"
 	istiosecurity "istio.io/client-go/pkg/apis/security/v1"
 	networkinglisters "istio.io/client-go/pkg/listers/networking/v1"
@@ -28,12 +29,12 @@ func cacheListers(tb testing.TB, objs ...any) listers {
 }
 
 // cacheIndexers is cacheListers, with the caches by kind: "svc", "eps",
-// "pod", "node", "pa", "ap", "ra" and "dr".
+// "pod", "node", "pa", "ap", "ra", "dr", "gw" and "vs".
 func cacheIndexers(tb testing.TB, objs ...any) (listers, map[string]cache.Indexer) {
 	tb.Helper()
 	nsIndex := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	idx := map[string]cache.Indexer{}
-	for _, kind := range []string{"svc", "eps", "pod", "node", "pa", "ap", "ra", "dr"} {
+	for _, kind := range []string{"svc", "eps", "pod", "node", "pa", "ap", "ra", "dr", "gw", "vs"} {
 		idx[kind] = cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIndex)
 	}
 	if err := idx["pod"].AddIndexers(cache.Indexers{podIPIndex: indexPodIPs}); err != nil {
@@ -52,16 +53,18 @@ func cacheIndexers(tb testing.TB, objs ...any) (listers, map[string]cache.Indexe
 		}
 	}
 	return listers{
-		services:     corelisters.NewServiceLister(idx["svc"]),
-		slices:       discoverylisters.NewEndpointSliceLister(idx["eps"]),
-		sliceIndex:   idx["eps"],
-		pods:         corelisters.NewPodLister(idx["pod"]),
-		podIndex:     idx["pod"],
-		nodes:        corelisters.NewNodeLister(idx["node"]),
-		peerAuthn:    securitylisters.NewPeerAuthenticationLister(idx["pa"]),
-		authz:        securitylisters.NewAuthorizationPolicyLister(idx["ap"]),
-		requestAuthn: securitylisters.NewRequestAuthenticationLister(idx["ra"]),
-		destRules:    networkinglisters.NewDestinationRuleLister(idx["dr"]),
+		services:        corelisters.NewServiceLister(idx["svc"]),
+		slices:          discoverylisters.NewEndpointSliceLister(idx["eps"]),
+		sliceIndex:      idx["eps"],
+		pods:            corelisters.NewPodLister(idx["pod"]),
+		podIndex:        idx["pod"],
+		nodes:           corelisters.NewNodeLister(idx["node"]),
+		peerAuthn:       securitylisters.NewPeerAuthenticationLister(idx["pa"]),
+		authz:           securitylisters.NewAuthorizationPolicyLister(idx["ap"]),
+		requestAuthn:    securitylisters.NewRequestAuthenticationLister(idx["ra"]),
+		destRules:       networkinglisters.NewDestinationRuleLister(idx["dr"]),
+		gateways:        networkinglisters.NewGatewayLister(idx["gw"]),
+		virtualServices: networkinglisters.NewVirtualServiceLister(idx["vs"]),
 	}, idx
 }
 
@@ -71,6 +74,7 @@ func kindOf(tb testing.TB, o any) string {
 		"*v1.Service": "svc", "*v1.EndpointSlice": "eps", "*v1.Pod": "pod", "*v1.Node": "node",
 		"*v1.PeerAuthentication": "pa", "*v1.AuthorizationPolicy": "ap",
 		"*v1.RequestAuthentication": "ra", "*v1.DestinationRule": "dr",
+		"*v1.Gateway": "gw", "*v1.VirtualService": "vs",
 	}[fmt.Sprintf("%T", o)]
 	if kind == "" {
 		tb.Fatalf("fixture of unknown type %T", o)
@@ -132,6 +136,32 @@ func newNode(name string, labels map[string]string) *corev1.Node {
 
 func newPeerAuthentication(ns, name string) *istiosecurity.PeerAuthentication {
 	return &istiosecurity.PeerAuthentication{ObjectMeta: objectMeta(ns, name, nil)}
+}
+
+// newGateway is a Gateway selecting istio=<selector> (none when empty),
+// with one HTTP server for host, created at second created.
+func newGateway(ns, name, selector, host string, created int64) *istionetworking.Gateway {
+	gw := &istionetworking.Gateway{ObjectMeta: objectMeta(ns, name, nil)}
+	gw.CreationTimestamp = metav1.Unix(created, 0)
+	if selector != "" {
+		gw.Spec.Selector = map[string]string{"istio": selector}
+	}
+	gw.Spec.Servers = []*networkingv1.Server{{
+		Port:  &networkingv1.Port{Number: 80, Name: "http", Protocol: "HTTP"},
+		Hosts: []string{host},
+	}}
+	return gw
+}
+
+// newVirtualService routes host, on gateway, to service dest.
+func newVirtualService(ns, name, host, gateway, dest string) *istionetworking.VirtualService {
+	vs := &istionetworking.VirtualService{ObjectMeta: objectMeta(ns, name, nil)}
+	vs.Spec.Hosts = []string{host}
+	vs.Spec.Gateways = []string{gateway}
+	vs.Spec.Http = []*networkingv1.HTTPRoute{{
+		Route: []*networkingv1.HTTPRouteDestination{{Destination: &networkingv1.Destination{Host: dest}}},
+	}}
+	return vs
 }
 
 func newDestinationRule(ns, name, host string) *istionetworking.DestinationRule {

@@ -21,7 +21,8 @@ import (
 )
 
 // TestIncrementalRebuildsAreFreshBuilds makes random changes to pods,
-// EndpointSlices, Services and nodes, delivered through the informers'
+// EndpointSlices, Services, nodes and Istio objects (Gateways and
+// VirtualServices among them), delivered through the informers'
 // handler as a running Source gets them, and checks after each few that
 // the rebuild that reuses what the events did not touch gives the
 // snapshot a build from scratch gives.
@@ -31,7 +32,7 @@ func TestIncrementalRebuildsAreFreshBuilds(t *testing.T) {
 			c := newChurnCluster(t, seed)
 			var r reuse
 			buildReusing(c.l, model.Options{}, &r, &touched{})
-			reused := 0
+			reused, routed := 0, 0
 			for step := range 300 {
 				for range 1 + c.rng.IntN(3) {
 					c.mutate()
@@ -54,11 +55,62 @@ func TestIncrementalRebuildsAreFreshBuilds(t *testing.T) {
 						reused++
 					}
 				}
+				if res := got.Resources(); len(res.Gateways) > 0 && len(res.VirtualServices) > 0 {
+					routed++
+				}
+			}
+			if routed == 0 {
+				t.Fatal("no snapshot had both Gateways and VirtualServices: the test checks nothing of them")
 			}
 			if reused == 0 {
 				t.Fatal("no service was ever reused: the test checks nothing incremental")
 			}
 		})
+	}
+}
+
+// TestAGatewayChangeRebuildsOnlyItsKind: an event naming one Gateway (or
+// VirtualService) makes that object again and nothing else; every other
+// object, and the other kinds' lists, are the last snapshot's.
+func TestAGatewayChangeRebuildsOnlyItsKind(t *testing.T) {
+	gws := []any{newGateway("a", "gw0", "ingress", "h0.example.com", 1), newGateway("a", "gw1", "", "h1.example.com", 2),
+		newGateway("b", "gw0", "egress", "h2.example.com", 3)}
+	vss := []any{newVirtualService("a", "vs0", "h0.example.com", "gw0", "s0"), newVirtualService("b", "vs1", "h2.example.com", "b/gw0", "s1")}
+	objs := append(append([]any{newDestinationRule("a", "dr", "s0"), newPeerAuthentication("a", "pa")}, gws...), vss...)
+	l, idx := cacheIndexers(t, objs...)
+	var r reuse
+	first := buildReusing(l, model.Options{}, &r, &touched{})
+	old := *first.Resources()
+	if len(old.Gateways) != 3 || len(old.VirtualServices) != 2 || old.Gateways[0].Created.Unix() != 1 {
+		t.Fatalf("first build: %d gateways, %d virtual services", len(old.Gateways), len(old.VirtualServices))
+	}
+
+	changed := newGateway("a", "gw1", "", "h1.example.org", 2)
+	changed.ResourceVersion = "2"
+	if err := idx["gw"].Update(changed); err != nil {
+		t.Fatal(err)
+	}
+	events := &touched{}
+	events.add(changed)
+	next := buildReusing(l, model.Options{}, &r, events)
+	res := next.Resources()
+	if next.Version == first.Version || res.Gateways[1].Spec.GetServers()[0].GetHosts()[0] != "h1.example.org" {
+		t.Fatalf("the change is not in the rebuild: version %s, hosts %v", next.Version, res.Gateways[1].Spec.GetServers()[0].GetHosts())
+	}
+	if res.Gateways[0] != old.Gateways[0] || res.Gateways[2] != old.Gateways[2] || res.Gateways[1] == old.Gateways[1] {
+		t.Error("the Gateways the event did not name were made again, or the one it named was not")
+	}
+	if &res.VirtualServices[0] != &old.VirtualServices[0] || &res.DestinationRules[0] != &old.DestinationRules[0] ||
+		&res.PeerAuthentications[0] != &old.PeerAuthentications[0] {
+		t.Error("a kind the event did not touch was rebuilt")
+	}
+	if want := build(l, model.Options{}); want.Version != next.Version || !reflect.DeepEqual(want.Resources(), res) {
+		t.Error("the rebuild differs from a fresh build")
+	}
+	// After the comparison: proto.Equal initialises the specs' internal
+	// state, which reflect.DeepEqual would see.
+	if c := model.Diff(first, next); !c.Config {
+		t.Errorf("the Gateway change is not a config change: %+v", c)
 	}
 }
 
@@ -118,7 +170,7 @@ func (c *churnCluster) ns() string { return churnNamespaces[c.pick(len(churnName
 // mutate makes one random change.
 func (c *churnCluster) mutate() {
 	ns := c.ns()
-	switch c.pick(12) {
+	switch c.pick(14) {
 	case 0, 1, 2:
 		c.put(c.pod(ns, c.pick(10)))
 	case 3:
@@ -158,6 +210,22 @@ func (c *churnCluster) mutate() {
 			return
 		}
 		c.put(newDestinationRule(ns, name, fmt.Sprintf("s%d", c.pick(4))))
+	case 12:
+		name := fmt.Sprintf("gw%d", c.pick(3))
+		if c.pick(3) == 0 {
+			c.del("gw", ns+"/"+name)
+			return
+		}
+		c.put(newGateway(ns, name, []string{"", "ingress", "egress"}[c.pick(3)],
+			fmt.Sprintf("h%d.example.com", c.pick(3)), int64(c.pick(3))))
+	case 13:
+		name := fmt.Sprintf("vs%d", c.pick(3))
+		if c.pick(3) == 0 {
+			c.del("vs", ns+"/"+name)
+			return
+		}
+		c.put(newVirtualService(ns, name, fmt.Sprintf("h%d.example.com", c.pick(3)),
+			fmt.Sprintf("gw%d", c.pick(3)), fmt.Sprintf("s%d", c.pick(4))))
 	}
 }
 

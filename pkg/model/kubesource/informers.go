@@ -36,6 +36,9 @@ type listers struct {
 	authz        securitylisters.AuthorizationPolicyLister
 	requestAuthn securitylisters.RequestAuthenticationLister
 	destRules    networkinglisters.DestinationRuleLister
+	gateways     networkinglisters.GatewayLister
+	// virtualServices is the lister of VirtualServices.
+	virtualServices networkinglisters.VirtualServiceLister
 }
 
 // informers are the cluster-wide informers a Source reads. Run's goroutine

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +27,8 @@ import (
 
 	"github.com/bulwark-mesh/bulwark/internal/testenv"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/policy"
+	"github.com/bulwark-mesh/bulwark/pkg/unsupported/unsupportedtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Run(m)) }
@@ -44,7 +47,17 @@ func newCluster(t *testing.T) *cluster {
 	if err != nil || len(crds) != 4 {
 		t.Fatalf("Istio CRDs of the chart: %v %v", crds, err)
 	}
-	env.InstallCRDs(t, crds...)
+	// The chart does not install Gateway and VirtualService: a cluster has
+	// Istio's CRDs of them, here open ones as the reporter's tests install.
+	var routing strings.Builder
+	for _, name := range []string{"Gateway", "VirtualService"} {
+		k, ok := policy.Lookup("networking.istio.io", name)
+		if !ok {
+			t.Fatalf("no kind %s", name)
+		}
+		routing.WriteString(unsupportedtest.CRD(k, "v1"))
+	}
+	env.InstallCRDs(t, append(crds, unsupportedtest.WriteFile(t, routing.String()))...)
 	istio, err := versioned.NewForConfig(rest.CopyConfig(env.Config))
 	if err != nil {
 		t.Fatal(err)
@@ -107,6 +120,10 @@ func (c *cluster) create(t *testing.T, obj any) {
 		_, err = c.istio.SecurityV1().RequestAuthentications(c.ns).Create(ctx, o, opts)
 	case *istionetworking.DestinationRule:
 		_, err = c.istio.NetworkingV1().DestinationRules(c.ns).Create(ctx, o, opts)
+	case *istionetworking.Gateway:
+		_, err = c.istio.NetworkingV1().Gateways(c.ns).Create(ctx, o, opts)
+	case *istionetworking.VirtualService:
+		_, err = c.istio.NetworkingV1().VirtualServices(c.ns).Create(ctx, o, opts)
 	default:
 		t.Fatalf("cannot create %T", obj)
 	}
@@ -301,6 +318,47 @@ func TestSourceAgainstAPIServer(t *testing.T) {
 		if got := snap.DestinationRule(host, c.ns).Spec.GetTrafficPolicy().GetTls().GetMode(); got != networkingv1.ClientTLSSettings_ISTIO_MUTUAL {
 			t.Errorf("DestinationRule TLS mode %s", got)
 		}
+	})
+
+	t.Run("gateways and virtual services are in the model", func(t *testing.T) {
+		c.create(t, newGateway(c.ns, "ingress", "ingressgateway", "*/echo.example.com", 0))
+		c.create(t, newVirtualService(c.ns, "echo", "echo.example.com", "ingress", "echo"))
+		gw, err := c.istio.NetworkingV1().Gateways(c.ns).Get(ctx, "ingress", metav1.GetOptions{})
+		check(t, "get gateway", err)
+		ingress := map[string]string{"istio": "ingressgateway", "app": "istio-ingressgateway"}
+		snap := waitFor(t, store.Store, "the Gateway and the VirtualService", func(s *model.Snapshot) bool {
+			return len(s.GatewaysFor(c.ns, ingress, true)) == 1 && len(s.VirtualServices()) > 0
+		})
+		got := snap.GatewaysFor(c.ns, ingress, true)[0]
+		if !got.Created.Equal(gw.CreationTimestamp.Time) || got.Created.IsZero() || got.Spec.GetServers()[0].GetHosts()[0] != "*/echo.example.com" {
+			t.Errorf("gateway %+v created %v, want %v", got.Spec, got.Created, gw.CreationTimestamp)
+		}
+		if len(snap.GatewaysFor(c.ns, map[string]string{"istio": "egressgateway"}, true)) != 0 {
+			t.Error("the ingress Gateway selects an egress pod")
+		}
+
+		vs, err := c.istio.NetworkingV1().VirtualServices(c.ns).Get(ctx, "echo", metav1.GetOptions{})
+		check(t, "get virtual service", err)
+		vs.Spec.Http[0].Route[0].Destination.Host = "other"
+		_, err = c.istio.NetworkingV1().VirtualServices(c.ns).Update(ctx, vs, metav1.UpdateOptions{})
+		check(t, "update virtual service", err)
+		after := waitFor(t, store.Store, "the changed route", func(s *model.Snapshot) bool {
+			for _, v := range s.VirtualServices() {
+				if v.Namespace == c.ns && v.Name == "echo" {
+					return v.Spec.GetHttp()[0].GetRoute()[0].GetDestination().GetHost() == "other"
+				}
+			}
+			return false
+		})
+		if d := model.Diff(snap, after); !d.Config {
+			t.Errorf("the route change is not a config change: %+v", d)
+		}
+
+		check(t, "delete gateway", c.istio.NetworkingV1().Gateways(c.ns).Delete(ctx, "ingress", metav1.DeleteOptions{}))
+		check(t, "delete virtual service", c.istio.NetworkingV1().VirtualServices(c.ns).Delete(ctx, "echo", metav1.DeleteOptions{}))
+		waitFor(t, store.Store, "no Gateway nor VirtualService", func(s *model.Snapshot) bool {
+			return len(s.GatewaysFor(c.ns, ingress, true)) == 0 && len(s.VirtualServices()) == 0
+		})
 	})
 
 	t.Run("a change the model does not read publishes no new version", func(t *testing.T) {

@@ -25,6 +25,8 @@ type reuse struct {
 	authz       collection[*securityv1.AuthorizationPolicy, *model.AuthorizationPolicy]
 	reqAuthn    collection[*securityv1.RequestAuthentication, *model.RequestAuthentication]
 	destRules   collection[*networkingv1.DestinationRule, *model.DestinationRule]
+	gateways    collection[*networkingv1.Gateway, *model.Gateway]
+	virtualSvcs collection[*networkingv1.VirtualService, *model.VirtualService]
 	workloads   memo[*corev1.Pod, *workload] // what endpoints take from their pod
 	last        *model.Snapshot              // the last rebuild's
 }
@@ -34,7 +36,7 @@ type reuse struct {
 func (r *reuse) version() string {
 	h := sha256.New()
 	for _, d := range [][sha256.Size]byte{r.services.digest, r.pods.digest, r.peerAuthn.digest, r.authz.digest,
-		r.reqAuthn.digest, r.destRules.digest} {
+		r.reqAuthn.digest, r.destRules.digest, r.gateways.digest, r.virtualSvcs.digest} {
 		h.Write(d[:])
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]

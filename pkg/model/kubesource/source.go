@@ -280,6 +280,7 @@ func (s *Source) rebuild(l listers) time.Duration {
 	s.cfg.Logger.Debug("mesh model published", "version", snap.Version,
 		"services", len(res.Services), "peerAuthentications", len(res.PeerAuthentications),
 		"authorizationPolicies", len(res.AuthorizationPolicies), "destinationRules", len(res.DestinationRules),
+		"gateways", len(res.Gateways), "virtualServices", len(res.VirtualServices),
 		"took", took)
 	return took
 }

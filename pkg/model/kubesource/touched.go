@@ -27,6 +27,7 @@ type touched struct {
 	addrs    map[string]bool // "<namespace>/<ip>" of the pods' addresses, before and after
 	// The policies, by kind.
 	peerAuthn, authz, reqAuthn, destRules map[string]bool
+	gateways, virtualSvcs                 map[string]bool
 }
 
 // add records a changed object.
@@ -58,6 +59,10 @@ func (t *touched) add(obj any) {
 		mark(&t.reqAuthn, o.Namespace+"/"+o.Name)
 	case *istionetworking.DestinationRule:
 		mark(&t.destRules, o.Namespace+"/"+o.Name)
+	case *istionetworking.Gateway:
+		mark(&t.gateways, o.Namespace+"/"+o.Name)
+	case *istionetworking.VirtualService:
+		mark(&t.virtualSvcs, o.Namespace+"/"+o.Name)
 	default:
 		t.all = true // a kind this does not know: read everything again
 	}
