@@ -11,10 +11,11 @@ import (
 const (
 	// MaxRegexLength is Istio's own bound on a regex's length.
 	MaxRegexLength = 1024
-	// MaxRegexProgramSize is Envoy's default bound on an RE2 program's
-	// size (runtime re2.max_program_size.error_level, 100 by default):
-	// Envoy refuses a route configuration holding a bigger one.
-	MaxRegexProgramSize = 100
+	// MaxRegexProgramSize is the bound on an RE2 program's size that
+	// Envoy enforces behind pilot-agent, whose bootstrap sets the runtime
+	// key re2.max_program_size.error_level to 32768 (Envoy's own default
+	// is 100): Envoy refuses a route configuration holding a bigger one.
+	MaxRegexProgramSize = 32768
 	// MaxGatewayServers bounds the servers of one Gateway.
 	MaxGatewayServers = 1024
 	// MaxHosts bounds the hosts of one Gateway server, and of one

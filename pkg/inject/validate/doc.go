@@ -73,9 +73,9 @@
 //     ignores it for DISABLE and ISTIO_MUTUAL.
 //   - Enum fields must hold a defined value; protojson accepts any number.
 //   - A regex (VirtualService matches, allowOrigins, uriRegexRewrite) must
-//     compile, as RE2, to a program of at most 100 instructions, Envoy's
-//     default re2.max_program_size.error_level; Istio checks only its
-//     length (1024) and raises the limit in the bootstraps it renders.
+//     compile, as RE2, to a program of at most 32768 instructions, the
+//     re2.max_program_size.error_level of the bootstrap pilot-agent gives
+//     Envoy; Istio checks only its length (1024).
 //   - A Gateway holds at most 1024 servers, a server and a VirtualService at
 //     most 1024 hosts, a VirtualService at most 4096 routes and a route 4096
 //     matches; Istio sets no bound.
