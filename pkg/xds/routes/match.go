@@ -1,0 +1,137 @@
+package routes
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networkingv1 "istio.io/api/networking/v1"
+)
+
+// routeMatch translates m (nil: every request) as Istio's
+// TranslateRouteMatch: headers and withoutHeaders sorted by name, then
+// :method, :authority and :scheme; query parameters (sorted by name, where
+// Istio leaves map order); the path; case sensitivity always set.
+func routeMatch(m *networkingv1.HTTPMatchRequest) (*routev3.RouteMatch, error) {
+	out := &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}}
+	if m == nil {
+		return out, nil
+	}
+	for _, name := range slices.Sorted(maps.Keys(m.GetHeaders())) {
+		hm, err := headerMatch(name, m.GetHeaders()[name])
+		if err != nil {
+			return nil, err
+		}
+		out.Headers = append(out.Headers, hm)
+	}
+	for _, name := range slices.Sorted(maps.Keys(m.GetWithoutHeaders())) {
+		sm := m.GetWithoutHeaders()[name]
+		hm, err := headerMatch(name, sm)
+		if err != nil {
+			return nil, err
+		}
+		hm.InvertMatch = true
+		if !presentMatch(sm) {
+			hm.TreatMissingHeaderAsEmpty = true
+		}
+		out.Headers = append(out.Headers, hm)
+	}
+	slices.SortStableFunc(out.Headers, func(a, b *routev3.HeaderMatcher) int { return cmp.Compare(a.Name, b.Name) })
+	if u := m.GetUri(); u != nil {
+		switch p := u.GetMatchType().(type) {
+		case *networkingv1.StringMatch_Exact:
+			out.PathSpecifier = &routev3.RouteMatch_Path{Path: p.Exact}
+		case *networkingv1.StringMatch_Prefix:
+			out.PathSpecifier = &routev3.RouteMatch_Prefix{Prefix: p.Prefix}
+		case *networkingv1.StringMatch_Regex:
+			if err := checkRegex(p.Regex); err != nil {
+				return nil, fmt.Errorf("uri: %w", err)
+			}
+			out.PathSpecifier = &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: p.Regex}}
+		}
+	}
+	out.CaseSensitive = wrapperspb.Bool(!m.GetIgnoreUriCase())
+	for _, pseudo := range []struct {
+		name string
+		sm   *networkingv1.StringMatch
+	}{{":method", m.GetMethod()}, {":authority", m.GetAuthority()}, {":scheme", m.GetScheme()}} {
+		if pseudo.sm == nil {
+			continue
+		}
+		hm, err := headerMatch(pseudo.name, pseudo.sm)
+		if err != nil {
+			return nil, err
+		}
+		out.Headers = append(out.Headers, hm)
+	}
+	for _, name := range slices.Sorted(maps.Keys(m.GetQueryParams())) {
+		sm := m.GetQueryParams()[name]
+		qm := &routev3.QueryParameterMatcher{Name: name}
+		if presentMatch(sm) {
+			qm.QueryParameterMatchSpecifier = &routev3.QueryParameterMatcher_PresentMatch{PresentMatch: true}
+		} else {
+			s, err := stringMatcher(sm)
+			if err != nil {
+				return nil, fmt.Errorf("query parameter %q: %w", name, err)
+			}
+			if s != nil {
+				qm.QueryParameterMatchSpecifier = &routev3.QueryParameterMatcher_StringMatch{StringMatch: s}
+			}
+		}
+		out.QueryParameters = append(out.QueryParameters, qm)
+	}
+	return out, nil
+}
+
+// headerMatch is Istio's translateHeaderMatch. A header named
+// "@request.auth.claims…" is a JWT claim Istio matches in the request's
+// dynamic metadata; that is not translated here, and a route with one is
+// refused rather than matched as an ordinary header.
+func headerMatch(name string, sm *networkingv1.StringMatch) (*routev3.HeaderMatcher, error) {
+	if strings.HasPrefix(name, "@") {
+		return nil, fmt.Errorf("header %q: matching JWT claims is not supported", name)
+	}
+	out := &routev3.HeaderMatcher{Name: name}
+	if presentMatch(sm) {
+		out.HeaderMatchSpecifier = &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}
+		return out, nil
+	}
+	s, err := stringMatcher(sm)
+	if err != nil {
+		return nil, fmt.Errorf("header %q: %w", name, err)
+	}
+	if s != nil {
+		out.HeaderMatchSpecifier = &routev3.HeaderMatcher_StringMatch{StringMatch: s}
+	}
+	return out, nil
+}
+
+// presentMatch: no match type, or the regex "*" (not RE2: Istio's
+// spelling of "present").
+func presentMatch(sm *networkingv1.StringMatch) bool {
+	if sm.GetMatchType() == nil {
+		return true
+	}
+	r, ok := sm.GetMatchType().(*networkingv1.StringMatch_Regex)
+	return ok && r.Regex == "*"
+}
+
+func stringMatcher(sm *networkingv1.StringMatch) (*matcherv3.StringMatcher, error) {
+	switch p := sm.GetMatchType().(type) {
+	case *networkingv1.StringMatch_Exact:
+		return &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: p.Exact}}, nil
+	case *networkingv1.StringMatch_Prefix:
+		return &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: p.Prefix}}, nil
+	case *networkingv1.StringMatch_Regex:
+		if err := checkRegex(p.Regex); err != nil {
+			return nil, err
+		}
+		return &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: p.Regex}}}, nil
+	}
+	return nil, nil
+}
