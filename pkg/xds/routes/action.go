@@ -23,6 +23,9 @@ func (t *translator) forward(out *routev3.Route, rule *networkingv1.HTTPRoute, a
 	action := &routev3.RouteAction{}
 	action.Timeout, action.MaxGrpcTimeout = timeoutOf(rule.GetTimeout())
 	out.Action = &routev3.Route_Route{Route: action}
+	if err := destinationsNamed(rule); err != nil {
+		return err
+	}
 	if rw := rule.GetRewrite(); rw != nil {
 		if rr := rw.GetUriRegexRewrite(); rr != nil {
 			if err := checkRegex(rr.GetMatch()); err != nil {
@@ -113,6 +116,25 @@ func (t *translator) forward(out *routev3.Route, rule *networkingv1.HTTPRoute, a
 		retries = t.o.DefaultRetry
 	}
 	action.RetryPolicy = retryPolicy(retries, hashed)
+	return nil
+}
+
+// destinationsNamed refuses a destination or mirror without a host: Istio
+// routes it to a cluster that cannot exist; the webhook refuses it.
+func destinationsNamed(rule *networkingv1.HTTPRoute) error {
+	for i, d := range rule.GetRoute() {
+		if d.GetDestination().GetHost() == "" {
+			return fmt.Errorf("route[%d]: destination without a host", i)
+		}
+	}
+	if m := rule.GetMirror(); m != nil && m.GetHost() == "" {
+		return fmt.Errorf("mirror without a host")
+	}
+	for i, m := range rule.GetMirrors() {
+		if m.GetDestination() != nil && m.GetDestination().GetHost() == "" {
+			return fmt.Errorf("mirrors[%d]: destination without a host", i)
+		}
+	}
 	return nil
 }
 

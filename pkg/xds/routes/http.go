@@ -75,6 +75,9 @@ func (o Options) HTTPRoutes(snap *model.Snapshot, vs *model.VirtualService, scop
 				return nil, fmt.Errorf("http[%d].match[%d]: %w", i, j, err)
 			}
 			out = append(out, r)
+			if len(out) > MaxRoutes {
+				return nil, fmt.Errorf("more than %d routes", MaxRoutes)
+			}
 			if catchAll = isCatchAll(r); catchAll {
 				break
 			}

@@ -68,7 +68,7 @@ func (o Options) GatewayTLSRoutes(snap *model.Snapshot, gw *model.Gateway, srv *
 				}
 				dsts := l4Destinations(snap, vs, srv.GetPort().GetNumber(), rule.GetRoute())
 				if len(dsts) == 0 {
-					problems = append(problems, vsProblem(vs, "tls[%d] left out of gateway %s: no destination of positive weight", i, gwName))
+					problems = append(problems, vsProblem(vs, "tls[%d] left out of gateway %s: no destination of positive weight, or one without a host", i, gwName))
 					continue
 				}
 				for _, sni := range m.GetSniHosts() {
@@ -111,7 +111,7 @@ func (o Options) GatewayTCPRoute(snap *model.Snapshot, gw *model.Gateway, srv *n
 			dsts := l4Destinations(snap, vs, srv.GetPort().GetNumber(), rule.GetRoute())
 			if len(dsts) == 0 {
 				// Istio's generator fails on such a rule; it is refused.
-				problems = append(problems, vsProblem(vs, "tcp[%d] left out of gateway %s: no destination of positive weight", i, gwName))
+				problems = append(problems, vsProblem(vs, "tcp[%d] left out of gateway %s: no destination of positive weight, or one without a host", i, gwName))
 				return nil, problems
 			}
 			return &L4Route{Destinations: dsts, VirtualService: vs.Meta}, problems
@@ -149,6 +149,11 @@ func l4Applies(port uint32, gateways []string, srv *networkingv1.Server, gwName,
 // several are weighted, those of weight 0 left out.
 func l4Destinations(snap *model.Snapshot, vs *model.VirtualService, port uint32, dsts []*networkingv1.RouteDestination) []WeightedCluster {
 	t := translator{snap: snap, vs: vs, scope: Scope{Port: port}}
+	for _, d := range dsts {
+		if d.GetDestination().GetHost() == "" {
+			return nil // refused by the caller: a destination without a host
+		}
+	}
 	if len(dsts) == 1 {
 		return []WeightedCluster{{Cluster: t.cluster(dsts[0].GetDestination())}}
 	}
