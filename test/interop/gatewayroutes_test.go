@@ -147,22 +147,7 @@ func istioGatewayRoutes(t *testing.T, c gwRouteCase, servers []*networkingv1.Ser
 		Meta: config.Meta{GroupVersionKind: gvk.Gateway, Name: "gateway", Namespace: gwNs, CreationTimestamp: base},
 		Spec: &networkingv1.Gateway{Selector: gwLabels, Servers: servers},
 	}}
-	for i, s := range gwServices {
-		var ports []*networkingv1.ServicePort
-		for _, p := range s.ports {
-			ports = append(ports, &networkingv1.ServicePort{Number: p, Name: "http-" + strconv.Itoa(int(p)), Protocol: "HTTP"})
-		}
-		configs = append(configs, config.Config{
-			Meta: config.Meta{GroupVersionKind: gvk.ServiceEntry, Name: s.name, Namespace: s.ns, CreationTimestamp: base},
-			Spec: &networkingv1.ServiceEntry{
-				Hosts: []string{s.name + "." + s.ns + ".svc.cluster.local"}, Ports: ports,
-				Addresses:  []string{fmt.Sprintf("10.10.0.%d", i+1)},
-				Location:   networkingv1.ServiceEntry_MESH_INTERNAL,
-				Resolution: networkingv1.ServiceEntry_STATIC,
-				Endpoints:  []*networkingv1.WorkloadEntry{{Address: fmt.Sprintf("10.20.0.%d", i+1)}},
-			},
-		})
-	}
+	configs = append(configs, istioServiceEntries(base)...)
 	for i, vs := range c.vss {
 		configs = append(configs, config.Config{
 			Meta: config.Meta{GroupVersionKind: gvk.VirtualService, Name: vs.name, Namespace: vs.ns, Domain: "cluster.local", CreationTimestamp: base.Add(time.Duration(i) * time.Minute)},
@@ -235,4 +220,26 @@ func normalizeVirtualHosts(in []*routev3.VirtualHost) []*routev3.VirtualHost {
 		out = append(out, vh)
 	}
 	return out
+}
+
+// istioServiceEntries are gwServices as Istio reads them.
+func istioServiceEntries(base time.Time) []config.Config {
+	var configs []config.Config
+	for i, s := range gwServices {
+		var ports []*networkingv1.ServicePort
+		for _, p := range s.ports {
+			ports = append(ports, &networkingv1.ServicePort{Number: p, Name: "http-" + strconv.Itoa(int(p)), Protocol: "HTTP"})
+		}
+		configs = append(configs, config.Config{
+			Meta: config.Meta{GroupVersionKind: gvk.ServiceEntry, Name: s.name, Namespace: s.ns, CreationTimestamp: base},
+			Spec: &networkingv1.ServiceEntry{
+				Hosts: []string{s.name + "." + s.ns + ".svc.cluster.local"}, Ports: ports,
+				Addresses:  []string{fmt.Sprintf("10.10.0.%d", i+1)},
+				Location:   networkingv1.ServiceEntry_MESH_INTERNAL,
+				Resolution: networkingv1.ServiceEntry_STATIC,
+				Endpoints:  []*networkingv1.WorkloadEntry{{Address: fmt.Sprintf("10.20.0.%d", i+1)}},
+			},
+		})
+	}
+	return configs
 }
