@@ -3,6 +3,7 @@ package routes
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -109,6 +110,10 @@ func (o Options) RouteVirtualHosts(snap *model.Snapshot, servers []BoundServer, 
 				h = lower(h)
 				v, ok := byHost[h]
 				if !ok {
+					if err := validDomain(h, port); err != nil {
+						problems = append(problems, vsProblem(vs, "host %q left out: %v", h, err))
+						continue
+					}
 					v = &vhost{host: h, port: port}
 					byHost[h] = v
 					order = append(order, h)
@@ -136,6 +141,11 @@ func (o Options) RouteVirtualHosts(snap *model.Snapshot, servers []BoundServer, 
 				v.tls = true
 				continue
 			}
+			if err := validDomain(h, port); err != nil {
+				problems = append(problems, Problem{Kind: "Gateway", Namespace: bs.Gateway.Namespace, Name: bs.Gateway.Name,
+					Reason: fmt.Sprintf("host %q left out: %v", h, err)})
+				continue
+			}
 			byHost[h] = &vhost{host: h, port: port, tls: true}
 			order = append(order, h)
 		}
@@ -152,6 +162,15 @@ func (o Options) RouteVirtualHosts(snap *model.Snapshot, servers []BoundServer, 
 		}}, problems
 	}
 	return collapse(byHost, order), problems
+}
+
+// validDomain says why Envoy would refuse the virtual host of h, or nil.
+func validDomain(h string, port uint32) error {
+	bare := &routev3.VirtualHost{Name: h + ":" + strconv.FormatUint(uint64(port), 10), Domains: []string{h}}
+	if h == "" {
+		return errors.New("empty host")
+	}
+	return bare.ValidateAll()
 }
 
 // collapse makes the virtual hosts, one for each set of hosts with the

@@ -311,3 +311,18 @@ func TestTranslationDoesNotChangeItsInput(t *testing.T) {
 		t.Error("the VirtualService changed")
 	}
 }
+
+func TestHostEnvoyRefusesIsLeftOut(t *testing.T) {
+	vs := vsOf("vs", "default", &networkingv1.VirtualService{Hosts: []string{"good.example.com", "bad\n.example.com"}, Gateways: []string{gwNs + "/gw"},
+		Http: []*networkingv1.HTTPRoute{{Match: regexMatch("/x.*"), Route: to("reviews")}}})
+	// Another VirtualService for the bad host does not bring it back.
+	other := vsOf("other", "default", &networkingv1.VirtualService{Hosts: []string{"bad\n.example.com"}, Gateways: []string{gwNs + "/gw"},
+		Http: []*networkingv1.HTTPRoute{{Route: to("ratings")}}})
+	vhs, problems := vhosts(t, vs, other)
+	if got := names(vhs); got != "good.example.com:80=good.example.com" {
+		t.Errorf("virtual hosts %q", got)
+	}
+	if len(problems) != 2 || problems[0].Name != "other" || problems[1].Name != "vs" {
+		t.Errorf("problems %v", problems)
+	}
+}
