@@ -242,4 +242,13 @@ var gwRouteCases = []gwRouteCase{
 		&networkingv1.HTTPRoute{Match: []*networkingv1.HTTPMatchRequest{{SourceLabels: map[string]string{"istio": "ingressgateway"}, Uri: prefix("/labels")}}, Route: dst("reviews")},
 		&networkingv1.HTTPRoute{Match: []*networkingv1.HTTPMatchRequest{{SourceLabels: map[string]string{"app": "other"}, Uri: prefix("/other-labels")}}, Route: dst("reviews")},
 	)},
+	{name: "JWT claims in headers and withoutHeaders", vss: vs1(
+		&networkingv1.HTTPRoute{Match: []*networkingv1.HTTPMatchRequest{{
+			Headers: map[string]*networkingv1.StringMatch{
+				"@request.auth.claims.group": exact("admin"), "@request.auth.claims[org][unit]": prefix("eng"), "x-h": exact("1"),
+			},
+			WithoutHeaders: map[string]*networkingv1.StringMatch{"@request.auth.claims[banned]": regex("true|yes")},
+		}}, Route: dst("reviews")},
+		&networkingv1.HTTPRoute{DirectResponse: &networkingv1.HTTPDirectResponse{Status: 403}},
+	)},
 }

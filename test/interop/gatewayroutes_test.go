@@ -9,7 +9,9 @@ import (
 	"time"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 	networkingv1 "istio.io/api/networking/v1"
@@ -61,6 +63,8 @@ var gwServices = []struct {
 // sets outside the translation:
 //   - query parameter matchers are sorted by name: Istio emits them in
 //     Go map order, which varies from run to run; ours are sorted;
+//   - dynamic metadata matchers (JWT claims) are sorted by their text,
+//     for the same reason;
 //   - only virtual_hosts are compared: the route configuration's own
 //     fields (name, validate_clusters, ignore_port_in_host_matching,
 //     max_direct_response_body_size_bytes) belong to the caller.
@@ -206,8 +210,8 @@ func ourGatewayWorld(c gwRouteCase, servers []*networkingv1.Server) (*bmodel.Sna
 	return bmodel.Build("1", bmodel.Options{}, res), gw
 }
 
-// normalizeVirtualHosts sorts each route's query parameter matchers by
-// name (see the test's comment); it changes copies.
+// normalizeVirtualHosts sorts each route's query parameter and dynamic
+// metadata matchers (see the test's comment); it changes copies.
 func normalizeVirtualHosts(in []*routev3.VirtualHost) []*routev3.VirtualHost {
 	out := make([]*routev3.VirtualHost, 0, len(in))
 	for _, vh := range in {
@@ -215,6 +219,9 @@ func normalizeVirtualHosts(in []*routev3.VirtualHost) []*routev3.VirtualHost {
 		for _, r := range vh.GetRoutes() {
 			slices.SortStableFunc(r.GetMatch().GetQueryParameters(), func(a, b *routev3.QueryParameterMatcher) int {
 				return strings.Compare(a.GetName(), b.GetName())
+			})
+			slices.SortStableFunc(r.GetMatch().GetDynamicMetadata(), func(a, b *matcherv3.MetadataMatcher) int {
+				return strings.Compare(prototext.Format(a), prototext.Format(b))
 			})
 		}
 		out = append(out, vh)

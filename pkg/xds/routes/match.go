@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
@@ -23,6 +22,14 @@ func routeMatch(m *networkingv1.HTTPMatchRequest) (*routev3.RouteMatch, error) {
 		return out, nil
 	}
 	for _, name := range slices.Sorted(maps.Keys(m.GetHeaders())) {
+		if path, ok := claimPath(name); ok {
+			md, err := claimMatch(path, m.GetHeaders()[name])
+			if err != nil {
+				return nil, fmt.Errorf("header %q: %w", name, err)
+			}
+			out.DynamicMetadata = append(out.DynamicMetadata, md)
+			continue
+		}
 		hm, err := headerMatch(name, m.GetHeaders()[name])
 		if err != nil {
 			return nil, err
@@ -31,6 +38,15 @@ func routeMatch(m *networkingv1.HTTPMatchRequest) (*routev3.RouteMatch, error) {
 	}
 	for _, name := range slices.Sorted(maps.Keys(m.GetWithoutHeaders())) {
 		sm := m.GetWithoutHeaders()[name]
+		if path, ok := claimPath(name); ok {
+			md, err := claimMatch(path, sm)
+			if err != nil {
+				return nil, fmt.Errorf("withoutHeaders %q: %w", name, err)
+			}
+			md.Invert = true
+			out.DynamicMetadata = append(out.DynamicMetadata, md)
+			continue
+		}
 		hm, err := headerMatch(name, sm)
 		if err != nil {
 			return nil, err
@@ -88,14 +104,10 @@ func routeMatch(m *networkingv1.HTTPMatchRequest) (*routev3.RouteMatch, error) {
 	return out, nil
 }
 
-// headerMatch is Istio's translateHeaderMatch. A header named
-// "@request.auth.claims…" is a JWT claim Istio matches in the request's
-// dynamic metadata; that is not translated here, and a route with one is
-// refused rather than matched as an ordinary header.
+// headerMatch is Istio's translateHeaderMatch. (A claim of the request's
+// JWT, "@request.auth.claims…", is matched in its dynamic metadata by
+// claimMatch; any other name is matched as a header, as Istio does.)
 func headerMatch(name string, sm *networkingv1.StringMatch) (*routev3.HeaderMatcher, error) {
-	if strings.HasPrefix(name, "@") {
-		return nil, fmt.Errorf("header %q: matching JWT claims is not supported", name)
-	}
 	out := &routev3.HeaderMatcher{Name: name}
 	if presentMatch(sm) {
 		out.HeaderMatchSpecifier = &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}

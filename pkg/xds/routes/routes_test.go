@@ -74,18 +74,18 @@ func names(vhs []*routev3.VirtualHost) string {
 func TestRefusedVirtualServicesAreLeftOutWholeAndReported(t *testing.T) {
 	ok := &networkingv1.HTTPRoute{Route: to("reviews")}
 	for name, rule := range map[string]*networkingv1.HTTPRoute{
-		"an invalid regex":              {Match: regexMatch("(unclosed"), Route: to("reviews")},
-		"a regex longer than 1024":      {Match: regexMatch(strings.Repeat("a", 1025)), Route: to("reviews")},
-		"a regex with a huge program":   {Match: regexMatch("(" + strings.Repeat("[a-z]{1,100}", 10) + "){1,100}"), Route: to("reviews")},
-		"a header regex Envoy refuses":  {Match: []*networkingv1.HTTPMatchRequest{{Headers: map[string]*networkingv1.StringMatch{"x": {MatchType: &networkingv1.StringMatch_Regex{Regex: "a**"}}}}}, Route: to("reviews")},
-		"a rewrite regex Envoy refuses": {Rewrite: &networkingv1.HTTPRewrite{UriRegexRewrite: &networkingv1.RegexRewrite{Match: "[", Rewrite: "/"}}, Route: to("reviews")},
-		"a JWT claim match":             {Match: []*networkingv1.HTTPMatchRequest{{Headers: map[string]*networkingv1.StringMatch{"@request.auth.claims.group": {MatchType: &networkingv1.StringMatch_Exact{Exact: "admin"}}}}}, Route: to("reviews")},
-		"an unsupported redirect code":  {Redirect: &networkingv1.HTTPRedirect{Uri: "/x", RedirectCode: 399}},
-		"a delegate":                    {Delegate: &networkingv1.Delegate{Name: "d"}},
-		"no destination":                {},
-		"only zero weights":             {Route: []*networkingv1.HTTPRouteDestination{{Destination: &networkingv1.Destination{Host: "a"}}, {Destination: &networkingv1.Destination{Host: "b"}}}},
-		"an invalid header name":        {Match: []*networkingv1.HTTPMatchRequest{{Headers: map[string]*networkingv1.StringMatch{"bad header\n": {}}}}, Route: to("reviews")},
-		"an empty header prefix":        {Match: []*networkingv1.HTTPMatchRequest{{Headers: map[string]*networkingv1.StringMatch{"x": {MatchType: &networkingv1.StringMatch_Prefix{}}}}}, Route: to("reviews")},
+		"an invalid regex":                {Match: regexMatch("(unclosed"), Route: to("reviews")},
+		"a regex longer than 1024":        {Match: regexMatch(strings.Repeat("a", 1025)), Route: to("reviews")},
+		"a regex with a huge program":     {Match: regexMatch("(" + strings.Repeat("[a-z]{1,100}", 10) + "){1,100}"), Route: to("reviews")},
+		"a header regex Envoy refuses":    {Match: []*networkingv1.HTTPMatchRequest{{Headers: map[string]*networkingv1.StringMatch{"x": {MatchType: &networkingv1.StringMatch_Regex{Regex: "a**"}}}}}, Route: to("reviews")},
+		"a rewrite regex Envoy refuses":   {Rewrite: &networkingv1.HTTPRewrite{UriRegexRewrite: &networkingv1.RegexRewrite{Match: "[", Rewrite: "/"}}, Route: to("reviews")},
+		"a JWT claim match without value": {Match: []*networkingv1.HTTPMatchRequest{{Headers: map[string]*networkingv1.StringMatch{"@request.auth.claims.group": {}}}}, Route: to("reviews")},
+		"an unsupported redirect code":    {Redirect: &networkingv1.HTTPRedirect{Uri: "/x", RedirectCode: 399}},
+		"a delegate":                      {Delegate: &networkingv1.Delegate{Name: "d"}},
+		"no destination":                  {},
+		"only zero weights":               {Route: []*networkingv1.HTTPRouteDestination{{Destination: &networkingv1.Destination{Host: "a"}}, {Destination: &networkingv1.Destination{Host: "b"}}}},
+		"an invalid header name":          {Match: []*networkingv1.HTTPMatchRequest{{Headers: map[string]*networkingv1.StringMatch{"bad header\n": {}}}}, Route: to("reviews")},
+		"an empty header prefix":          {Match: []*networkingv1.HTTPMatchRequest{{Headers: map[string]*networkingv1.StringMatch{"x": {MatchType: &networkingv1.StringMatch_Prefix{}}}}}, Route: to("reviews")},
 	} {
 		t.Run(name, func(t *testing.T) {
 			// The refused rule comes after a good one: the whole
@@ -324,5 +324,42 @@ func TestHostEnvoyRefusesIsLeftOut(t *testing.T) {
 	}
 	if len(problems) != 2 || problems[0].Name != "other" || problems[1].Name != "vs" {
 		t.Errorf("problems %v", problems)
+	}
+}
+
+func TestJWTClaimMatches(t *testing.T) {
+	admin := &networkingv1.StringMatch{MatchType: &networkingv1.StringMatch_Exact{Exact: "admin"}}
+	vs := bound(&networkingv1.HTTPRoute{Match: []*networkingv1.HTTPMatchRequest{{
+		Headers:        map[string]*networkingv1.StringMatch{"@request.auth.claims.group": admin, "@Request.Auth.Claims[org][unit]": admin},
+		WithoutHeaders: map[string]*networkingv1.StringMatch{"@request.auth.claims[banned]": admin},
+	}}, Route: to("reviews")}, &networkingv1.HTTPRoute{DirectResponse: &networkingv1.HTTPDirectResponse{Status: 403}})
+	vhs, problems := vhosts(t, vs)
+	if len(problems) != 0 {
+		t.Fatalf("problems %v", problems)
+	}
+	r := vhs[0].GetRoutes()[0]
+	if isCatchAll(r) {
+		t.Fatal("a route matching claims is taken for a catch-all")
+	}
+	var got []string
+	for _, md := range r.GetMatch().GetDynamicMetadata() {
+		var path []string
+		for _, seg := range md.GetPath() {
+			path = append(path, seg.GetKey())
+		}
+		or := md.GetValue().GetOrMatch().GetValueMatchers()
+		got = append(got, fmt.Sprintf("%s %v invert=%v list=%q value=%q", md.GetFilter(), path, md.GetInvert(),
+			or[0].GetListMatch().GetOneOf().GetStringMatch().GetExact(), or[1].GetStringMatch().GetExact()))
+	}
+	want := []string{
+		`envoy.filters.http.jwt_authn [payload org unit] invert=false list="admin" value="admin"`,
+		`envoy.filters.http.jwt_authn [payload group] invert=false list="admin" value="admin"`,
+		`envoy.filters.http.jwt_authn [payload banned] invert=true list="admin" value="admin"`,
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("dynamic metadata\n got %q\nwant %q", got, want)
+	}
+	if len(r.GetMatch().GetHeaders()) != 0 {
+		t.Errorf("claims matched as headers: %v", r.GetMatch().GetHeaders())
 	}
 }
