@@ -251,4 +251,32 @@ var gwRouteCases = []gwRouteCase{
 		}}, Route: dst("reviews")},
 		&networkingv1.HTTPRoute{DirectResponse: &networkingv1.HTTPDirectResponse{Status: 403}},
 	)},
+	{name: "delegation: merged matches, names and inherited fields", vss: []gwVS{
+		{name: "root", ns: "default", spec: &networkingv1.VirtualService{Hosts: []string{"example.com"}, Gateways: []string{gwRef}, Http: []*networkingv1.HTTPRoute{
+			{Name: "team", Match: []*networkingv1.HTTPMatchRequest{{Name: "m", Uri: prefix("/team"), Headers: map[string]*networkingv1.StringMatch{"x-a": exact("1")}}, {Uri: exact("/team/x")}},
+				Delegate: &networkingv1.Delegate{Name: "team", Namespace: "other"}, Timeout: dur(7 * time.Second),
+				Headers: &networkingv1.Headers{Request: &networkingv1.Headers_HeaderOperations{Set: map[string]string{"x-root": "1"}}}},
+			{Name: "local", Delegate: &networkingv1.Delegate{Name: "local"}},
+			{Route: dst("reviews")},
+		}}},
+		{name: "team", ns: "other", spec: &networkingv1.VirtualService{Http: []*networkingv1.HTTPRoute{
+			{Name: "a", Match: []*networkingv1.HTTPMatchRequest{{Name: "n", Uri: prefix("/team/a"), QueryParams: map[string]*networkingv1.StringMatch{"q": exact("1")}}}, Route: dst("details")},
+			{Name: "x", Match: []*networkingv1.HTTPMatchRequest{{Uri: exact("/team/x")}}, Route: dst("details"), Timeout: dur(time.Second)},
+			{Name: "conflict", Match: []*networkingv1.HTTPMatchRequest{{Uri: prefix("/elsewhere")}}, Route: dst("details")},
+			{Match: []*networkingv1.HTTPMatchRequest{{Method: exact("GET")}}, Route: dst("details"), Mirror: &networkingv1.Destination{Host: "mirror.default.svc.cluster.local"}},
+		}}},
+		{name: "local", ns: "default", spec: &networkingv1.VirtualService{Http: []*networkingv1.HTTPRoute{
+			{Match: []*networkingv1.HTTPMatchRequest{{Uri: prefix("/local")}}, Route: dst("ratings")},
+		}}},
+	}},
+	{name: "delegation: missing and unexported delegates leave their rule out", vss: []gwVS{
+		{name: "root", ns: "default", spec: &networkingv1.VirtualService{Hosts: []string{"example.com"}, Gateways: []string{gwRef}, Http: []*networkingv1.HTTPRoute{
+			{Match: []*networkingv1.HTTPMatchRequest{{Uri: prefix("/a")}}, Delegate: &networkingv1.Delegate{Name: "missing"}},
+			{Match: []*networkingv1.HTTPMatchRequest{{Uri: prefix("/b")}}, Delegate: &networkingv1.Delegate{Name: "private", Namespace: "other"}},
+			{Match: []*networkingv1.HTTPMatchRequest{{Uri: prefix("/c")}}, Delegate: &networkingv1.Delegate{Name: "exported", Namespace: "other"}},
+			{Route: dst("reviews")},
+		}}},
+		{name: "private", ns: "other", spec: &networkingv1.VirtualService{ExportTo: []string{"."}, Http: []*networkingv1.HTTPRoute{{Route: dst("details")}}}},
+		{name: "exported", ns: "other", spec: &networkingv1.VirtualService{ExportTo: []string{"default"}, Http: []*networkingv1.HTTPRoute{{Route: dst("details")}}}},
+	}},
 }

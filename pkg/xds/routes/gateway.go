@@ -58,6 +58,13 @@ func (o Options) RouteVirtualHosts(snap *model.Snapshot, servers []BoundServer, 
 	built := map[key][]*routev3.Route{}
 	failed := map[key]bool{}
 	bound := map[string][]*model.VirtualService{}
+	var dmap delegates
+	ds := func() delegates {
+		if dmap == nil {
+			dmap = delegatesOf(snap)
+		}
+		return dmap
+	}
 	for _, bs := range servers {
 		srv := bs.Server
 		if bs.Gateway == nil || srv == nil {
@@ -94,8 +101,10 @@ func (o Options) RouteVirtualHosts(snap *model.Snapshot, servers []BoundServer, 
 			}
 			routes, ok := built[k]
 			if !ok {
+				expanded, dprobs := o.expand(snap, vs, ds)
+				problems = append(problems, dprobs...)
 				var err error
-				routes, err = o.HTTPRoutes(snap, vs, Scope{Port: port, Gateway: gwName, TLS: srv.GetTls() != nil, Proxy: proxy})
+				routes, err = o.HTTPRoutes(snap, expanded, Scope{Port: port, Gateway: gwName, TLS: srv.GetTls() != nil, Proxy: proxy})
 				if err != nil {
 					failed[k] = true
 					if !errors.Is(err, errNoRoutes) {

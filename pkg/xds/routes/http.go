@@ -55,7 +55,9 @@ func (o Options) HTTPRoutes(snap *model.Snapshot, vs *model.VirtualService, scop
 	var out []*routev3.Route
 	for i, rule := range vs.Spec.GetHttp() {
 		if rule.GetDelegate() != nil {
-			return nil, fmt.Errorf("http[%d]: delegate is not supported", i)
+			// Delegation is one level deep; RouteVirtualHosts expands the
+			// root's, and a delegate's own delegation is refused.
+			return nil, fmt.Errorf("http[%d]: delegate left unexpanded (a delegate's own delegation, or HTTPRoutes called on a root)", i)
 		}
 		if len(rule.GetMatch()) == 0 {
 			r, err := t.route(rule, nil)

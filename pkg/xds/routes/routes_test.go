@@ -81,7 +81,6 @@ func TestRefusedVirtualServicesAreLeftOutWholeAndReported(t *testing.T) {
 		"a rewrite regex Envoy refuses":   {Rewrite: &networkingv1.HTTPRewrite{UriRegexRewrite: &networkingv1.RegexRewrite{Match: "[", Rewrite: "/"}}, Route: to("reviews")},
 		"a JWT claim match without value": {Match: []*networkingv1.HTTPMatchRequest{{Headers: map[string]*networkingv1.StringMatch{"@request.auth.claims.group": {}}}}, Route: to("reviews")},
 		"an unsupported redirect code":    {Redirect: &networkingv1.HTTPRedirect{Uri: "/x", RedirectCode: 399}},
-		"a delegate":                      {Delegate: &networkingv1.Delegate{Name: "d"}},
 		"no destination":                  {},
 		"only zero weights":               {Route: []*networkingv1.HTTPRouteDestination{{Destination: &networkingv1.Destination{Host: "a"}}, {Destination: &networkingv1.Destination{Host: "b"}}}},
 		"an invalid header name":          {Match: []*networkingv1.HTTPMatchRequest{{Headers: map[string]*networkingv1.StringMatch{"bad header\n": {}}}}, Route: to("reviews")},
@@ -361,5 +360,69 @@ func TestJWTClaimMatches(t *testing.T) {
 	}
 	if len(r.GetMatch().GetHeaders()) != 0 {
 		t.Errorf("claims matched as headers: %v", r.GetMatch().GetHeaders())
+	}
+}
+
+func TestDelegation(t *testing.T) {
+	root := func(d *networkingv1.Delegate) *model.VirtualService {
+		return vsOf("root", "default", &networkingv1.VirtualService{Hosts: []string{"example.com"}, Gateways: []string{gwNs + "/gw"},
+			Http: []*networkingv1.HTTPRoute{
+				{Name: "r", Match: []*networkingv1.HTTPMatchRequest{{Uri: &networkingv1.StringMatch{MatchType: &networkingv1.StringMatch_Prefix{Prefix: "/team"}}}}, Delegate: d},
+				{Route: to("ratings")},
+			}})
+	}
+	delegate := func(name, ns string, exportTo []string, rules ...*networkingv1.HTTPRoute) *model.VirtualService {
+		return vsOf(name, ns, &networkingv1.VirtualService{ExportTo: exportTo, Http: rules})
+	}
+	prefixMatch := func(p string) []*networkingv1.HTTPMatchRequest {
+		return []*networkingv1.HTTPMatchRequest{{Uri: &networkingv1.StringMatch{MatchType: &networkingv1.StringMatch_Prefix{Prefix: p}}}}
+	}
+	team := delegate("team", "teams", nil,
+		&networkingv1.HTTPRoute{Name: "a", Match: prefixMatch("/team/a"), Route: to("reviews")},
+		&networkingv1.HTTPRoute{Name: "outside", Match: prefixMatch("/other"), Route: to("reviews")},
+	)
+	for name, c := range map[string]struct {
+		vss      []*model.VirtualService
+		routes   string // name=cluster of each route
+		problems int
+	}{
+		"rules merged, short names in the delegate's namespace": {
+			vss:      []*model.VirtualService{root(&networkingv1.Delegate{Name: "team", Namespace: "teams"}), team},
+			routes:   "r-a=outbound|80||reviews.teams.svc.cluster.local =outbound|80||ratings.default.svc.cluster.local", // no such service: the listener port
+			problems: 1, // the rule matching /other, outside /team
+		},
+		"missing delegate: its rule left out, reported": {
+			vss:      []*model.VirtualService{root(&networkingv1.Delegate{Name: "nope"})},
+			routes:   "=outbound|80||ratings.default.svc.cluster.local",
+			problems: 1,
+		},
+		"delegate not exported to the root's namespace": {
+			vss:      []*model.VirtualService{root(&networkingv1.Delegate{Name: "team", Namespace: "teams"}), delegate("team", "teams", []string{"."}, &networkingv1.HTTPRoute{Route: to("reviews")})},
+			routes:   "=outbound|80||ratings.default.svc.cluster.local",
+			problems: 1,
+		},
+		"a delegate's own delegation refuses the root": {
+			vss: []*model.VirtualService{root(&networkingv1.Delegate{Name: "d1"}),
+				delegate("d1", "default", nil, &networkingv1.HTTPRoute{Delegate: &networkingv1.Delegate{Name: "d2"}}),
+				delegate("d2", "default", nil, &networkingv1.HTTPRoute{Route: to("reviews")})},
+			routes:   "",
+			problems: 1,
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			vhs, problems := vhosts(t, c.vss...)
+			var got []string
+			for _, vh := range vhs {
+				for _, r := range vh.GetRoutes() {
+					got = append(got, r.GetName()+"="+r.GetRoute().GetCluster())
+				}
+			}
+			if strings.Join(got, " ") != c.routes {
+				t.Errorf("routes %q, want %q", strings.Join(got, " "), c.routes)
+			}
+			if len(problems) != c.problems {
+				t.Errorf("problems %v, want %d", problems, c.problems)
+			}
+		})
 	}
 }
