@@ -28,7 +28,7 @@ func (t *translator) forward(out *routev3.Route, rule *networkingv1.HTTPRoute, a
 	}
 	if rw := rule.GetRewrite(); rw != nil {
 		if rr := rw.GetUriRegexRewrite(); rr != nil {
-			if err := checkRegex(rr.GetMatch()); err != nil {
+			if err := t.rs.check(rr.GetMatch()); err != nil {
 				return fmt.Errorf("uriRegexRewrite: %w", err)
 			}
 			action.RegexRewrite = &matcherv3.RegexMatchAndSubstitute{

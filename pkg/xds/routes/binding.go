@@ -110,8 +110,11 @@ func fqdn(snap *model.Snapshot, h, ns string) string {
 	if h == "" || h == "*" || strings.Contains(h, ".") {
 		return h
 	}
-	if _, err := netip.ParseAddr(h); err == nil {
-		return h
+	// Without a dot, only an IPv6 address is an address.
+	if strings.Contains(h, ":") {
+		if _, err := netip.ParseAddr(h); err == nil {
+			return h
+		}
 	}
 	return h + "." + ns + ".svc." + snap.Options.Domain
 }

@@ -35,7 +35,7 @@ func toAny(m proto.Message) (*anypb.Any, error) {
 }
 
 // perFilter adds the fault and CORS per-route configuration of rule.
-func perFilter(out *routev3.Route, rule *networkingv1.HTTPRoute) error {
+func perFilter(out *routev3.Route, rule *networkingv1.HTTPRoute, rs regexes) error {
 	out.TypedPerFilterConfig = map[string]*anypb.Any{}
 	if f := rule.GetFault(); f != nil {
 		a, err := toAny(fault(f))
@@ -45,7 +45,7 @@ func perFilter(out *routev3.Route, rule *networkingv1.HTTPRoute) error {
 		out.TypedPerFilterConfig[FaultFilter] = a
 	}
 	if c := rule.GetCorsPolicy(); c != nil {
-		p, err := cors(c)
+		p, err := cors(c, rs)
 		if err != nil {
 			return err
 		}
@@ -105,7 +105,7 @@ var grpcStatus = map[string]uint32{
 }
 
 // cors is Istio's TranslateCORSPolicy.
-func cors(in *networkingv1.CorsPolicy) (*corsv3.CorsPolicy, error) {
+func cors(in *networkingv1.CorsPolicy, rs regexes) (*corsv3.CorsPolicy, error) {
 	out := &corsv3.CorsPolicy{
 		ForwardNotMatchingPreflights: wrapperspb.Bool(in.GetUnmatchedPreflights() != networkingv1.CorsPolicy_IGNORE),
 		FilterEnabled: &corev3.RuntimeFractionalPercent{DefaultValue: &typev3.FractionalPercent{
@@ -124,7 +124,7 @@ func cors(in *networkingv1.CorsPolicy) (*corsv3.CorsPolicy, error) {
 	if in.GetAllowOrigins() != nil {
 		out.AllowOriginStringMatch = []*matcherv3.StringMatcher{}
 		for _, o := range in.GetAllowOrigins() {
-			s, err := stringMatcher(o)
+			s, err := stringMatcher(o, rs)
 			if err != nil {
 				return nil, fmt.Errorf("corsPolicy origin: %w", err)
 			}
@@ -146,11 +146,14 @@ func cors(in *networkingv1.CorsPolicy) (*corsv3.CorsPolicy, error) {
 	return out, nil
 }
 
+// previousHostsType is the type URL of an empty PreviousHostsPredicate,
+// whose encoding is empty.
+var previousHostsType = "type.googleapis.com/" + string((&previoushostsv3.PreviousHostsPredicate{}).ProtoReflect().Descriptor().FullName())
+
 func previousHosts() *routev3.RetryPolicy_RetryHostPredicate {
-	a, _ := anypb.New(&previoushostsv3.PreviousHostsPredicate{}) // an empty message always marshals
 	return &routev3.RetryPolicy_RetryHostPredicate{
 		Name:       "envoy.retry_host_predicates.previous_hosts",
-		ConfigType: &routev3.RetryPolicy_RetryHostPredicate_TypedConfig{TypedConfig: a},
+		ConfigType: &routev3.RetryPolicy_RetryHostPredicate_TypedConfig{TypedConfig: &anypb.Any{TypeUrl: previousHostsType}},
 	}
 }
 
@@ -167,6 +170,9 @@ func previousPriorities() *routev3.RetryPolicy_RetryPriority {
 // setting, else the subset's, else the rule's port-level, else the rule's
 // (Istio's HashForHTTPDestination); nil for none.
 func (t *translator) hashPolicy(d *networkingv1.Destination) *routev3.RouteAction_HashPolicy {
+	if len(t.snap.Resources().DestinationRules) == 0 {
+		return nil
+	}
 	dr := t.snap.DestinationRule(fqdn(t.snap, d.GetHost(), t.vs.Namespace), t.scope.Proxy.Namespace)
 	if dr == nil || dr.Spec == nil {
 		return nil

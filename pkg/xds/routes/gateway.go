@@ -59,6 +59,7 @@ func (o Options) RouteVirtualHosts(snap *model.Snapshot, servers []BoundServer, 
 	failed := map[key]bool{}
 	bound := map[string][]*model.VirtualService{}
 	var dmap delegates
+	rs := regexes{}
 	ds := func() delegates {
 		if dmap == nil {
 			dmap = delegatesOf(snap)
@@ -104,7 +105,7 @@ func (o Options) RouteVirtualHosts(snap *model.Snapshot, servers []BoundServer, 
 				expanded, dprobs := o.expand(snap, vs, ds)
 				problems = append(problems, dprobs...)
 				var err error
-				routes, err = o.HTTPRoutes(snap, expanded, Scope{Port: port, Gateway: gwName, TLS: srv.GetTls() != nil, Proxy: proxy})
+				routes, err = o.httpRoutes(snap, expanded, Scope{Port: port, Gateway: gwName, TLS: srv.GetTls() != nil, Proxy: proxy}, rs)
 				if err != nil {
 					failed[k] = true
 					if !errors.Is(err, errNoRoutes) {

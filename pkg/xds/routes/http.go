@@ -48,10 +48,14 @@ type Scope struct {
 // means vs is to be left out whole: it has a rule Envoy would reject or
 // that this package does not translate, or no rule applies in scope.
 func (o Options) HTTPRoutes(snap *model.Snapshot, vs *model.VirtualService, scope Scope) ([]*routev3.Route, error) {
+	return o.httpRoutes(snap, vs, scope, nil)
+}
+
+func (o Options) httpRoutes(snap *model.Snapshot, vs *model.VirtualService, scope Scope, rs regexes) ([]*routev3.Route, error) {
 	if reason := checkBounds(vs.Spec); reason != "" {
 		return nil, fmt.Errorf("%s", reason)
 	}
-	t := translator{o: o, snap: snap, vs: vs, scope: scope}
+	t := translator{o: o, snap: snap, vs: vs, scope: scope, rs: rs}
 	var out []*routev3.Route
 	for i, rule := range vs.Spec.GetHttp() {
 		if rule.GetDelegate() != nil {
@@ -108,6 +112,8 @@ type translator struct {
 	snap  *model.Snapshot
 	vs    *model.VirtualService
 	scope Scope
+	meta  *corev3.Metadata // shared by the VirtualService's routes
+	rs    regexes
 }
 
 // applies reports whether match m can be met in the scope: its port is
@@ -136,7 +142,7 @@ func (t *translator) route(rule *networkingv1.HTTPRoute, m *networkingv1.HTTPMat
 	if m.GetName() != "" {
 		name += "." + m.GetName()
 	}
-	match, err := routeMatch(m)
+	match, err := routeMatch(m, t.rs)
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +174,7 @@ func (t *translator) route(rule *networkingv1.HTTPRoute, m *networkingv1.HTTPMat
 	}
 	out.Decorator = &routev3.Decorator{Operation: t.operation(out)}
 	if rule.GetFault() != nil || rule.GetCorsPolicy() != nil {
-		if err := perFilter(out, rule); err != nil {
+		if err := perFilter(out, rule, t.rs); err != nil {
 			return nil, err
 		}
 	}
@@ -176,12 +182,18 @@ func (t *translator) route(rule *networkingv1.HTTPRoute, m *networkingv1.HTTPMat
 }
 
 // metadata names the VirtualService a route comes from, as Istio's
-// BuildConfigInfoMetadata does (access logs and stats read it).
+// BuildConfigInfoMetadata does (access logs and stats read it). The
+// VirtualService's routes share it: what this package returns is not to
+// be changed.
 func (t *translator) metadata() *corev3.Metadata {
+	if t.meta != nil {
+		return t.meta
+	}
 	path := "/apis/networking.istio.io/v1/namespaces/" + t.vs.Namespace + "/virtual-service/" + t.vs.Name
-	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
+	t.meta = &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{
 		"istio": {Fields: map[string]*structpb.Value{"config": structpb.NewStringValue(path)}},
 	}}
+	return t.meta
 }
 
 // operation is the route's tracing operation, as Istio's

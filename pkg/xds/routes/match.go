@@ -16,21 +16,21 @@ import (
 // TranslateRouteMatch: headers and withoutHeaders sorted by name, then
 // :method, :authority and :scheme; query parameters (sorted by name, where
 // Istio leaves map order); the path; case sensitivity always set.
-func routeMatch(m *networkingv1.HTTPMatchRequest) (*routev3.RouteMatch, error) {
+func routeMatch(m *networkingv1.HTTPMatchRequest, rs regexes) (*routev3.RouteMatch, error) {
 	out := &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}}
 	if m == nil {
 		return out, nil
 	}
 	for _, name := range slices.Sorted(maps.Keys(m.GetHeaders())) {
 		if path, ok := claimPath(name); ok {
-			md, err := claimMatch(path, m.GetHeaders()[name])
+			md, err := claimMatch(path, m.GetHeaders()[name], rs)
 			if err != nil {
 				return nil, fmt.Errorf("header %q: %w", name, err)
 			}
 			out.DynamicMetadata = append(out.DynamicMetadata, md)
 			continue
 		}
-		hm, err := headerMatch(name, m.GetHeaders()[name])
+		hm, err := headerMatch(name, m.GetHeaders()[name], rs)
 		if err != nil {
 			return nil, err
 		}
@@ -39,7 +39,7 @@ func routeMatch(m *networkingv1.HTTPMatchRequest) (*routev3.RouteMatch, error) {
 	for _, name := range slices.Sorted(maps.Keys(m.GetWithoutHeaders())) {
 		sm := m.GetWithoutHeaders()[name]
 		if path, ok := claimPath(name); ok {
-			md, err := claimMatch(path, sm)
+			md, err := claimMatch(path, sm, rs)
 			if err != nil {
 				return nil, fmt.Errorf("withoutHeaders %q: %w", name, err)
 			}
@@ -47,7 +47,7 @@ func routeMatch(m *networkingv1.HTTPMatchRequest) (*routev3.RouteMatch, error) {
 			out.DynamicMetadata = append(out.DynamicMetadata, md)
 			continue
 		}
-		hm, err := headerMatch(name, sm)
+		hm, err := headerMatch(name, sm, rs)
 		if err != nil {
 			return nil, err
 		}
@@ -65,7 +65,7 @@ func routeMatch(m *networkingv1.HTTPMatchRequest) (*routev3.RouteMatch, error) {
 		case *networkingv1.StringMatch_Prefix:
 			out.PathSpecifier = &routev3.RouteMatch_Prefix{Prefix: p.Prefix}
 		case *networkingv1.StringMatch_Regex:
-			if err := checkRegex(p.Regex); err != nil {
+			if err := rs.check(p.Regex); err != nil {
 				return nil, fmt.Errorf("uri: %w", err)
 			}
 			out.PathSpecifier = &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: p.Regex}}
@@ -79,7 +79,7 @@ func routeMatch(m *networkingv1.HTTPMatchRequest) (*routev3.RouteMatch, error) {
 		if pseudo.sm == nil {
 			continue
 		}
-		hm, err := headerMatch(pseudo.name, pseudo.sm)
+		hm, err := headerMatch(pseudo.name, pseudo.sm, rs)
 		if err != nil {
 			return nil, err
 		}
@@ -91,7 +91,7 @@ func routeMatch(m *networkingv1.HTTPMatchRequest) (*routev3.RouteMatch, error) {
 		if presentMatch(sm) {
 			qm.QueryParameterMatchSpecifier = &routev3.QueryParameterMatcher_PresentMatch{PresentMatch: true}
 		} else {
-			s, err := stringMatcher(sm)
+			s, err := stringMatcher(sm, rs)
 			if err != nil {
 				return nil, fmt.Errorf("query parameter %q: %w", name, err)
 			}
@@ -107,13 +107,13 @@ func routeMatch(m *networkingv1.HTTPMatchRequest) (*routev3.RouteMatch, error) {
 // headerMatch is Istio's translateHeaderMatch. (A claim of the request's
 // JWT, "@request.auth.claims…", is matched in its dynamic metadata by
 // claimMatch; any other name is matched as a header, as Istio does.)
-func headerMatch(name string, sm *networkingv1.StringMatch) (*routev3.HeaderMatcher, error) {
+func headerMatch(name string, sm *networkingv1.StringMatch, rs regexes) (*routev3.HeaderMatcher, error) {
 	out := &routev3.HeaderMatcher{Name: name}
 	if presentMatch(sm) {
 		out.HeaderMatchSpecifier = &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}
 		return out, nil
 	}
-	s, err := stringMatcher(sm)
+	s, err := stringMatcher(sm, rs)
 	if err != nil {
 		return nil, fmt.Errorf("header %q: %w", name, err)
 	}
@@ -133,14 +133,14 @@ func presentMatch(sm *networkingv1.StringMatch) bool {
 	return ok && r.Regex == "*"
 }
 
-func stringMatcher(sm *networkingv1.StringMatch) (*matcherv3.StringMatcher, error) {
+func stringMatcher(sm *networkingv1.StringMatch, rs regexes) (*matcherv3.StringMatcher, error) {
 	switch p := sm.GetMatchType().(type) {
 	case *networkingv1.StringMatch_Exact:
 		return &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: p.Exact}}, nil
 	case *networkingv1.StringMatch_Prefix:
 		return &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: p.Prefix}}, nil
 	case *networkingv1.StringMatch_Regex:
-		if err := checkRegex(p.Regex); err != nil {
+		if err := rs.check(p.Regex); err != nil {
 			return nil, err
 		}
 		return &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: p.Regex}}}, nil

@@ -19,6 +19,28 @@ const (
 	MaxRegexProgram = 16384
 )
 
+// regexes remembers the verdicts of checkRegex: configurations repeat
+// their patterns, and compiling is the costly part of a translation. A nil
+// *regexes remembers nothing.
+type regexes map[string]error
+
+func (rs regexes) check(re string) error {
+	if rs == nil {
+		return checkRegex(re)
+	}
+	if err, ok := rs[re]; ok {
+		return err
+	}
+	err := checkRegex(re)
+	if len(rs) < maxRemembered {
+		rs[re] = err
+	}
+	return err
+}
+
+// maxRemembered bounds the verdicts one translation keeps.
+const maxRemembered = 10000
+
 // checkRegex says why Envoy would refuse re, or nil.
 func checkRegex(re string) error {
 	if len(re) > MaxRegexLength {

@@ -389,7 +389,7 @@ func TestDelegation(t *testing.T) {
 		"rules merged, short names in the delegate's namespace": {
 			vss:      []*model.VirtualService{root(&networkingv1.Delegate{Name: "team", Namespace: "teams"}), team},
 			routes:   "r-a=outbound|80||reviews.teams.svc.cluster.local =outbound|80||ratings.default.svc.cluster.local", // no such service: the listener port
-			problems: 1, // the rule matching /other, outside /team
+			problems: 1,                                                                                                  // the rule matching /other, outside /team
 		},
 		"missing delegate: its rule left out, reported": {
 			vss:      []*model.VirtualService{root(&networkingv1.Delegate{Name: "nope"})},
