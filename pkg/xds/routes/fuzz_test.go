@@ -35,7 +35,16 @@ func FuzzGatewayRoutes(f *testing.F) {
 		}
 		// Bind it, whatever it names, so the translation runs.
 		spec.Gateways = append(spec.Gateways, gwNs+"/gw")
-		snap := snapshot(gw, vsOf("fuzz", "default", spec), vsOf("fuzz2", gwNs, proto.Clone(spec).(*networkingv1.VirtualService)))
+		// The same spec also serves as a delegate (without hosts) of a
+		// root that delegates to it twice, and as a root itself.
+		delegate := proto.CloneOf(spec)
+		delegate.Hosts = nil
+		root := &networkingv1.VirtualService{Hosts: []string{"root.example.com"}, Gateways: []string{gwNs + "/gw"}, Http: []*networkingv1.HTTPRoute{
+			{Match: []*networkingv1.HTTPMatchRequest{{Uri: &networkingv1.StringMatch{MatchType: &networkingv1.StringMatch_Prefix{Prefix: "/a"}}}}, Delegate: &networkingv1.Delegate{Name: "delegate"}},
+			{Delegate: &networkingv1.Delegate{Name: "delegate", Namespace: "default"}},
+		}}
+		snap := snapshot(gw, vsOf("fuzz", "default", spec), vsOf("fuzz2", gwNs, proto.CloneOf(spec)),
+			vsOf("delegate", "default", delegate), vsOf("root", "default", root))
 		vhs, _ := Options{}.RouteVirtualHosts(snap, []BoundServer{{gw, httpSrv}, {gw, redirect}}, Proxy{Namespace: gwNs})
 		if len(vhs) > 2*MaxHosts+len(httpSrv.Hosts)+len(redirect.Hosts) {
 			t.Fatalf("%d virtual hosts", len(vhs))
