@@ -19,7 +19,7 @@ import (
 )
 
 // TestGatewayL4RoutesMatchIstio compares the TLS passthrough and TCP
-// routes of routes.GatewayTLSRoutes and GatewayTCPRoute with the filter
+// routes of routes.GatewayTLSRoutes and GatewayTCPRoutes with the filter
 // chains of the listeners Istio's generator gives the gateway pod for the
 // same objects: for each chain, its server names and its tcp_proxy's
 // cluster or weighted clusters, in order.
@@ -88,7 +88,7 @@ func TestGatewayL4RoutesMatchIstio(t *testing.T) {
 				if len(problems) != 1 || problems[0].Name != "dup" {
 					t.Errorf("problems %v, want the duplicate SNI of dup", problems)
 				}
-			} else if r, _ := (routes.Options{}).GatewayTCPRoute(snap, gw, c.server, gwNs); r != nil {
+			} else if r, _ := (routes.Options{}).GatewayTCPRoutes(snap, gw, c.server, gwNs); r != nil {
 				got = append(got, l4String(nil, r.Destinations))
 			}
 			if len(want) == 0 {

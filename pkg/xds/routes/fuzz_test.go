@@ -64,7 +64,7 @@ func FuzzGatewayRoutes(f *testing.F) {
 				t.Fatalf("TLS route %+v", r)
 			}
 		}
-		if r, _ := (Options{}).GatewayTCPRoute(snap, gw, tcp, gwNs); r != nil && len(r.Destinations) == 0 {
+		if r, _ := (Options{}).GatewayTCPRoutes(snap, gw, tcp, gwNs); r != nil && len(r.Destinations) == 0 {
 			t.Fatalf("TCP route without destinations")
 		}
 	})

@@ -25,6 +25,16 @@ type L4Route struct {
 	VirtualService model.Meta
 }
 
+// GatewayTLSRoutes is Options{}.GatewayTLSRoutes: Istio's defaults.
+func GatewayTLSRoutes(snap *model.Snapshot, gw *model.Gateway, srv *networkingv1.Server, proxyNamespace string, claimed map[string]bool) ([]L4Route, []Problem) {
+	return Options{}.GatewayTLSRoutes(snap, gw, srv, proxyNamespace, claimed)
+}
+
+// GatewayTCPRoutes is Options{}.GatewayTCPRoutes: Istio's defaults.
+func GatewayTCPRoutes(snap *model.Snapshot, gw *model.Gateway, srv *networkingv1.Server, proxyNamespace string) (*L4Route, []Problem) {
+	return Options{}.GatewayTCPRoutes(snap, gw, srv, proxyNamespace)
+}
+
 // GatewayTLSRoutes returns, for a PASSTHROUGH server srv of gateway gw,
 // the routes of the VirtualServices bound to gw (as the gateway pod's
 // namespace sees them) whose hosts overlap the server's: one per `tls`
@@ -81,12 +91,12 @@ func (o Options) GatewayTLSRoutes(snap *model.Snapshot, gw *model.Gateway, srv *
 	return out, problems
 }
 
-// GatewayTCPRoute returns the TCP route of server srv of gateway gw (opaque
+// GatewayTCPRoutes returns the TCP route of server srv of gateway gw (opaque
 // TCP, or TCP after TLS termination): the first `tcp` rule, among the
 // VirtualServices bound to gw whose hosts overlap the server's, with a
 // match for the server's port and gateway (or no match), and
 // destinations. Nil when there is none.
-func (o Options) GatewayTCPRoute(snap *model.Snapshot, gw *model.Gateway, srv *networkingv1.Server, proxyNamespace string) (*L4Route, []Problem) {
+func (o Options) GatewayTCPRoutes(snap *model.Snapshot, gw *model.Gateway, srv *networkingv1.Server, proxyNamespace string) (*L4Route, []Problem) {
 	gwName := GatewayName(gw)
 	var problems []Problem
 	for _, vs := range o.boundTo(snap, gwName, proxyNamespace) {

@@ -278,7 +278,7 @@ func TestTLSAndTCPRoutes(t *testing.T) {
 	}
 	// ratings has two ports: without one, the destination takes the
 	// server's.
-	r, _ := Options{}.GatewayTCPRoute(snap, gw, tcp, gwNs)
+	r, _ := Options{}.GatewayTCPRoutes(snap, gw, tcp, gwNs)
 	if r == nil || fmt.Sprint(r.Destinations) != "[{outbound|31400||ratings.default.svc.cluster.local 30} {outbound|9080||reviews.default.svc.cluster.local 70}]" {
 		t.Errorf("tcp route %+v", r)
 	}
