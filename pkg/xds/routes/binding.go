@@ -176,6 +176,7 @@ func matches(h, o string) bool {
 // hosts that overlap, in server host order, without repeats.
 func intersect(server, vs []string) []string {
 	var out []string
+	seen := map[string]bool{}
 	for _, s := range server {
 		for _, v := range vs {
 			var h string
@@ -187,7 +188,8 @@ func intersect(server, vs []string) []string {
 			default:
 				continue
 			}
-			if !slices.Contains(out, h) {
+			if !seen[h] {
+				seen[h] = true
 				out = append(out, h)
 			}
 		}

@@ -426,3 +426,22 @@ func TestDelegation(t *testing.T) {
 		})
 	}
 }
+
+// Many overlapping hosts on both sides stay cheap: the intersection is
+// linear in the pairs, not in their square.
+func TestManyOverlappingHosts(t *testing.T) {
+	var server, hosts []string
+	suffix := ".example.com"
+	for i := range MaxHosts {
+		server = append(server, "*"+suffix)
+		suffix = fmt.Sprintf(".l%d", i) + suffix
+	}
+	// Every host is under every wildcard of the server.
+	for i := range MaxHosts {
+		hosts = append(hosts, fmt.Sprintf("h%d", i)+suffix)
+	}
+	got := intersect(server, hosts)
+	if len(got) != MaxHosts {
+		t.Errorf("%d hosts in the intersection, want %d", len(got), MaxHosts)
+	}
+}
