@@ -71,6 +71,10 @@ func (o Options) RouteVirtualHosts(snap *model.Snapshot, servers []BoundServer, 
 		if bs.Gateway == nil || srv == nil {
 			continue
 		}
+		if len(srv.GetHosts()) > MaxHosts {
+			problems = append(problems, serverTooBig(bs.Gateway, srv))
+			continue
+		}
 		gwName := GatewayName(bs.Gateway)
 		port := srv.GetPort().GetNumber()
 		redirect := srv.GetTls().GetHttpsRedirect()

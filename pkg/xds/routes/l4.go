@@ -1,6 +1,7 @@
 package routes
 
 import (
+	"fmt"
 	"slices"
 
 	networkingv1 "istio.io/api/networking/v1"
@@ -46,6 +47,9 @@ func GatewayTCPRoutes(snap *model.Snapshot, gw *model.Gateway, srv *networkingv1
 func (o Options) GatewayTLSRoutes(snap *model.Snapshot, gw *model.Gateway, srv *networkingv1.Server, proxyNamespace string, claimed map[string]bool) ([]L4Route, []Problem) {
 	if claimed == nil {
 		claimed = map[string]bool{}
+	}
+	if len(srv.GetHosts()) > MaxHosts {
+		return nil, []Problem{serverTooBig(gw, srv)}
 	}
 	gwName := GatewayName(gw)
 	var out []L4Route
@@ -97,6 +101,9 @@ func (o Options) GatewayTLSRoutes(snap *model.Snapshot, gw *model.Gateway, srv *
 // match for the server's port and gateway (or no match), and
 // destinations. Nil when there is none.
 func (o Options) GatewayTCPRoutes(snap *model.Snapshot, gw *model.Gateway, srv *networkingv1.Server, proxyNamespace string) (*L4Route, []Problem) {
+	if len(srv.GetHosts()) > MaxHosts {
+		return nil, []Problem{serverTooBig(gw, srv)}
+	}
 	gwName := GatewayName(gw)
 	var problems []Problem
 	for _, vs := range o.boundTo(snap, gwName, proxyNamespace) {
@@ -175,4 +182,9 @@ func l4Destinations(snap *model.Snapshot, vs *model.VirtualService, port uint32,
 		out = append(out, WeightedCluster{Cluster: t.cluster(d.GetDestination()), Weight: uint32(d.GetWeight())})
 	}
 	return out
+}
+
+func serverTooBig(gw *model.Gateway, srv *networkingv1.Server) Problem {
+	return Problem{Kind: "Gateway", Namespace: gw.Namespace, Name: gw.Name,
+		Reason: fmt.Sprintf("server %q of %d hosts, more than %d, gets no routes", srv.GetName(), len(srv.GetHosts()), MaxHosts)}
 }

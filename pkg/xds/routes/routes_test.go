@@ -445,3 +445,18 @@ func TestManyOverlappingHosts(t *testing.T) {
 		t.Errorf("%d hosts in the intersection, want %d", len(got), MaxHosts)
 	}
 }
+
+func TestServerWithTooManyHostsGetsNoRoutes(t *testing.T) {
+	hosts := make([]string, MaxHosts+1)
+	for i := range hosts {
+		hosts[i] = fmt.Sprintf("h%d.example.com", i)
+	}
+	gw := gateway(httpServer(hosts...))
+	vhs, problems := GatewayVirtualHosts(snapshot(gw, bound(&networkingv1.HTTPRoute{Route: to("reviews")})), gw, gw.Spec.Servers[0], gwNs)
+	if names(vhs) != "blackhole:80=*" || len(problems) != 1 || problems[0].Kind != "Gateway" {
+		t.Errorf("virtual hosts %s, problems %v", names(vhs), problems)
+	}
+	if r, problems := GatewayTCPRoutes(snapshot(gw), gw, gw.Spec.Servers[0], gwNs); r != nil || len(problems) != 1 {
+		t.Errorf("tcp route %v, problems %v", r, problems)
+	}
+}
