@@ -6,6 +6,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networkingv1 "istio.io/api/networking/v1"
+
+	"github.com/bulwark-mesh/bulwark/pkg/xds/routes"
 )
 
 const gwRef = "istio-system/gateway"
@@ -279,4 +281,14 @@ var gwRouteCases = []gwRouteCase{
 		{name: "private", ns: "other", spec: &networkingv1.VirtualService{ExportTo: []string{"."}, Http: []*networkingv1.HTTPRoute{{Route: dst("details")}}}},
 		{name: "exported", ns: "other", spec: &networkingv1.VirtualService{ExportTo: []string{"default"}, Http: []*networkingv1.HTTPRoute{{Route: dst("details")}}}},
 	}},
+	{name: "mesh defaults: retry policy and VirtualService exportTo",
+		opts: routes.Options{DefaultRetry: &networkingv1.HTTPRetry{Attempts: 5, RetryOn: "reset,503"}, DefaultExportTo: []string{"."}},
+		vss: []gwVS{
+			{name: "local", ns: "istio-system", spec: &networkingv1.VirtualService{Hosts: []string{"local.example.com"}, Gateways: []string{"gateway"},
+				Http: []*networkingv1.HTTPRoute{{Route: dst("reviews.default.svc.cluster.local")}, {Route: dst("ratings.default.svc.cluster.local"), Retries: &networkingv1.HTTPRetry{Attempts: 1}}}}},
+			{name: "elsewhere", ns: "default", spec: &networkingv1.VirtualService{Hosts: []string{"elsewhere.example.com"}, Gateways: []string{gwRef},
+				Http: []*networkingv1.HTTPRoute{{Route: dst("reviews")}}}},
+			{name: "exported", ns: "default", spec: &networkingv1.VirtualService{Hosts: []string{"exported.example.com"}, Gateways: []string{gwRef}, ExportTo: []string{"*"},
+				Http: []*networkingv1.HTTPRoute{{Match: []*networkingv1.HTTPMatchRequest{{Uri: prefix("/r")}}, Route: dst("reviews")}, {Route: dst("ratings")}}}},
+		}},
 }

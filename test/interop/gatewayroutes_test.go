@@ -18,6 +18,7 @@ import (
 	"istio.io/istio/pilot/pkg/model"
 	"istio.io/istio/pilot/pkg/networking/core"
 	"istio.io/istio/pkg/config"
+	"istio.io/istio/pkg/config/mesh"
 	"istio.io/istio/pkg/config/schema/gvk"
 
 	bmodel "github.com/bulwark-mesh/bulwark/pkg/model"
@@ -33,6 +34,9 @@ type gwRouteCase struct {
 	servers []*networkingv1.Server // default: HTTP 80, hosts ["*"]
 	vss     []gwVS
 	drs     []*networkingv1.DestinationRule // in namespace default, named dr<i>
+	// opts are mesh settings: Istio gets them in its mesh config
+	// (defaultHttpRetryPolicy, defaultVirtualServiceExportTo).
+	opts routes.Options
 }
 
 type gwVS struct {
@@ -96,7 +100,7 @@ func TestGatewayRoutesMatchIstio(t *testing.T) {
 				if !ok {
 					t.Fatalf("istio route configuration %q not among the servers'", name)
 				}
-				ours, problems := routes.Options{}.RouteVirtualHosts(snap, bound, routes.Proxy{Namespace: gwNs, Labels: gwLabels})
+				ours, problems := c.opts.RouteVirtualHosts(snap, bound, routes.Proxy{Namespace: gwNs, Labels: gwLabels})
 				for _, p := range problems {
 					if strings.HasPrefix(c.name, "delegation") {
 						t.Logf("problem (Istio leaves the same out): %s", p)
@@ -168,7 +172,10 @@ func istioGatewayRoutes(t *testing.T, c gwRouteCase, servers []*networkingv1.Ser
 			Spec: dr,
 		})
 	}
-	cg := core.NewConfigGenTest(t, core.TestOptions{Configs: configs})
+	m := mesh.DefaultMeshConfig()
+	m.DefaultHttpRetryPolicy = c.opts.DefaultRetry
+	m.DefaultVirtualServiceExportTo = c.opts.DefaultExportTo
+	cg := core.NewConfigGenTest(t, core.TestOptions{Configs: configs, MeshConfig: m})
 	proxy := cg.SetupProxy(&model.Proxy{
 		Type: model.Router, ConfigNamespace: gwNs, Labels: gwLabels, ID: "gw.istio-system",
 		Metadata: &model.NodeMetadata{Namespace: gwNs, Labels: gwLabels},
