@@ -112,7 +112,7 @@ func (o Options) RouteVirtualHosts(snap *model.Snapshot, servers []BoundServer, 
 				routes, err = o.httpRoutes(snap, expanded, Scope{Port: port, Gateway: gwName, TLS: srv.GetTls() != nil, Proxy: proxy}, rs)
 				if err != nil {
 					failed[k] = true
-					if !errors.Is(err, errNoRoutes) {
+					if !errors.Is(err, ErrNoRoutes) {
 						problems = append(problems, vsProblem(vs, "left out of gateway %s: %v", gwName, err))
 					}
 					continue

@@ -1,6 +1,7 @@
 package routes
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -93,7 +94,7 @@ func (o Options) httpRoutes(snap *model.Snapshot, vs *model.VirtualService, scop
 		}
 	}
 	if len(out) == 0 {
-		return nil, errNoRoutes
+		return nil, ErrNoRoutes
 	}
 	for _, r := range out {
 		if err := r.ValidateAll(); err != nil {
@@ -103,9 +104,10 @@ func (o Options) httpRoutes(snap *model.Snapshot, vs *model.VirtualService, scop
 	return out, nil
 }
 
-// errNoRoutes: no rule of the VirtualService applies in the scope. Not a
-// problem: Istio then leaves the VirtualService out silently.
-var errNoRoutes = fmt.Errorf("no routes in scope")
+// ErrNoRoutes is HTTPRoutes' error when no rule of the VirtualService
+// applies in the scope. Not a problem: Istio then leaves the
+// VirtualService out silently.
+var ErrNoRoutes = errors.New("no routes in scope")
 
 type translator struct {
 	o     Options

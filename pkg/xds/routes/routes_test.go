@@ -1,6 +1,7 @@
 package routes
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -458,5 +459,46 @@ func TestServerWithTooManyHostsGetsNoRoutes(t *testing.T) {
 	}
 	if r, problems := GatewayTCPRoutes(snapshot(gw), gw, gw.Spec.Servers[0], gwNs); r != nil || len(problems) != 1 {
 		t.Errorf("tcp route %v, problems %v", r, problems)
+	}
+}
+
+// For sidecars ("mesh"), a match's gateways and source labels and
+// namespace select the rules that apply to the proxy.
+func TestMeshScope(t *testing.T) {
+	vs := vsOf("vs", "default", &networkingv1.VirtualService{Hosts: []string{"reviews"}, Http: []*networkingv1.HTTPRoute{
+		{Name: "gw-only", Match: []*networkingv1.HTTPMatchRequest{{Gateways: []string{gwNs + "/gw"}}}, Route: to("ratings")},
+		{Name: "labelled", Match: []*networkingv1.HTTPMatchRequest{{SourceLabels: map[string]string{"app": "a"}, SourceNamespace: "default"}}, Route: to("ratings")},
+		{Name: "mesh", Match: []*networkingv1.HTTPMatchRequest{{Gateways: []string{"mesh"}, Uri: &networkingv1.StringMatch{MatchType: &networkingv1.StringMatch_Prefix{Prefix: "/m"}}}}, Route: to("reviews")},
+	}})
+	snap := snapshot(gateway(), vs)
+	for _, c := range []struct {
+		proxy Proxy
+		want  string
+	}{
+		{Proxy{Namespace: "default", Labels: map[string]string{"app": "a"}}, "labelled"}, // a catch-all: later rules never apply
+		{Proxy{Namespace: "other", Labels: map[string]string{"app": "a"}}, "mesh"},
+		{Proxy{Namespace: "default", Labels: map[string]string{"app": "b"}}, "mesh"},
+	} {
+		proxy, want := c.proxy, c.want
+		routes, err := Options{}.HTTPRoutes(snap, vs, Scope{Port: 9080, Gateway: Mesh, Proxy: proxy})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range routes {
+			got = append(got, r.GetName())
+		}
+		if strings.Join(got, " ") != want {
+			t.Errorf("proxy %v: routes %v, want %s", proxy, got, want)
+		}
+	}
+	// Through the gateway, the rule bound to it applies, and the one
+	// for "mesh" not.
+	routes, err := Options{}.HTTPRoutes(snap, vs, Scope{Port: 9080, Gateway: GatewayName(gateway()), Proxy: Proxy{Namespace: "x"}})
+	if err != nil || len(routes) != 1 || routes[0].GetName() != "gw-only" {
+		t.Errorf("gateway scope: %v, %v", routes, err)
+	}
+	if _, err := (Options{}).HTTPRoutes(snap, vs, Scope{Port: 9080, Gateway: "other/gw", Proxy: Proxy{Namespace: "x"}}); !errors.Is(err, ErrNoRoutes) {
+		t.Errorf("another gateway: %v, want ErrNoRoutes", err)
 	}
 }
