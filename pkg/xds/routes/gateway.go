@@ -1,0 +1,251 @@
+package routes
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	networkingv1 "istio.io/api/networking/v1"
+
+	"github.com/bulwark-mesh/bulwark/pkg/model"
+)
+
+// BoundServer is a server of a Gateway.
+type BoundServer struct {
+	Gateway *model.Gateway
+	Server  *networkingv1.Server
+}
+
+// GatewayVirtualHosts returns the virtual hosts a gateway server gets on
+// its route configuration: one per (lower-cased) host in the
+// intersection of srv.Hosts ("ns/host", "./host", "*/host" forms) and the
+// hosts of the VirtualServices bound to gw, honouring exportTo toward the
+// gateway pod's namespace; names "<host>:<server port>", domains [host];
+// with none, Istio's "blackhole:<port>" virtual host (domains ["*"], no
+// routes). srv.Tls.HttpsRedirect ⇒ require_tls ALL. Hosts with the same
+// routes share one virtual host, as Istio collapses them.
+func GatewayVirtualHosts(snap *model.Snapshot, gw *model.Gateway, srv *networkingv1.Server, proxyNamespace string) ([]*routev3.VirtualHost, []Problem) {
+	return Options{}.RouteVirtualHosts(snap, []BoundServer{{Gateway: gw, Server: srv}}, Proxy{Namespace: proxyNamespace})
+}
+
+// vhost is a virtual host being built, with the contributions that make
+// its routes: Istio collapses hosts whose routes are the same objects,
+// those of the same VirtualServices through the same gateways.
+type vhost struct {
+	host   string
+	port   uint32
+	routes []*routev3.Route
+	from   []string // "<gateway>|<vs ns>/<vs name>" in order
+	tls    bool     // require_tls ALL
+}
+
+// RouteVirtualHosts returns the virtual hosts of one route configuration
+// that servers share (all the plaintext HTTP servers of a port, or one
+// HTTPS server), built as Istio's buildGatewayHTTPRouteConfig: per server,
+// the VirtualServices bound to its gateway add their routes to the virtual
+// host of each host they share with it; httpsRedirect adds a redirecting
+// virtual host for each server host; catch-all routes go last; identical
+// virtual hosts are collapsed; the result is sorted by name.
+func (o Options) RouteVirtualHosts(snap *model.Snapshot, servers []BoundServer, proxy Proxy) ([]*routev3.VirtualHost, []Problem) {
+	var problems []Problem
+	byHost := map[string]*vhost{}
+	var order []string
+	type key struct{ gw, ns, name string }
+	built := map[key][]*routev3.Route{}
+	failed := map[key]bool{}
+	bound := map[string][]*model.VirtualService{}
+	var dmap delegates
+	rs := regexes{}
+	ds := func() delegates {
+		if dmap == nil {
+			dmap = delegatesOf(snap)
+		}
+		return dmap
+	}
+	for _, bs := range servers {
+		srv := bs.Server
+		if bs.Gateway == nil || srv == nil {
+			continue
+		}
+		if len(srv.GetHosts()) > MaxHosts {
+			problems = append(problems, serverTooBig(bs.Gateway, srv))
+			continue
+		}
+		gwName := GatewayName(bs.Gateway)
+		port := srv.GetPort().GetNumber()
+		redirect := srv.GetTls().GetHttpsRedirect()
+		vss, ok := bound[gwName]
+		if !ok {
+			vss = o.boundTo(snap, gwName, proxy.Namespace)
+			bound[gwName] = vss
+		}
+		for _, vs := range vss {
+			if len(vs.Spec.GetHosts()) > MaxHosts {
+				k := key{gwName, vs.Namespace, vs.Name}
+				if !failed[k] {
+					failed[k] = true
+					problems = append(problems, vsProblem(vs, "%d hosts, more than %d", len(vs.Spec.GetHosts()), MaxHosts))
+				}
+				continue
+			}
+			vsHosts := make([]string, 0, len(vs.Spec.GetHosts()))
+			for _, h := range vs.Spec.GetHosts() {
+				vsHosts = append(vsHosts, fqdn(snap, h, vs.Namespace))
+			}
+			hosts := intersect(serverHostsFor(srv.GetHosts(), bs.Gateway.Namespace, vs.Namespace), vsHosts)
+			if len(hosts) == 0 {
+				continue
+			}
+			k := key{gwName, vs.Namespace, vs.Name}
+			if failed[k] {
+				continue
+			}
+			routes, ok := built[k]
+			if !ok {
+				expanded, dprobs := o.expand(snap, vs, ds)
+				problems = append(problems, dprobs...)
+				var err error
+				routes, err = o.httpRoutes(snap, expanded, Scope{Port: port, Gateway: gwName, TLS: srv.GetTls() != nil, Proxy: proxy}, rs)
+				if err != nil {
+					failed[k] = true
+					if !errors.Is(err, ErrNoRoutes) {
+						problems = append(problems, vsProblem(vs, "left out of gateway %s: %v", gwName, err))
+					}
+					continue
+				}
+				built[k] = routes
+			}
+			from := gwName + "|" + vs.Namespace + "/" + vs.Name
+			for _, h := range hosts {
+				h = lower(h)
+				v, ok := byHost[h]
+				if !ok {
+					if err := validDomain(h, port); err != nil {
+						problems = append(problems, vsProblem(vs, "host %q left out: %v", h, err))
+						continue
+					}
+					v = &vhost{host: h, port: port}
+					byHost[h] = v
+					order = append(order, h)
+				} else if len(v.routes)+len(routes) > MaxRoutes {
+					problems = append(problems, vsProblem(vs, "left out of host %s: more than %d routes", h, MaxRoutes))
+					continue
+				}
+				v.routes = append(v.routes, routes...)
+				v.from = append(v.from, from)
+				v.tls = v.tls || redirect
+			}
+		}
+		if !redirect {
+			continue
+		}
+		for _, h := range srv.GetHosts() {
+			// A "ns/host" server host redirects requests for host: Istio
+			// makes a virtual host whose domain is "ns/host" itself, which
+			// no request matches; the redirect is what the server asks.
+			if _, name, ok := strings.Cut(h, "/"); ok {
+				h = name
+			}
+			h = lower(h)
+			if v, ok := byHost[h]; ok {
+				v.tls = true
+				continue
+			}
+			if err := validDomain(h, port); err != nil {
+				problems = append(problems, Problem{Kind: "Gateway", Namespace: bs.Gateway.Namespace, Name: bs.Gateway.Name,
+					Reason: fmt.Sprintf("host %q left out: %v", h, err)})
+				continue
+			}
+			byHost[h] = &vhost{host: h, port: port, tls: true}
+			order = append(order, h)
+		}
+	}
+	if len(byHost) == 0 {
+		port := uint32(0)
+		if len(servers) > 0 {
+			port = servers[0].Server.GetPort().GetNumber()
+		}
+		return []*routev3.VirtualHost{{
+			Name:    "blackhole:" + strconv.FormatUint(uint64(port), 10),
+			Domains: []string{"*"},
+			Routes:  []*routev3.Route{},
+		}}, problems
+	}
+	return collapse(byHost, order), problems
+}
+
+// validDomain says why Envoy would refuse the virtual host of h, or nil.
+func validDomain(h string, port uint32) error {
+	bare := &routev3.VirtualHost{Name: h + ":" + strconv.FormatUint(uint64(port), 10), Domains: []string{h}}
+	if h == "" {
+		return errors.New("empty host")
+	}
+	return bare.ValidateAll()
+}
+
+// collapse makes the virtual hosts, one for each set of hosts with the
+// same contributions and redirect, named after the most specific host
+// (Istio's host order: exact before wildcard, longer first, then
+// alphabetical), sorted by name.
+func collapse(byHost map[string]*vhost, hosts []string) []*routev3.VirtualHost {
+	slices.SortFunc(hosts, moreSpecific)
+	type key struct {
+		from string
+		tls  bool
+	}
+	first := map[key]*routev3.VirtualHost{}
+	var out []*routev3.VirtualHost
+	for _, h := range hosts {
+		v := byHost[h]
+		k := key{strings.Join(v.from, "\n"), v.tls}
+		if vh, ok := first[k]; ok {
+			vh.Domains = append(vh.Domains, h)
+			continue
+		}
+		vh := &routev3.VirtualHost{
+			Name:                       h + ":" + strconv.FormatUint(uint64(v.port), 10),
+			Domains:                    []string{h},
+			Routes:                     catchAllLast(v.routes),
+			IncludeRequestAttemptCount: true,
+		}
+		if v.tls {
+			vh.RequireTls = routev3.VirtualHost_ALL
+		}
+		first[k] = vh
+		out = append(out, vh)
+	}
+	slices.SortStableFunc(out, func(a, b *routev3.VirtualHost) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+func moreSpecific(a, b string) int {
+	aw, bw := wildcarded(a), wildcarded(b)
+	switch {
+	case aw && !bw:
+		return 1
+	case !aw && bw:
+		return -1
+	case len(a) != len(b):
+		return cmp.Compare(len(b), len(a))
+	}
+	return cmp.Compare(a, b)
+}
+
+// catchAllLast moves the routes that match every request after the
+// others, keeping the order within each (Istio's SortVHostRoutes).
+func catchAllLast(routes []*routev3.Route) []*routev3.Route {
+	out := make([]*routev3.Route, 0, len(routes))
+	var last []*routev3.Route
+	for _, r := range routes {
+		if isCatchAll(r) {
+			last = append(last, r)
+		} else {
+			out = append(out, r)
+		}
+	}
+	return append(out, last...)
+}
