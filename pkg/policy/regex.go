@@ -11,11 +11,13 @@ import (
 const (
 	// MaxRegexLength is Istio's own bound on a regex's length.
 	MaxRegexLength = 1024
-	// MaxRegexProgramSize is the bound on an RE2 program's size that
-	// Envoy enforces behind pilot-agent, whose bootstrap sets the runtime
-	// key re2.max_program_size.error_level to 32768 (Envoy's own default
-	// is 100): Envoy refuses a route configuration holding a bigger one.
-	MaxRegexProgramSize = 32768
+	// MaxRegexProgramSize bounds a regex's compiled program. Envoy
+	// refuses a route configuration holding a program bigger than the
+	// runtime key re2.max_program_size.error_level, which the bootstrap
+	// pilot-agent writes sets to 32768 (Envoy's own default is 100). Go
+	// counts a program's instructions close to RE2 but not exactly, so
+	// the bound is half of that.
+	MaxRegexProgramSize = 16384
 	// MaxGatewayServers bounds the servers of one Gateway.
 	MaxGatewayServers = 1024
 	// MaxHosts bounds the hosts of one Gateway server, and of one

@@ -73,9 +73,10 @@
 //     ignores it for DISABLE and ISTIO_MUTUAL.
 //   - Enum fields must hold a defined value; protojson accepts any number.
 //   - A regex (VirtualService matches, allowOrigins, uriRegexRewrite) must
-//     compile, as RE2, to a program of at most 32768 instructions, the
-//     re2.max_program_size.error_level of the bootstrap pilot-agent gives
-//     Envoy; Istio checks only its length (1024).
+//     compile, as RE2, to a program of at most 16384 instructions, half
+//     the re2.max_program_size.error_level of the bootstrap pilot-agent
+//     gives Envoy (Go and RE2 count instructions differently); Istio
+//     checks only its length (1024).
 //   - A Gateway holds at most 1024 servers, a server and a VirtualService at
 //     most 1024 hosts, a VirtualService at most 4096 routes and a route 4096
 //     matches; Istio sets no bound.

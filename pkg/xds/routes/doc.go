@@ -16,9 +16,9 @@
 //
 // Where this package differs, the difference is a refusal or an order:
 //   - A VirtualService with a rule Envoy would reject is left out whole and
-//     reported as a Problem, never sent in part: a regex Go's RE2 syntax
-//     does not compile, longer than MaxRegexLength or of more than
-//     MaxRegexProgram instructions; a route that fails Envoy's validation
+//     reported as a Problem, never sent in part: a regex
+//     policy.CheckRegex refuses (as the validating webhook does: not RE2,
+//     too long, or a program too large for Envoy behind pilot-agent); a route that fails Envoy's validation
 //     (ValidateAll); a redirect code Envoy has no action for (Istio sends a
 //     route without action); a destination or mirror without a host; a
 //     rule whose weights are all zero; a delegate's own delegation; more

@@ -12,6 +12,7 @@ import (
 	networkingv1 "istio.io/api/networking/v1"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/policy"
 )
 
 const gwNs = "istio-system"
@@ -287,13 +288,13 @@ func TestTLSAndTCPRoutes(t *testing.T) {
 
 func TestRegexLimits(t *testing.T) {
 	for re, ok := range map[string]bool{
-		"/api/v[0-9]+/.*":                     true,
-		"(a":                                  false,
-		`\C`:                                  false,
-		strings.Repeat("x", MaxRegexLength):   true,
-		strings.Repeat("x", MaxRegexLength+1): false,
-		"(?:[a-z0-9]{1,500}){1,100}":          false,
-		"a{1001}":                             false,
+		"/api/v[0-9]+/.*": true,
+		"(a":              false,
+		`\C`:              false,
+		strings.Repeat("x", policy.MaxRegexLength):   true,
+		strings.Repeat("x", policy.MaxRegexLength+1): false,
+		"(?:[a-z0-9]{1,500}){1,100}":                 false,
+		"a{1001}":                                    false,
 	} {
 		if err := checkRegex(re); (err == nil) != ok {
 			t.Errorf("checkRegex(%.40q) = %v, want ok=%v", re, err, ok)
