@@ -32,9 +32,9 @@ type routingCase struct {
 }
 
 const (
-	httpServer  = `{port: {number: 80, name: http, protocol: HTTP}, hosts: ["*/a.example.com"]}`
-	httpsServer = `{port: {number: 443, name: https, protocol: HTTPS}, hosts: ["a.example.com"], tls: {mode: SIMPLE, credentialName: a-cert}}`
-	aRoute      = `http: [{route: [{destination: {host: a.app.svc.cluster.local}}]}]`
+	httpServerYAML  = `{port: {number: 80, name: http, protocol: HTTP}, hosts: ["*/a.example.com"]}`
+	httpsServerYAML = `{port: {number: 443, name: https, protocol: HTTPS}, hosts: ["a.example.com"], tls: {mode: SIMPLE, credentialName: a-cert}}`
+	aRoute          = `http: [{route: [{destination: {host: a.app.svc.cluster.local}}]}]`
 )
 
 func gw(servers ...string) string { return "servers: [" + strings.Join(servers, ", ") + "]" }
@@ -57,9 +57,9 @@ func manyHosts(n int) string {
 
 var routingCases = map[string]routingCase{
 	// Gateways: the rules GATEWAY.md lists, and the rest of validateServer and validateTLSOptions.
-	"an HTTP server for a host of any namespace":  {spec: gw(httpServer)},
-	"an HTTPS server with a credentialName":       {spec: gw(httpsServer)},
-	"a selector and both servers":                 {spec: "selector: {istio: ingressgateway}\n" + gw(httpServer, httpsServer)},
+	"an HTTP server for a host of any namespace":  {spec: gw(httpServerYAML)},
+	"an HTTPS server with a credentialName":       {spec: gw(httpsServerYAML)},
+	"a selector and both servers":                 {spec: "selector: {istio: ingressgateway}\n" + gw(httpServerYAML, httpsServerYAML)},
 	"MUTUAL with a credentialName":                {spec: gw(server("HTTPS", "a.example.com", "{mode: MUTUAL, credentialName: c}"))},
 	"OPTIONAL_MUTUAL with files and a CA":         {spec: gw(server("HTTPS", "a.example.com", "{mode: OPTIONAL_MUTUAL, serverCertificate: /c, privateKey: /k, caCertificates: /ca}"))},
 	"ISTIO_MUTUAL without certificates":           {spec: gw(server("TLS", "a.example.com", "{mode: ISTIO_MUTUAL}"))},
@@ -72,7 +72,7 @@ var routingCases = map[string]routingCase{
 	"a bad namespace in a host":                   {spec: gw(server("HTTPS", "bad_ns/a.example.com", "{mode: SIMPLE, credentialName: c}")), istioRefuses: true},
 	"a partial wildcard host":                     {spec: gw(server("HTTPS", `"a*.example.com"`, "{mode: SIMPLE, credentialName: c}")), istioRefuses: true},
 	"a port without a name":                       {spec: gw(`{port: {number: 80, protocol: HTTP}, hosts: [a.example.com]}`), istioRefuses: true},
-	"two servers with one port name":              {spec: gw(httpServer, `{port: {number: 81, name: http, protocol: HTTP}, hosts: [b.example.com]}`), istioRefuses: true},
+	"two servers with one port name":              {spec: gw(httpServerYAML, `{port: {number: 81, name: http, protocol: HTTP}, hosts: [b.example.com]}`), istioRefuses: true},
 	"an HTTPS server without TLS settings":        {spec: gw(server("HTTPS", "a.example.com", "")), istioRefuses: true},
 	"an HTTP server with httpsRedirect only":      {spec: gw(`{port: {number: 80, name: http, protocol: HTTP}, hosts: [a.example.com], tls: {httpsRedirect: true}}`)},
 	"an HTTP server terminating TLS":              {spec: gw(`{port: {number: 80, name: http, protocol: HTTP}, hosts: [a.example.com], tls: {mode: SIMPLE, credentialName: c}}`), istioRefuses: true},
@@ -83,7 +83,7 @@ var routingCases = map[string]routingCase{
 	"three certificates":                          {spec: gw(server("HTTPS", "a.example.com", "{mode: SIMPLE, tlsCertificates: [{serverCertificate: /a, privateKey: /a}, {serverCertificate: /b, privateKey: /b}, {serverCertificate: /c, privateKey: /c}]}")), warns: true},
 	"ISTIO_MUTUAL with a credentialName":          {spec: gw(server("TLS", "a.example.com", "{mode: ISTIO_MUTUAL, credentialName: c}")), istioRefuses: true},
 	"PASSTHROUGH with a credentialName":           {spec: gw(server("TLS", "a.example.com", "{mode: PASSTHROUGH, credentialName: c}")), warns: true},
-	"a Gateway name that is not a DNS label":      {name: "my.gw", spec: gw(httpServer), istioRefuses: true},
+	"a Gateway name that is not a DNS label":      {name: "my.gw", spec: gw(httpServerYAML), istioRefuses: true},
 	"an unknown protocol":                         {spec: gw(`{port: {number: 80, name: http, protocol: FOO}, hosts: [a.example.com]}`), istioRefuses: true},
 	"port 0":                                      {spec: gw(`{port: {number: 0, name: http, protocol: HTTP}, hosts: [a.example.com]}`), istioRefuses: true},
 	"port 70000":                                  {spec: gw(`{port: {number: 70000, name: http, protocol: HTTP}, hosts: [a.example.com]}`), istioRefuses: true},
@@ -94,7 +94,7 @@ var routingCases = map[string]routingCase{
 	"httpsRedirect on an HTTPS server":            {spec: gw(server("HTTPS", "a.example.com", "{mode: SIMPLE, credentialName: c, httpsRedirect: true}")), warns: true},
 	"TLS 1.0 without cipher suites":               {spec: gw(server("HTTPS", "a.example.com", "{mode: SIMPLE, credentialName: c, minProtocolVersion: TLSV1_0}")), warns: true},
 	"a targetPort on a server":                    {spec: gw(`{port: {number: 80, targetPort: 8080, name: http, protocol: HTTP}, hosts: [a.example.com]}`), istioRefuses: true},
-	"the dry-run annotation":                      {annotations: map[string]string{"istio.io/dry-run": "true"}, spec: gw(httpServer), istioRefuses: true},
+	"the dry-run annotation":                      {annotations: map[string]string{"istio.io/dry-run": "true"}, spec: gw(httpServerYAML), istioRefuses: true},
 	"a CRL file beside a credentialName (MUTUAL)": {spec: gw(server("HTTPS", "a.example.com", "{mode: MUTUAL, credentialName: c, caCrl: /crl}")), stricter: "a caCrl file is not read with credentialName; a revocation list silently ignored is refused"},
 
 	// VirtualServices.
@@ -153,7 +153,7 @@ var routingCases = map[string]routingCase{
 	"a longer prefix before a shorter one":  {vs: true, spec: `hosts: [a]` + "\n" + `http: [{match: [{uri: {prefix: /api/v2}}], route: [{destination: {host: b}}]}, {match: [{uri: {prefix: /api}}], route: [{destination: {host: a}}]}]`},
 	"a TCP rule after a catch-all":          {vs: true, spec: "hosts: [a]\ntcp: [{route: [{destination: {host: a}}]}, {match: [{port: 5432}], route: [{destination: {host: b}}]}]", warns: true},
 	"2,000 hosts":                           {vs: true, spec: "hosts: [" + manyHosts(2000) + "]\n" + aRoute, stricter: "a VirtualService holds at most 1024 hosts: every gateway reading it pays for each"},
-	"a Gateway name with dots under gateway semantics": {name: "a.b", annotations: map[string]string{"internal.istio.io/gateway-semantics": "gateway"}, spec: gw(httpServer),
+	"a Gateway name with dots under gateway semantics": {name: "a.b", annotations: map[string]string{"internal.istio.io/gateway-semantics": "gateway"}, spec: gw(httpServerYAML),
 		stricter: "internal.istio.io/gateway-semantics is istiod's mark on its own Gateway API translations; a user setting it gets no relaxed rules"},
 	"a VirtualService under route semantics": {vs: true, annotations: map[string]string{"internal.istio.io/route-semantics": "gateway"}, spec: "hosts: [a.example.com]\ngateways: [ns/Gw.x]\n" + aRoute,
 		stricter: "internal.istio.io/route-semantics is istiod's mark on its own Gateway API translations; a user setting it gets no relaxed rules"},
