@@ -129,6 +129,11 @@ type Config struct {
 	// TLS skip verifying the server; without it such a rule's clusters
 	// get no endpoints.
 	AllowInsecureSkipVerify bool
+	// ScopeGatewayToNamespace applies to a gateway pod (a router) only the
+	// Gateways of its own namespace, as Istio's
+	// PILOT_SCOPE_GATEWAY_TO_NAMESPACE; otherwise a Gateway of any
+	// namespace whose selector matches the pod's labels applies.
+	ScopeGatewayToNamespace bool
 	// AllowLoopbackHTTPJWKS lets RequestAuthentication key sets be
 	// fetched over plain http from loopback hosts; without it such a
 	// rule's issuer gets a key set that rejects every token.
@@ -422,6 +427,7 @@ func (s *Server) reportPolicies(snap *model.Snapshot) {
 			}
 		}
 	}
+	s.reportGateways(snap, closed, current)
 	s.reported = current
 }
 

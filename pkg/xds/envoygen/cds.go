@@ -114,15 +114,21 @@ func (b *builder) clusters() []resource.Resource {
 		resource.Resource{Name: inboundPassthroughCluster, Key: key("cds", inboundPassthroughCluster), Build: func() (proto.Message, error) {
 			return withDownstreamProtocol(originalDst(inboundPassthroughCluster, true))
 		}},
-		resource.Resource{Name: blackholeCluster, Key: key("cds", blackholeCluster), Build: func() (proto.Message, error) {
-			return &cluster.Cluster{
-				Name:                 blackholeCluster,
-				ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_STATIC},
-				ConnectTimeout:       connectTimeout,
-			}, nil
-		}},
+		blackholeClusterResource(),
 	)
 	return out
+}
+
+// blackholeClusterResource is BlackHoleCluster, which has no endpoints:
+// what goes to it is dropped.
+func blackholeClusterResource() resource.Resource {
+	return resource.Resource{Name: blackholeCluster, Key: key("cds", blackholeCluster), Build: func() (proto.Message, error) {
+		return &cluster.Cluster{
+			Name:                 blackholeCluster,
+			ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_STATIC},
+			ConnectTimeout:       connectTimeout,
+		}, nil
+	}}
 }
 
 func inboundClusterName(port uint32) string {

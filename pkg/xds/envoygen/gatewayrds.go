@@ -1,0 +1,114 @@
+package envoygen
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+	networkingv1 "istio.io/api/networking/v1"
+
+	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
+)
+
+// gatewayRoutes are the router's route configurations: "http.<port>" of
+// the plaintext HTTP servers of a port, "https.<port>.<portName>.<gw>.<ns>"
+// of each terminated HTTPS server.
+func (b *builder) gatewayRoutes() []resource.Resource {
+	m := b.merged()
+	var out []resource.Resource
+	for _, name := range slices.Sorted(maps.Keys(m.routes)) {
+		servers := m.routes[name]
+		out = append(out, resource.Resource{
+			Name: name,
+			Key:  key("rds", "router", name, b.routerScope()),
+			Build: func() (proto.Message, error) {
+				return b.gatewayRoute(name, servers), nil
+			},
+		})
+	}
+	return out
+}
+
+// gatewayRoute is the route configuration name of servers: the virtual
+// hosts of each, one per host (the first server's for a host two share),
+// or when none has any, "blackhole:<port>", which answers 404 to every
+// request.
+func (b *builder) gatewayRoute(name string, servers []*gwServer) *route.RouteConfiguration {
+	byDomain := map[string]*route.VirtualHost{}
+	var vhosts []*route.VirtualHost
+	for _, s := range servers {
+		for _, vh := range gatewayVirtualHosts(b.snap, s.gw, s.server, b.p.Namespace) {
+			if strings.HasPrefix(vh.GetName(), blackholeVhostPrefix) {
+				continue
+			}
+			d := strings.Join(vh.GetDomains(), ",")
+			if prev := byDomain[d]; prev != nil {
+				if vh.GetRequireTls() == route.VirtualHost_ALL {
+					prev.RequireTls = route.VirtualHost_ALL
+				}
+				continue
+			}
+			byDomain[d] = vh
+			vhosts = append(vhosts, vh)
+		}
+	}
+	if len(vhosts) == 0 {
+		vhosts = []*route.VirtualHost{blackholeVirtualHost(servers[0].server.GetPort().GetNumber())}
+	}
+	slices.SortFunc(vhosts, func(x, y *route.VirtualHost) int { return cmp.Compare(x.GetName(), y.GetName()) })
+	return &route.RouteConfiguration{
+		Name:                           name,
+		VirtualHosts:                   vhosts,
+		ValidateClusters:               wrapperspb.Bool(false),
+		IgnorePortInHostMatching:       true,
+		MaxDirectResponseBodySizeBytes: wrapperspb.UInt32(1 << 20),
+	}
+}
+
+const blackholeVhostPrefix = "blackhole:"
+
+// blackholeVirtualHost takes every host and has no route: Envoy answers
+// 404.
+func blackholeVirtualHost(port uint32) *route.VirtualHost {
+	return &route.VirtualHost{Name: blackholeVhostPrefix + strconv.FormatUint(uint64(port), 10), Domains: []string{"*"}, Routes: []*route.Route{}}
+}
+
+// gatewayVirtualHosts are the virtual hosts of one server of gw for a
+// router of proxyNamespace, as Istio makes them for a server no
+// VirtualService is bound to: for an HTTP server with httpsRedirect, one
+// per host that redirects every request to HTTPS; else "blackhole:<port>".
+//
+// TODO(routes): replaced by routes.GatewayVirtualHosts, the
+// VirtualService translation, which has this signature and this output
+// without VirtualServices; its problems are then reported with the
+// router's.
+func gatewayVirtualHosts(_ *model.Snapshot, _ *model.Gateway, srv *networkingv1.Server, _ string) []*route.VirtualHost {
+	port := srv.GetPort().GetNumber()
+	if !srv.GetTls().GetHttpsRedirect() {
+		return []*route.VirtualHost{blackholeVirtualHost(port)}
+	}
+	var out []*route.VirtualHost
+	seen := map[string]bool{}
+	for _, h := range srv.GetHosts() {
+		if _, name, ok := strings.Cut(h, "/"); ok {
+			h = name
+		}
+		h = strings.ToLower(h)
+		if seen[h] {
+			continue
+		}
+		seen[h] = true
+		out = append(out, &route.VirtualHost{
+			Name:       h + ":" + strconv.FormatUint(uint64(port), 10),
+			Domains:    []string{h},
+			RequireTls: route.VirtualHost_ALL,
+		})
+	}
+	return out
+}
