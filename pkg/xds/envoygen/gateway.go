@@ -219,6 +219,11 @@ func (b *builder) gatewayServer(gw *model.Gateway, srv *networkingv1.Server) (*g
 		if err := checkServerTLS(tls, b.g.Mesh); err != nil {
 			return nil, err.Error()
 		}
+		// What Envoy would refuse (a malformed SPKI pin or certificate
+		// hash, say) is not sent: Envoy would refuse the whole listener.
+		if err := gatewayTLSContext(tls, !s.terminatesHTTPS(), b.g.Mesh.TLSDefaults).ValidateAll(); err != nil {
+			return nil, fmt.Sprintf("%s: tls: %v", ProblemInvalid, err)
+		}
 	}
 	return s, ""
 }
