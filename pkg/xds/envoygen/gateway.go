@@ -216,6 +216,9 @@ func (b *builder) gatewayServer(gw *model.Gateway, srv *networkingv1.Server) (*g
 		s.route = "https." + strconv.FormatUint(uint64(port.GetNumber()), 10) + "." + port.GetName() + "." + gw.Name + "." + gw.Namespace
 	}
 	if s.kind == kindTLS && !passthrough(srv) {
+		if ns := foreignCredential(tls, b.p.Namespace); ns != "" {
+			return nil, fmt.Sprintf("%s: credentialName names a Secret of namespace %q; a gateway reads those of its own, %q", ProblemRefused, truncateName(ns), b.p.Namespace)
+		}
 		if err := checkServerTLS(tls, b.g.Mesh); err != nil {
 			return nil, err.Error()
 		}
@@ -329,4 +332,21 @@ func truncateName(s string) string {
 		return s[:64] + "…"
 	}
 	return s
+}
+
+// foreignCredential is the namespace other than ns that a credentialName
+// of s names ("[kubernetes://]<namespace>/<name>"), or "". Such a Secret
+// is never served to the router (Istio's CVE-2021-34824), so the server
+// is not either: its chain would wait for it.
+func foreignCredential(s *networkingv1.ServerTLSSettings, ns string) string {
+	for _, c := range append(slices.Clone(s.GetCredentialNames()), s.GetCredentialName(), s.GetCaCertCredentialName()) {
+		rest := strings.TrimPrefix(c, credentialPrefix)
+		if strings.Contains(rest, "://") {
+			continue // another kind of credential: checkServerTLS refuses it
+		}
+		if other, _, ok := strings.Cut(rest, "/"); ok && other != ns {
+			return other
+		}
+	}
+	return ""
 }

@@ -307,6 +307,8 @@ func TestRefusedServerTLSLeavesTheRestServing(t *testing.T) {
 		"an external SDS credential":       {simple("sds://vault"), ProblemUnsupported},
 		"insecureSkipVerify without leave": {insecure, ProblemRefused},
 		"a file path with the separator":   {&networkingv1.ServerTLSSettings{Mode: networkingv1.ServerTLSSettings_SIMPLE, ServerCertificate: "/a~b", PrivateKey: "/k"}, ProblemInvalid},
+		"another namespace's Secret":       {simple("app/c"), ProblemRefused},
+		"another namespace's CA Secret":    {&networkingv1.ServerTLSSettings{Mode: networkingv1.ServerTLSSettings_MUTUAL, CredentialName: "c", CaCertCredentialName: "kubernetes://app/ca"}, ProblemRefused},
 		"a malformed certificate hash":     {&networkingv1.ServerTLSSettings{Mode: networkingv1.ServerTLSSettings_MUTUAL, CredentialName: "c", VerifyCertificateHash: []string{"x"}}, ProblemInvalid},
 		"AUTO_PASSTHROUGH (multi-cluster)": {&networkingv1.ServerTLSSettings{Mode: networkingv1.ServerTLSSettings_AUTO_PASSTHROUGH}, ProblemUnsupported},
 	} {
