@@ -101,8 +101,11 @@ func FuzzNodeWorkload(f *testing.F) {
 				t.Fatalf("accepted address %q", ip)
 			}
 		}
-		if w.envoy && !strings.HasPrefix(id, "sidecar~") {
+		if w.envoy && !strings.HasPrefix(id, "sidecar~") && !strings.HasPrefix(id, "router~") {
 			t.Fatalf("an Envoy node of another type was accepted: %q", id)
+		}
+		if w.router != (w.envoy && strings.HasPrefix(id, "router~")) {
+			t.Fatalf("node %q: router %v", id, w.router)
 		}
 	})
 }
