@@ -61,6 +61,7 @@ func (b *builder) gatewayRoute(name string, servers []*gwServer) *route.RouteCon
 	if len(vhosts) == 0 {
 		vhosts = []*route.VirtualHost{blackholeVirtualHost(servers[0].server.GetPort().GetNumber())}
 	}
+	vhosts = collapseVirtualHosts(vhosts)
 	slices.SortFunc(vhosts, func(x, y *route.VirtualHost) int { return cmp.Compare(x.GetName(), y.GetName()) })
 	return &route.RouteConfiguration{
 		Name:                           name,
@@ -111,4 +112,44 @@ func gatewayVirtualHosts(_ *model.Snapshot, _ *model.Gateway, srv *networkingv1.
 		})
 	}
 	return out
+}
+
+// collapseVirtualHosts merges virtual hosts whose routes and settings are
+// equal into one that takes all their domains, as Istio collapses them
+// (PILOT_ENABLE_ROUTE_COLLAPSE_OPTIMIZATION): the most specific host's
+// (longest first, then alphabetically, wildcards last) keeps its name,
+// so that many hosts of one VirtualService cost one copy of its routes.
+func collapseVirtualHosts(vhosts []*route.VirtualHost) []*route.VirtualHost {
+	sorted := slices.Clone(vhosts)
+	slices.SortStableFunc(sorted, func(x, y *route.VirtualHost) int { return moreSpecific(x.GetDomains()[0], y.GetDomains()[0]) })
+	var out []*route.VirtualHost
+	for _, vh := range sorted {
+		i := slices.IndexFunc(out, func(o *route.VirtualHost) bool {
+			return o.GetRequireTls() == vh.GetRequireTls() && o.GetIncludeRequestAttemptCount() == vh.GetIncludeRequestAttemptCount() &&
+				slices.EqualFunc(o.GetRoutes(), vh.GetRoutes(), func(a, b *route.Route) bool { return proto.Equal(a, b) })
+		})
+		if i < 0 {
+			out = append(out, vh)
+			continue
+		}
+		merged := proto.Clone(out[i]).(*route.VirtualHost)
+		merged.Domains = append(merged.Domains, vh.GetDomains()...)
+		out[i] = merged
+	}
+	return out
+}
+
+// moreSpecific orders host names as Istio's host.MoreSpecific: names
+// before wildcards, longer before shorter, then alphabetically.
+func moreSpecific(a, b string) int {
+	aw, bw := strings.HasPrefix(a, "*"), strings.HasPrefix(b, "*")
+	switch {
+	case aw && !bw:
+		return 1
+	case !aw && bw:
+		return -1
+	case len(a) != len(b):
+		return cmp.Compare(len(b), len(a))
+	}
+	return cmp.Compare(a, b)
 }
