@@ -247,7 +247,8 @@ var gatewayCases = []gatewayCase{{
 // ours, for each gateway case, and compares what Envoy would decide for
 // each call: the error, listener, kind of filter chain, route
 // configuration, virtual host and cluster; then the names of listeners,
-// routes and clusters, Istio's validators on our configuration, and what
+// routes and clusters, each cluster's TLS and load assignment, Istio's
+// validators on our configuration, and what
 // the simulator does not judge: each terminating chain's
 // DownstreamTlsContext, SNI match and connection manager, field by field.
 func TestGatewaySimulation(t *testing.T) {
@@ -273,7 +274,8 @@ func TestGatewaySimulation(t *testing.T) {
 				cfgs[i].Domain = "cluster.local"
 			}
 			s := xds.NewFakeDiscoveryServer(t, xds.FakeOptions{Configs: cfgs, KubernetesObjectString: gatewayWorld, MeshConfig: gatewayMeshConfig()})
-			istioSim := simulation.NewSimulation(t, s, istioRouter(s, gwPod))
+			proxy := istioRouter(s, gwPod)
+			istioSim := simulation.NewSimulation(t, s, proxy)
 			ours := ourRouterResources(t, base, cfgs, gc, gwPod)
 			ourSim := *istioSim
 			ourSim.Listeners, ourSim.Clusters, ourSim.Routes = ours.listeners, ours.clusters, ours.routes
@@ -283,6 +285,9 @@ func TestGatewaySimulation(t *testing.T) {
 			xdstest.ValidateClusters(t, ours.clusters)
 			xdstest.ValidateRouteConfigurations(t, ours.routes)
 			compareResourceNames(&d.differences, istioSim, &ourSim)
+			// The outbound clusters are a sidecar's, with auto-mTLS.
+			compareClusterTLS(&d.differences, istioSim, &ourSim)
+			compareEndpoints(&d.differences, s.Endpoints(proxy), ours.endpoints)
 			for _, c := range gc.calls {
 				want, got := simulate(istioSim, c.call), simulate(&ourSim, c.call)
 				d.check("call "+c.name, gatewayDecision(want), gatewayDecision(got), "")
