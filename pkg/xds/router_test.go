@@ -5,8 +5,10 @@ import (
 	"testing"
 	"time"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
@@ -186,5 +188,64 @@ func TestGatewayChangesAreServed(t *testing.T) {
 	})
 	if n := rec.Count("gateway server not served"); n != 1 {
 		t.Errorf("conflict logged %d times, want once", n)
+	}
+}
+
+// TestRouterWarmsOverDelta plays Envoy's warming over incremental ADS
+// for a router: CDS, EDS of every EDS cluster, LDS, then RDS of every
+// route a listener names, each answered in full.
+func TestRouterWarmsOverDelta(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	plain := &networkingv1.Server{Port: &networkingv1.Port{Number: 80, Name: "http", Protocol: "HTTP"}, Hosts: []string{"*"}}
+	h := newHarness(t, gatewaySnapshot(t, "v1", ingressGateway("public", start, plain, httpsServer(443, "https", "cert", "shop.example.com"))), nil)
+	st := h.deltaStream(ingressIdentity)
+	ask := func(first bool, typeURL string, names []string) []*discovery.Resource {
+		t.Helper()
+		req := &discovery.DeltaDiscoveryRequest{TypeUrl: typeURL, ResourceNamesSubscribe: names}
+		if first {
+			req.Node = routerNode("gw", "ingress", "10.0.3.1", nil, nil)
+		}
+		if err := st.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		r := recvDelta(t, st)
+		if r.GetTypeUrl() != typeURL {
+			t.Fatalf("asked %s, got %s", typeURL, r.GetTypeUrl())
+		}
+		if err := st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: typeURL, ResponseNonce: r.GetNonce()}); err != nil {
+			t.Fatal(err)
+		}
+		return r.GetResources()
+	}
+	var edsNames []string
+	for _, r := range ask(true, resource.ClusterType, nil) {
+		c := unmarshal(t, r.GetResource(), &cluster.Cluster{})
+		if c.GetType() == cluster.Cluster_EDS {
+			edsNames = append(edsNames, c.GetEdsClusterConfig().GetServiceName())
+		}
+	}
+	if len(edsNames) == 0 {
+		t.Fatal("no EDS cluster")
+	}
+	if got := ask(false, resource.EndpointType, edsNames); len(got) != len(edsNames) {
+		t.Fatalf("asked %d load assignments, got %d", len(edsNames), len(got))
+	}
+	var routes []string
+	for _, r := range ask(false, resource.ListenerType, nil) {
+		l := unmarshal(t, r.GetResource(), &listener.Listener{})
+		for _, fc := range l.GetFilterChains() {
+			for _, f := range fc.GetFilters() {
+				if m := unmarshal(t, f.GetTypedConfig(), &hcm.HttpConnectionManager{}); m.GetRds() != nil {
+					routes = append(routes, m.GetRds().GetRouteConfigName())
+				}
+			}
+		}
+	}
+	slices.Sort(routes)
+	if want := []string{"http.80", "https.443.https.public.gw"}; !slices.Equal(routes, want) {
+		t.Fatalf("listeners name routes %v, want %v", routes, want)
+	}
+	if got := ask(false, resource.RouteType, routes); len(got) != len(routes) {
+		t.Fatalf("asked routes %v, got %d", routes, len(got))
 	}
 }

@@ -17,7 +17,6 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
-	"github.com/bulwark-mesh/bulwark/pkg/xds/authz"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
 
@@ -179,15 +178,6 @@ func (b *builder) gatewayHCM(statPrefix, routeName string, httpFilters []*hcm.Ht
 	commonHCM(m)
 	m.UseRemoteAddress = wrapperspb.Bool(true)
 	return hcmFilter(m)
-}
-
-// GatewayNetworkFilters are the RBAC network filters of the router's
-// TCP chains (TLS terminated for TCP, or passthrough), to go before
-// their tcp_proxy: the AuthorizationPolicies selecting the router, as on
-// a sidecar's TCP chains.
-func (b *builder) gatewayNetworkFilters() ([]*listener.Filter, error) {
-	policies := b.snap.AuthorizationPolicies(b.p.Namespace, b.p.Labels)
-	return authz.NetworkFilters(policies, authz.Options{TrustDomain: b.g.TrustDomain, TrustDomainAliases: b.g.Mesh.TrustDomainAliases, Flavor: authz.Envoy})
 }
 
 // routerScope is what a router's listeners and routes read of it besides
