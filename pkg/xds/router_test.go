@@ -57,7 +57,13 @@ func httpsServer(port uint32, name, credential string, hosts ...string) *network
 // account ingress) and gws.
 func gatewaySnapshot(t *testing.T, version string, gws ...*model.Gateway) *model.Snapshot {
 	t.Helper()
-	res := *modeltest.Load(t, envoyManifests).Resources()
+	return gatewaySnapshotWith(t, version, "", gws...)
+}
+
+// gatewaySnapshotWith is gatewaySnapshot with more manifests.
+func gatewaySnapshotWith(t *testing.T, version, manifests string, gws ...*model.Gateway) *model.Snapshot {
+	t.Helper()
+	res := *modeltest.Load(t, envoyManifests+manifests).Resources()
 	res.Pods = []*model.Pod{{Meta: model.Meta{Name: "ingress-1", Namespace: "gw"}, ServiceAccount: "ingress", Labels: map[string]string{"istio": "ingressgateway"}, IPs: []string{"10.0.3.1"}}}
 	res.Gateways = gws
 	return model.Build(version, model.Options{}, res)
@@ -247,5 +253,47 @@ func TestRouterWarmsOverDelta(t *testing.T) {
 	}
 	if got := ask(false, resource.RouteType, routes); len(got) != len(routes) {
 		t.Fatalf("asked routes %v, got %d", routes, len(got))
+	}
+}
+
+// TestRouterAuthorizationChangesAreServed: an AuthorizationPolicy
+// selecting the gateway pod, added, reaches its listeners' chains.
+func TestRouterAuthorizationChangesAreServed(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	gw := ingressGateway("public", start, httpsServer(443, "https", "cert", "shop.example.com"))
+	h := newHarness(t, gatewaySnapshot(t, "v1", gw), nil)
+	st := h.stream(ingressIdentity)
+	if err := st.Send(&discovery.DiscoveryRequest{Node: routerNode("gw", "ingress", "10.0.3.1", nil, nil), TypeUrl: resource.ListenerType}); err != nil {
+		t.Fatal(err)
+	}
+	hasRBAC := func(r *discovery.DiscoveryResponse) bool {
+		t.Helper()
+		for _, a := range r.GetResources() {
+			for _, fc := range unmarshal(t, a, &listener.Listener{}).GetFilterChains() {
+				if chainHasRBAC(t, fc) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	r := recv(t, st)
+	if hasRBAC(r) {
+		t.Fatal("RBAC before any policy")
+	}
+	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ListenerType, VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()}); err != nil {
+		t.Fatal(err)
+	}
+	h.store.Publish(gatewaySnapshotWith(t, "v2", `---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: ingress, namespace: gw}
+spec:
+  selector: {matchLabels: {istio: ingressgateway}}
+  action: DENY
+  rules: [{from: [{source: {remoteIpBlocks: [203.0.113.0/24]}}]}]
+`, gw))
+	if r := recv(t, st); !hasRBAC(r) {
+		t.Fatal("the policy selecting the gateway did not reach its chains")
 	}
 }

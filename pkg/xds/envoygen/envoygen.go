@@ -237,6 +237,10 @@ func (g *Generator) Scope(snap *model.Snapshot, p *Proxy) string {
 // their labels, its labels.
 func (g *Generator) EndpointScope(snap *model.Snapshot, p *Proxy) string {
 	out := appendPart([]byte("eds|"), p.Namespace)
+	if p.Router {
+		// A router has the load assignments of headless services too.
+		out = append(out, "router|"...)
+	}
 	if snap.SelectsClients() {
 		for _, k := range slices.Sorted(maps.Keys(p.Labels)) {
 			out = appendPart(appendPart(out, k), p.Labels[k])
