@@ -7,6 +7,8 @@ import (
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	jwtauthn "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
+	rbachttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/encoding/prototext"
@@ -46,6 +48,7 @@ func compareGatewayListeners(d *gatewayDiffs, istioSim, ourSim *simulation.Simul
 			d.check("handshake timeout of "+subject, ifc.GetTransportSocketConnectTimeout().AsDuration().String(), ofc.GetTransportSocketConnectTimeout().AsDuration().String(), "")
 			d.check("TLS context of "+subject, downstreamContext(ifc), downstreamContext(ofc), "")
 			d.check("connection manager of "+subject, hcmSecurity(d, ifc), hcmSecurity(d, ofc), "")
+			d.check("security filters of "+subject, securityFilters(d, ifc), securityFilters(d, ofc), "")
 		}
 	}
 }
@@ -167,4 +170,36 @@ func virtualHosts(r *routev3.RouteConfiguration) string {
 	}
 	slices.Sort(out)
 	return strings.Join(out, "; ")
+}
+
+// securityFilters are a chain's HTTP filters that decide who may call, in
+// order: ext_authz, jwt_authn and RBAC, each RBAC with its action and
+// policies.
+func securityFilters(d *gatewayDiffs, fc *listenerv3.FilterChain) string {
+	m := hcmOf(d, fc)
+	var out []string
+	for _, f := range m.GetHttpFilters() {
+		switch f.GetTypedConfig().GetTypeUrl() {
+		case "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC":
+			r := &rbachttp.RBAC{}
+			if err := f.GetTypedConfig().UnmarshalTo(r); err != nil {
+				d.t.Fatalf("RBAC: %v", err)
+			}
+			out = append(out, fmt.Sprintf("rbac(%s %v)", r.GetRules().GetAction(), sortedKeys(r.GetRules().GetPolicies())))
+		case "type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication":
+			j := &jwtauthn.JwtAuthentication{}
+			if err := f.GetTypedConfig().UnmarshalTo(j); err != nil {
+				d.t.Fatalf("jwt_authn: %v", err)
+			}
+			var issuers []string
+			for _, p := range j.GetProviders() {
+				issuers = append(issuers, p.GetIssuer())
+			}
+			slices.Sort(issuers)
+			out = append(out, fmt.Sprintf("jwt_authn(%v)", issuers))
+		case "type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz":
+			out = append(out, "ext_authz")
+		}
+	}
+	return strings.Join(out, " ")
 }

@@ -90,7 +90,10 @@ type gatewayCase struct {
 	config string
 	// allowInsecureSkipVerify is istiod's --allow-insecure-skip-verify.
 	allowInsecureSkipVerify bool
-	calls                   []gatewayCall
+	// policies are AuthorizationPolicies and RequestAuthentications,
+	// which both sides read from their Kubernetes sources.
+	policies string
+	calls    []gatewayCall
 }
 
 type gatewayCall struct {
@@ -240,6 +243,37 @@ var gatewayCases = []gatewayCase{{
 		"port: {number: 443, name: tls, protocol: TLS}\nhosts: [\"*.example.com\"]\ntls: {mode: PASSTHROUGH}",
 		"port: {number: 9000, name: tcp, protocol: TCP}\nhosts: [\"*\"]"),
 	calls: []gatewayCall{tlsCall(8443, "a.example.com"), tcpCall(9000)},
+}, {
+	name: "AuthorizationPolicy and RequestAuthentication selecting the gateway",
+	config: istioGateway("gateway", "default",
+		plainServer(80, "foo.bar"),
+		terminatedServer(443, "https", "{mode: SIMPLE, credentialName: cert}", "foo.bar")),
+	policies: `apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: deny-range, namespace: istio-system}
+spec:
+  selector: {matchLabels: {istio: ingressgateway}}
+  action: DENY
+  rules: [{from: [{source: {remoteIpBlocks: [203.0.113.0/24]}}]}]
+---
+apiVersion: security.istio.io/v1
+kind: AuthorizationPolicy
+metadata: {name: allow-get, namespace: istio-system}
+spec:
+  selector: {matchLabels: {istio: ingressgateway}}
+  rules: [{to: [{operation: {methods: [GET]}}]}]
+---
+apiVersion: security.istio.io/v1
+kind: RequestAuthentication
+metadata: {name: jwt, namespace: istio-system}
+spec:
+  selector: {matchLabels: {istio: ingressgateway}}
+  jwtRules:
+  - issuer: https://idp.example
+    jwks: '{"keys":[{"kty":"EC","crv":"P-256","kid":"k1","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}'
+---
+`,
+	calls: []gatewayCall{httpCall(8080, "foo.bar"), tlsCall(8443, "foo.bar")},
 }}
 
 // TestGatewaySimulation runs Istio's simulator on the configuration
@@ -266,7 +300,7 @@ func TestGatewaySimulation(t *testing.T) {
 	for _, gc := range gatewayCases {
 		t.Run(gc.name, func(t *testing.T) {
 			ran++
-			cfgs, _, err := crd.ParseInputs(gc.config)
+			cfgs, _, err := crd.ParseInputs(gc.config + gc.policies)
 			if err != nil {
 				t.Fatalf("crd.ParseInputs: %v", err)
 			}
@@ -276,7 +310,11 @@ func TestGatewaySimulation(t *testing.T) {
 			s := xds.NewFakeDiscoveryServer(t, xds.FakeOptions{Configs: cfgs, KubernetesObjectString: gatewayWorld, MeshConfig: gatewayMeshConfig()})
 			proxy := istioRouter(s, gwPod)
 			istioSim := simulation.NewSimulation(t, s, proxy)
-			ours := ourRouterResources(t, base, cfgs, gc, gwPod)
+			snap := base
+			if gc.policies != "" {
+				snap = ourSnapshot(t, objects, gc.policies)
+			}
+			ours := ourRouterResources(t, snap, cfgs, gc, gwPod)
 			ourSim := *istioSim
 			ourSim.Listeners, ourSim.Clusters, ourSim.Routes = ours.listeners, ours.clusters, ours.routes
 
