@@ -21,6 +21,7 @@
 //
 // A proxy whose metadata says GENERATOR=grpc gets the proxyless gRPC
 // resources of package grpcgen; an Envoy sidecar (node type "sidecar")
+// and an Envoy gateway (node type "router", Istio's ingress gateway)
 // those of package envoygen. With Config.Secrets the
 // Secret type (SDS: ROOTCA, gateway credentialName secrets) is served on
 // the same streams, and only to proxies whose stream is TLS.

@@ -22,6 +22,15 @@
 //   - RDS: per outbound HTTP port, a virtual host per service; per
 //     sniffed service listener, "<host>:<port>" to that service alone.
 //
+// A router (an Envoy gateway, pilot-agent's "router" mode) gets instead
+// what the Gateways selecting it say (gateway.go): "0.0.0.0_<port>"
+// listeners on the ports their servers resolve to, a shared chain and
+// route "http.<port>" for plaintext HTTP servers, a chain per terminated
+// HTTPS server chosen by SNI, with its DownstreamTlsContext
+// (gatewaytls.go) and route "https.<port>.<portName>.<gateway>.<ns>";
+// the outbound clusters and load assignments a sidecar has, and
+// BlackHoleCluster.
+//
 // Certificates are never sent in these resources: Istio mTLS names the
 // secrets "default" and "ROOTCA" that pilot-agent serves over SDS on its
 // "sds-grpc" cluster; a DestinationRule's SIMPLE or MUTUAL TLS names
