@@ -90,6 +90,9 @@ type gatewayCase struct {
 	config string
 	// allowInsecureSkipVerify is istiod's --allow-insecure-skip-verify.
 	allowInsecureSkipVerify bool
+	// unprivileged is the pod's UNPRIVILEGED_POD metadata: ports below
+	// 1024 are not listened on.
+	unprivileged bool
 	// policies are AuthorizationPolicies and RequestAuthentications,
 	// which both sides read from their Kubernetes sources.
 	policies string
@@ -244,6 +247,11 @@ var gatewayCases = []gatewayCase{{
 		"port: {number: 9000, name: tcp, protocol: TCP}\nhosts: [\"*\"]"),
 	calls: []gatewayCall{tlsCall(8443, "a.example.com"), tcpCall(9000)},
 }, {
+	name:         "an unprivileged pod does not listen below 1024",
+	unprivileged: true,
+	config:       istioGateway("a", "default", plainServer(80, "foo.bar")) + istioGateway("b", "default", plainServer(1000, "foo.bar")),
+	calls:        []gatewayCall{httpCall(8080, "foo.bar"), httpCall(1000, "foo.bar")},
+}, {
 	name: "AuthorizationPolicy and RequestAuthentication selecting the gateway",
 	config: istioGateway("gateway", "default",
 		plainServer(80, "foo.bar"),
@@ -308,7 +316,7 @@ func TestGatewaySimulation(t *testing.T) {
 				cfgs[i].Domain = "cluster.local"
 			}
 			s := xds.NewFakeDiscoveryServer(t, xds.FakeOptions{Configs: cfgs, KubernetesObjectString: gatewayWorld, MeshConfig: gatewayMeshConfig()})
-			proxy := istioRouter(s, gwPod)
+			proxy := istioRouter(s, gwPod, gc.unprivileged)
 			istioSim := simulation.NewSimulation(t, s, proxy)
 			snap := base
 			if gc.policies != "" {
@@ -364,18 +372,22 @@ func gatewayMeshConfig() *meshconfig.MeshConfig {
 // istioRouter is the ingress gateway pod's proxy as Istio knows it: node
 // type router, with the pod's labels and address, from which Istio finds
 // the Services selecting it and so translates server ports.
-func istioRouter(s *xds.FakeDiscoveryServer, pod *corev1.Pod) *istiomodel.Proxy {
+func istioRouter(s *xds.FakeDiscoveryServer, pod *corev1.Pod, unprivileged bool) *istiomodel.Proxy {
+	md := &istiomodel.NodeMetadata{
+		Namespace:      pod.Namespace,
+		ServiceAccount: pod.Spec.ServiceAccountName,
+		Labels:         pod.Labels,
+	}
+	if unprivileged {
+		md.UnprivilegedPod = "true"
+	}
 	return s.SetupProxy(&istiomodel.Proxy{
 		Type:            istiomodel.Router,
 		ID:              pod.Name + "." + pod.Namespace,
 		ConfigNamespace: pod.Namespace,
 		IPAddresses:     []string{pod.Status.PodIP},
 		Labels:          pod.Labels,
-		Metadata: &istiomodel.NodeMetadata{
-			Namespace:      pod.Namespace,
-			ServiceAccount: pod.Spec.ServiceAccountName,
-			Labels:         pod.Labels,
-		},
+		Metadata:        md,
 	})
 }
 
@@ -407,7 +419,7 @@ func ourRouterResources(t *testing.T, base *model.Snapshot, cfgs []istioconfig, 
 			GatewayTopology:         envoygen.GatewayTopology{NumTrustedProxies: gatewayTrustedProxies},
 		},
 	}
-	p := &envoygen.Proxy{Namespace: pod.Namespace, Labels: pod.Labels, IPs: []string{pod.Status.PodIP}, Router: true}
+	p := &envoygen.Proxy{Namespace: pod.Namespace, Labels: pod.Labels, IPs: []string{pod.Status.PodIP}, Router: true, Unprivileged: gc.unprivileged}
 	return ourResources(t, g, snap, p)
 }
 
