@@ -13,10 +13,11 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 )
 
-// Bounds on what one Gateway may make a router generate.
+// Bounds on what one Gateway server may make a router generate.
 const (
 	maxServerHosts = 1000
-	maxNameLen     = 253
+	// maxHostLen is a namespace, "/" and a DNS name.
+	maxHostLen = 63 + 1 + 253
 )
 
 // GatewayProblem is a Gateway server a router does not serve, and why.
@@ -185,7 +186,7 @@ func (b *builder) gatewayServer(gw *model.Gateway, srv *networkingv1.Server) (*g
 		return nil, ProblemUnsupported + ": AUTO_PASSTHROUGH is not served"
 	}
 	for _, h := range srv.GetHosts() {
-		if len(h) > maxNameLen+64 || h == "" || strings.ContainsAny(h, " \t\r\n") {
+		if len(h) > maxHostLen || h == "" || strings.ContainsFunc(h, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
 			return nil, fmt.Sprintf("%s: host %q", ProblemInvalid, truncateName(h))
 		}
 	}

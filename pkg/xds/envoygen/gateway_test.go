@@ -1,6 +1,7 @@
 package envoygen
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -291,6 +292,36 @@ func TestConflictingServersKeepTheOldest(t *testing.T) {
 				t.Errorf("problems %v", ps)
 			case tc.wantChains == 1 && (len(ps) != 1 || ps[0].Name != "newer" || ps[0].Kind() != ProblemConflict):
 				t.Errorf("problems %v, want the newer Gateway's server reported as a conflict", ps)
+			}
+		})
+	}
+}
+
+func TestInvalidServersLeaveTheRestServing(t *testing.T) {
+	base := modeltest.Load(t, ingressManifests)
+	many := make([]string, maxServerHosts+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("h%d.example.com", i)
+	}
+	for name, srv := range map[string]*networkingv1.Server{
+		"a host with a control character": httpsServer(443, "bad", simple("c"), "bad\x00.example.com"),
+		"a host too long":                 httpsServer(443, "bad", simple("c"), strings.Repeat("a", maxHostLen+1)),
+		"too many hosts":                  httpsServer(443, "bad", simple("c"), many...),
+		"no hosts":                        httpsServer(443, "bad", simple("c")),
+		"no port":                         {Hosts: []string{"bad.example.com"}},
+		"HTTPS without tls":               httpsServer(443, "bad", nil, "bad.example.com"),
+		"HTTPS without port name":         httpsServer(443, "", simple("c"), "bad.example.com"),
+		"a bind address (not served)":     {Port: &networkingv1.Port{Number: 443, Name: "b", Protocol: "HTTPS"}, Hosts: []string{"bad.example.com"}, Bind: "10.0.0.1", Tls: simple("c")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			snap := withGateways(base, gateway("istio-system", "gw", ingressSelector, srv, httpsServer(443, "good", simple("good"), "good.example.com")))
+			g := &Generator{TrustDomain: td}
+			c := generate(t, g, snap, ingress())
+			if chains := c.listeners["0.0.0.0_8443"].GetFilterChains(); len(chains) != 1 {
+				t.Errorf("%d chains, want the good server's alone", len(chains))
+			}
+			if ps := g.GatewayProblems(snap, ingress()); len(ps) != 1 {
+				t.Errorf("problems %v, want one", ps)
 			}
 		})
 	}
