@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"google.golang.org/protobuf/proto"
 	networkingv1 "istio.io/api/networking/v1"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
@@ -173,6 +174,11 @@ func (b *builder) merged() *mergedGateway {
 // port is one the proxy may not bind.
 func (b *builder) gatewayServer(gw *model.Gateway, srv *networkingv1.Server) (*gwServer, string) {
 	port := srv.GetPort()
+	// Every string of the server may reach Envoy: one that is not UTF-8
+	// would keep the whole listener from being marshalled.
+	if _, err := proto.Marshal(srv); err != nil {
+		return nil, fmt.Sprintf("%s: %v", ProblemInvalid, err)
+	}
 	switch {
 	case port == nil || port.GetNumber() == 0 || port.GetNumber() > 65535:
 		return nil, ProblemInvalid + ": no valid port"
