@@ -52,6 +52,8 @@ func TestParseMetadata(t *testing.T) {
 		"a lower-case namespace key is not read":  {json: `{"namespace":"app","SERVICE_ACCOUNT":"client"}`},
 		"a missing service account is an error":   {json: `{"NAMESPACE":"app"}`},
 		"a slash in the namespace is an error":    {json: `{"NAMESPACE":"app/sa/x","SERVICE_ACCOUNT":"client"}`},
+		"a router's UNPRIVILEGED_POD parses":      {ok: true, json: `{"NAMESPACE":"gw","SERVICE_ACCOUNT":"ingress","UNPRIVILEGED_POD":"true"}`},
+		"a boolean UNPRIVILEGED_POD is an error":  {json: `{"NAMESPACE":"gw","SERVICE_ACCOUNT":"ingress","UNPRIVILEGED_POD":true}`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
