@@ -133,6 +133,8 @@ func hcmSecurity(d *gatewayDiffs, fc *listenerv3.FilterChain) string {
 		UpgradeConfigs:               m.GetUpgradeConfigs(),
 		RouteSpecifier:               m.GetRouteSpecifier(),
 		CodecType:                    m.GetCodecType(),
+		ServerName:                   m.GetServerName(),
+		HttpProtocolOptions:          m.GetHttpProtocolOptions(),
 	}
 	return prototext.MarshalOptions{}.Format(sub)
 }
