@@ -123,12 +123,14 @@ func collapseVirtualHosts(vhosts []*route.VirtualHost) []*route.VirtualHost {
 	sorted := slices.Clone(vhosts)
 	slices.SortStableFunc(sorted, func(x, y *route.VirtualHost) int { return moreSpecific(x.GetDomains()[0], y.GetDomains()[0]) })
 	var out []*route.VirtualHost
+	byContent := map[string]int{} // index in out, by what must be equal to merge
 	for _, vh := range sorted {
-		i := slices.IndexFunc(out, func(o *route.VirtualHost) bool {
-			return o.GetRequireTls() == vh.GetRequireTls() && o.GetIncludeRequestAttemptCount() == vh.GetIncludeRequestAttemptCount() &&
-				slices.EqualFunc(o.GetRoutes(), vh.GetRoutes(), func(a, b *route.Route) bool { return proto.Equal(a, b) })
-		})
-		if i < 0 {
+		k, ok := mergeKey(vh)
+		i, seen := byContent[k]
+		if !ok || !seen {
+			if ok {
+				byContent[k] = len(out)
+			}
 			out = append(out, vh)
 			continue
 		}
@@ -137,6 +139,21 @@ func collapseVirtualHosts(vhosts []*route.VirtualHost) []*route.VirtualHost {
 		out[i] = merged
 	}
 	return out
+}
+
+// mergeKey is what two virtual hosts must share to be merged: their
+// routes, marshalled, and their settings; false when they do not marshal
+// (they are then left alone).
+func mergeKey(vh *route.VirtualHost) (string, bool) {
+	b := []byte{byte(vh.GetRequireTls()), byte(boolIndex(vh.GetIncludeRequestAttemptCount()))}
+	for _, r := range vh.GetRoutes() {
+		raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(r)
+		if err != nil {
+			return "", false
+		}
+		b = appendPart(b, string(raw))
+	}
+	return string(b), true
 }
 
 // moreSpecific orders host names as Istio's host.MoreSpecific: names
