@@ -399,7 +399,15 @@ func istioRouter(s *xds.FakeDiscoveryServer, pod *corev1.Pod, unprivileged bool)
 // objects Istio's side reads.
 func ourRouterResources(t *testing.T, base *model.Snapshot, cfgs []istioconfig, gc gatewayCase, pod *corev1.Pod) *sidecarResources {
 	t.Helper()
+	snap, g, p := ourRouterSetup(base, cfgs, gc, pod)
+	return ourResources(t, g, snap, p)
+}
+
+// ourRouterSetup is base with the Gateways of cfgs, the generator of the
+// case and the gateway pod's router proxy.
+func ourRouterSetup(base *model.Snapshot, cfgs []istioconfig, gc gatewayCase, pod *corev1.Pod) (*model.Snapshot, *envoygen.Generator, *envoygen.Proxy) {
 	res := *base.Resources()
+	res.Gateways = nil
 	for _, c := range cfgs {
 		gw, ok := c.Spec.(*networking.Gateway)
 		if !ok {
@@ -420,7 +428,7 @@ func ourRouterResources(t *testing.T, base *model.Snapshot, cfgs []istioconfig, 
 		},
 	}
 	p := &envoygen.Proxy{Namespace: pod.Namespace, Labels: pod.Labels, IPs: []string{pod.Status.PodIP}, Router: true, Unprivileged: gc.unprivileged}
-	return ourResources(t, g, snap, p)
+	return snap, g, p
 }
 
 // gatewayAllowedDifferences are the gateway cases' intended differences

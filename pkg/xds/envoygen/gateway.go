@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/proto"
 	networkingv1 "istio.io/api/networking/v1"
 
@@ -70,6 +71,8 @@ type gwServer struct {
 	// nil when one is "*" (the chain then takes any SNI, and none).
 	sni   []string
 	route string // the RDS route of an HTTP or terminated HTTPS server; "" for others
+	// tls is the DownstreamTlsContext of a server that terminates TLS.
+	tls *tlsv3.DownstreamTlsContext
 }
 
 // terminatesHTTPS reports whether the server ends TLS and speaks HTTP
@@ -231,7 +234,8 @@ func (b *builder) gatewayServer(gw *model.Gateway, srv *networkingv1.Server) (*g
 		}
 		// What Envoy would refuse (a malformed SPKI pin or certificate
 		// hash, say) is not sent: Envoy would refuse the whole listener.
-		if err := gatewayTLSContext(tls, !s.terminatesHTTPS(), b.g.Mesh.TLSDefaults).ValidateAll(); err != nil {
+		s.tls = gatewayTLSContext(tls, !s.terminatesHTTPS(), b.g.Mesh.TLSDefaults)
+		if err := s.tls.ValidateAll(); err != nil {
 			return nil, fmt.Sprintf("%s: tls: %v", ProblemInvalid, err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	proxyprotocol "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/proxy_protocol/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -20,7 +21,10 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
 
-const proxyProtocolFilterName = "envoy.filters.listener.proxy_protocol"
+const (
+	proxyProtocolFilterName = "envoy.filters.listener.proxy_protocol"
+	hcmType                 = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+)
 
 // gatewayChainConnectTimeout bounds a TLS handshake on a router's chains,
 // against slow-handshake exhaustion (Istio's
@@ -74,6 +78,10 @@ func (b *builder) gatewayListener(name string, l *gwListener, policies []*model.
 	if err != nil {
 		return nil, fmt.Errorf("listener %s: %w", name, err)
 	}
+	shape, err := b.gatewayHCMShape(httpFilters)
+	if err != nil {
+		return nil, fmt.Errorf("listener %s: %w", name, err)
+	}
 	out := &listener.Listener{
 		Name:             name,
 		Address:          socketAddress("0.0.0.0", l.port),
@@ -90,7 +98,7 @@ func (b *builder) gatewayListener(name string, l *gwListener, policies []*model.
 	case kindHTTP:
 		// Every plaintext HTTP server of the port shares one chain and
 		// the route of the port.
-		f, err := b.gatewayHCM("outbound_"+name, l.servers[0].route, httpFilters)
+		f, err := gatewayHCM(shape, "outbound_"+name, l.servers[0].route)
 		if err != nil {
 			return nil, fmt.Errorf("listener %s: %w", name, err)
 		}
@@ -100,7 +108,7 @@ func (b *builder) gatewayListener(name string, l *gwListener, policies []*model.
 			if !s.terminatesHTTPS() {
 				continue // TODO(routes): PASSTHROUGH chains from GatewayTLSRoutes, TLS termination for TCP from GatewayTCPRoutes
 			}
-			fc, err := b.gatewayHTTPSChain(name, s, httpFilters)
+			fc, err := b.gatewayHTTPSChain(name, s, shape)
 			if err != nil {
 				return nil, fmt.Errorf("listener %s: %w", name, err)
 			}
@@ -122,8 +130,8 @@ func (b *builder) gatewayListener(name string, l *gwListener, policies []*model.
 
 // gatewayHTTPSChain terminates TLS for server s: chosen by its SNI names,
 // with its own route.
-func (b *builder) gatewayHTTPSChain(name string, s *gwServer, httpFilters []*hcm.HttpFilter) (*listener.FilterChain, error) {
-	ts, err := transportSocket(tlsSocketName, gatewayTLSContext(s.server.GetTls(), false, b.g.Mesh.TLSDefaults))
+func (b *builder) gatewayHTTPSChain(name string, s *gwServer, shape []byte) (*listener.FilterChain, error) {
+	ts, err := transportSocket(tlsSocketName, s.tls)
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +139,7 @@ func (b *builder) gatewayHTTPSChain(name string, s *gwServer, httpFilters []*hcm
 	if statPrefix == "" {
 		statPrefix = "outbound_" + name
 	}
-	f, err := b.gatewayHCM(statPrefix, s.route, httpFilters)
+	f, err := gatewayHCM(shape, statPrefix, s.route)
 	if err != nil {
 		return nil, err
 	}
@@ -146,25 +154,21 @@ func (b *builder) gatewayHTTPSChain(name string, s *gwServer, httpFilters []*hcm
 	return fc, nil
 }
 
-// gatewayHCM is a router's HTTP connection manager, as Istio's for
-// gateways: the client's address from the connection (or the
+// gatewayHCMShape is a router's HTTP connection manager, as Istio's for
+// gateways, without its stat prefix and route, marshalled once per
+// listener: the client's address from the connection (or the
 // X-Forwarded-For entry numTrustedProxies from the end), client
 // certificate details replaced by those of the connection
 // (SANITIZE_SET), the workload's authorization and request
 // authentication filters, then the router.
-func (b *builder) gatewayHCM(statPrefix, routeName string, httpFilters []*hcm.HttpFilter) (*listener.Filter, error) {
+func (b *builder) gatewayHCMShape(httpFilters []*hcm.HttpFilter) ([]byte, error) {
 	topo := b.g.Mesh.GatewayTopology
 	fcc := hcm.HttpConnectionManager_SANITIZE_SET
 	if topo.ForwardClientCertDetails != nil {
 		fcc = *topo.ForwardClientCertDetails
 	}
-	filters := append(slices.Clone(httpFilters), alpnFilter(), routerFilter())
 	m := &hcm.HttpConnectionManager{
-		StatPrefix: statPrefix,
-		RouteSpecifier: &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{
-			ConfigSource: adsSource(), RouteConfigName: routeName,
-		}},
-		HttpFilters:              filters,
+		HttpFilters:              append(slices.Clone(httpFilters), alpnFilter(), routerFilter()),
 		ServerName:               "istio-envoy",
 		XffNumTrustedHops:        topo.NumTrustedProxies,
 		ForwardClientCertDetails: fcc,
@@ -177,7 +181,28 @@ func (b *builder) gatewayHCM(statPrefix, routeName string, httpFilters []*hcm.Ht
 	}
 	commonHCM(m)
 	m.UseRemoteAddress = wrapperspb.Bool(true)
-	return hcmFilter(m)
+	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("gateway connection manager: %w", err)
+	}
+	return raw, nil
+}
+
+// gatewayHCM is the connection manager shape with its stat prefix and
+// route: fields appended to a marshalled message set them, as protobuf
+// merges concatenated messages.
+func gatewayHCM(shape []byte, statPrefix, routeName string) (*listener.Filter, error) {
+	own, err := proto.MarshalOptions{Deterministic: true}.Marshal(&hcm.HttpConnectionManager{
+		StatPrefix: statPrefix,
+		RouteSpecifier: &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{
+			ConfigSource: adsSource(), RouteConfigName: routeName,
+		}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gateway connection manager %s: %w", statPrefix, err)
+	}
+	value := append(append(make([]byte, 0, len(shape)+len(own)), shape...), own...)
+	return &listener.Filter{Name: hcmFilterName, ConfigType: &listener.Filter_TypedConfig{TypedConfig: &anypb.Any{TypeUrl: hcmType, Value: value}}}, nil
 }
 
 // routerScope is what a router's listeners and routes read of it besides
