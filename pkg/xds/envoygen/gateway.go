@@ -195,8 +195,8 @@ func (b *builder) gatewayServer(gw *model.Gateway, srv *networkingv1.Server) (*g
 		return nil, ProblemUnsupported + ": AUTO_PASSTHROUGH is not served"
 	}
 	for _, h := range srv.GetHosts() {
-		if len(h) > maxHostLen || h == "" || strings.ContainsFunc(h, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
-			return nil, fmt.Sprintf("%s: host %q", ProblemInvalid, truncateName(h))
+		if len(h) > maxHostLen || !validServerHost(h) {
+			return nil, fmt.Sprintf("%s: host %q is not [<namespace>/]<DNS name>, * or *.<DNS name>", ProblemInvalid, truncateName(h))
 		}
 	}
 	s := &gwServer{gw: gw, server: srv, port: b.resolvePort(port.GetNumber())}
@@ -360,4 +360,62 @@ func foreignCredential(s *networkingv1.ServerTLSSettings, ns string) string {
 		}
 	}
 	return ""
+}
+
+// validServerHost reports whether h is a server host as Istio's
+// validation admits it: "[<namespace>|.|*]/" then "*" or a DNS name
+// whose first label may start with "*".
+func validServerHost(h string) bool {
+	if ns, name, ok := strings.Cut(h, "/"); ok {
+		if ns != "." && ns != "*" && !dnsLabel(ns, false) {
+			return false
+		}
+		h = name
+	}
+	if h == "" || len(h) > 255 {
+		return false
+	}
+	first, rest, more := strings.Cut(h, ".")
+	if !dnsLabel(first, true) {
+		return false
+	}
+	if !more {
+		return true
+	}
+	labels := strings.Split(rest, ".")
+	if labels[len(labels)-1] == "" { // a trailing dot
+		labels = labels[:len(labels)-1]
+	}
+	if len(labels) == 0 {
+		return false
+	}
+	if _, err := strconv.Atoi(labels[len(labels)-1]); err == nil {
+		return false // an all-numeric top-level domain
+	}
+	for _, l := range labels {
+		if !dnsLabel(l, false) {
+			return false
+		}
+	}
+	return true
+}
+
+// dnsLabel reports whether l is an RFC 1123 label; with wildcard, also
+// "*" or a label starting with "*" or "*-".
+func dnsLabel(l string, wildcard bool) bool {
+	if wildcard && l == "*" {
+		return true
+	}
+	if rest, ok := strings.CutPrefix(l, "*"); wildcard && ok {
+		l = strings.TrimPrefix(rest, "-")
+	}
+	if l == "" || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+		return false
+	}
+	for _, r := range l {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
 }

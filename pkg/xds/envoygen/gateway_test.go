@@ -490,3 +490,16 @@ func TestCollapseVirtualHostsMergesOnlyEqualRoutes(t *testing.T) {
 		t.Error("the input was changed")
 	}
 }
+
+func TestValidServerHost(t *testing.T) {
+	for h, want := range map[string]bool{
+		"*": true, "*/*": true, "./*": true, "app/*": true, "example.com": true, "example.com.": true, "*.example.com": true,
+		"*foo.example.com": true, "*-foo.example.com": true, "app/shop.example.com": true, "*/shop.example.com": true, "localhost": true,
+		"": false, "app/": false, "/x": false, "-foo.example.com": false, "foo*.example.com": false, "a.*.example.com": false,
+		"a..b": false, "1.2.3.4": false, "a b": false, "a\x00b": false, "App_x/shop": false, "a/b/c": false, strings.Repeat("a", 64) + ".com": false,
+	} {
+		if got := validServerHost(h); got != want {
+			t.Errorf("validServerHost(%q) = %v, want %v", h, got, want)
+		}
+	}
+}
