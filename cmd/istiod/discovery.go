@@ -40,6 +40,8 @@ func discovery(ctx context.Context, args []string, getenv func(string) string, s
 	fs.BoolVar(&cfg.RequirePodBoundTokens, "require-pod-bound-tokens", false, "refuse Kubernetes tokens that are not bound to a pod")
 	fs.BoolVar(&cfg.AllowInsecureSkipVerify, "allow-insecure-skip-verify", false, "let DestinationRules originate TLS without verifying the server (insecureSkipVerify: true); default: such a rule's cluster gets no endpoints")
 	fs.BoolVar(&cfg.AllowLoopbackHTTPJWKS, "allow-loopback-http-jwks", false, "let RequestAuthentications have their key sets fetched over plain http from loopback hosts (jwksUri, or the issuer's discovery), istiod's own ports among them; default: the webhook refuses such rules and their issuers' tokens are refused")
+	scopeGateways, scopeGatewaysErr := strconv.ParseBool(envOr(getenv, "PILOT_SCOPE_GATEWAY_TO_NAMESPACE", "false"))
+	fs.BoolVar(&cfg.ScopeGatewayToNamespace, "scope-gateway-to-namespace", scopeGateways, "apply to a gateway pod only the Gateways of its own namespace, as Istio's PILOT_SCOPE_GATEWAY_TO_NAMESPACE (env PILOT_SCOPE_GATEWAY_TO_NAMESPACE); default: a Gateway of any namespace whose selector matches the pod applies, as in Istio")
 	extraNames := fs.String("serving-dns-names", "", "extra DNS names for istiod's serving certificate, comma-separated")
 	fs.DurationVar(&cfg.DefaultCertTTL, "workload-cert-ttl", cfg.DefaultCertTTL, "default workload certificate lifetime")
 	fs.DurationVar(&cfg.MaxCertTTL, "max-workload-cert-ttl", cfg.MaxCertTTL, "longest workload certificate lifetime a caller may ask for")
@@ -55,6 +57,9 @@ func discovery(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	if fs.NArg() > 0 {
 		return usageError{fmt.Errorf("unexpected arguments %q", fs.Args())}
+	}
+	if scopeGatewaysErr != nil && !flagSet(fs, "scope-gateway-to-namespace") {
+		return usageError{fmt.Errorf("PILOT_SCOPE_GATEWAY_TO_NAMESPACE: %w", scopeGatewaysErr)}
 	}
 	cfg.InCluster = cfg.Kubeconfig == "" && getenv("KUBERNETES_SERVICE_HOST") != ""
 	cfg.PodName = getenv("POD_NAME")
@@ -152,4 +157,11 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

@@ -201,3 +201,22 @@ func TestCAStatusNamesTheReplicasThatRun(t *testing.T) {
 		})
 	}
 }
+
+func TestScopeGatewayToNamespaceReadsIstiosVariable(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	run([]string{"discovery", "-h"}, noEnv, &stdout, &stderr)
+	if !strings.Contains(stderr.String(), "-scope-gateway-to-namespace") || !strings.Contains(stderr.String(), "PILOT_SCOPE_GATEWAY_TO_NAMESPACE") {
+		t.Errorf("discovery's help does not document --scope-gateway-to-namespace and its variable:\n%s", stderr.String())
+	}
+	env := func(k string) string {
+		if k == "PILOT_SCOPE_GATEWAY_TO_NAMESPACE" {
+			return "maybe"
+		}
+		return ""
+	}
+	stdout.Reset()
+	stderr.Reset()
+	if code := run([]string{"discovery"}, env, &stdout, &stderr); code != exitUsage || !strings.Contains(stderr.String(), "PILOT_SCOPE_GATEWAY_TO_NAMESPACE") {
+		t.Errorf("a malformed PILOT_SCOPE_GATEWAY_TO_NAMESPACE: exit %d, stderr:\n%s", code, stderr.String())
+	}
+}

@@ -72,6 +72,9 @@ type Config struct {
 	TokenAudiences []string
 	// RequirePodBoundTokens refuses Kubernetes tokens not bound to a pod.
 	RequirePodBoundTokens bool
+	// ScopeGatewayToNamespace applies to a gateway pod only the Gateways
+	// of its own namespace (Istio's PILOT_SCOPE_GATEWAY_TO_NAMESPACE).
+	ScopeGatewayToNamespace bool
 	// AllowInsecureSkipVerify lets DestinationRules originate TLS to
 	// servers they do not verify (insecureSkipVerify: true).
 	AllowInsecureSkipVerify bool

@@ -82,6 +82,7 @@ func (s *Server) wireXDS(chain authn.Authenticator, td spiffeid.TrustDomain) err
 		TrustDomain:   td,
 
 		AllowInsecureSkipVerify: s.cfg.AllowInsecureSkipVerify,
+		ScopeGatewayToNamespace: s.cfg.ScopeGatewayToNamespace,
 		AllowLoopbackHTTPJWKS:   s.cfg.AllowLoopbackHTTPJWKS,
 		Registerer:              s.registry,
 		Logger:                  s.log.With("component", "xds"),

@@ -183,6 +183,9 @@ func (c callbacks) authenticate(p *proxy, node *core.Node) error {
 	s.mu.Unlock()
 	s.metrics.proxies.Inc()
 	s.log.Info("proxy connected", "node", node.GetId(), "identity", want.String(), "authenticator", authenticator)
+	if wl.router {
+		s.reportPolicies(s.state.Load().snap) // its Gateways' problems
+	}
 	return nil
 }
 

@@ -121,7 +121,7 @@ func TestEnvoySidecarOverStateOfTheWorld(t *testing.T) {
 
 func TestNodesOfOtherShapesAreRefused(t *testing.T) {
 	for name, node := range map[string]*core.Node{
-		"a gateway":           withID(envoyNode("app", "client", "10.0.0.9"), "router~10.0.0.9~gw-1.app~app.svc.cluster.local"),
+		"a ztunnel":           withID(envoyNode("app", "client", "10.0.0.9"), "ztunnel~10.0.0.9~gw-1.app~app.svc.cluster.local"),
 		"a malformed node ID": withID(envoyNode("app", "client", "10.0.0.9"), "sidecar~10.0.0.9"),
 		"an invalid address":  envoyNode("app", "client", "10.0.0.999"),
 	} {

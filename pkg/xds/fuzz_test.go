@@ -52,6 +52,8 @@ func TestParseMetadata(t *testing.T) {
 		"a lower-case namespace key is not read":  {json: `{"namespace":"app","SERVICE_ACCOUNT":"client"}`},
 		"a missing service account is an error":   {json: `{"NAMESPACE":"app"}`},
 		"a slash in the namespace is an error":    {json: `{"NAMESPACE":"app/sa/x","SERVICE_ACCOUNT":"client"}`},
+		"a router's UNPRIVILEGED_POD parses":      {ok: true, json: `{"NAMESPACE":"gw","SERVICE_ACCOUNT":"ingress","UNPRIVILEGED_POD":"true"}`},
+		"a boolean UNPRIVILEGED_POD is an error":  {json: `{"NAMESPACE":"gw","SERVICE_ACCOUNT":"ingress","UNPRIVILEGED_POD":true}`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -101,8 +103,11 @@ func FuzzNodeWorkload(f *testing.F) {
 				t.Fatalf("accepted address %q", ip)
 			}
 		}
-		if w.envoy && !strings.HasPrefix(id, "sidecar~") {
+		if w.envoy && !strings.HasPrefix(id, "sidecar~") && !strings.HasPrefix(id, "router~") {
 			t.Fatalf("an Envoy node of another type was accepted: %q", id)
+		}
+		if w.router != (w.envoy && strings.HasPrefix(id, "router~")) {
+			t.Fatalf("node %q: router %v", id, w.router)
 		}
 	})
 }

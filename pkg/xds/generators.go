@@ -29,7 +29,9 @@ type generateFunc func(snap *model.Snapshot, typeURL string, names []string, wil
 // nodeWorkload is what an authenticated node says of its workload, and
 // how its resources are generated.
 type nodeWorkload struct {
-	envoy          bool // an Envoy sidecar; else proxyless gRPC
+	envoy          bool // an Envoy sidecar or router; else proxyless gRPC
+	router         bool // an Envoy gateway (node type "router")
+	unprivileged   bool // a router that may not bind ports below 1024
 	namespace      string
 	serviceAccount string
 	pod            string // the pod its node ID names; "" for none
@@ -39,8 +41,8 @@ type nodeWorkload struct {
 
 // nodeWorkloadOf reads a node whose metadata parsed. The generator is
 // chosen as Istio chooses it: GENERATOR=grpc is proxyless gRPC; otherwise
-// the node ID's type must be "sidecar", an Envoy sidecar (gateways,
-// "router", are not served).
+// the node ID's type must be "sidecar", an Envoy sidecar, or "router", an
+// Envoy gateway. Both are bound to the pod they name alike.
 func nodeWorkloadOf(node *core.Node, meta *NodeMeta) (*nodeWorkload, error) {
 	w := &nodeWorkload{envoy: meta.Generator != "grpc", namespace: meta.Namespace, serviceAccount: meta.ServiceAccount, labels: meta.Labels}
 	typ, ip, id, err := parseNodeID(node.GetId())
@@ -49,9 +51,11 @@ func nodeWorkloadOf(node *core.Node, meta *NodeMeta) (*nodeWorkload, error) {
 		return nil, err
 	case err != nil:
 		return w, nil // proxyless clients may name themselves freely
-	case w.envoy && typ != "sidecar":
-		return nil, fmt.Errorf("proxy type %q is not served: %w", typ, ErrBadNode)
+	case w.envoy && typ != "sidecar" && typ != "router":
+		return nil, fmt.Errorf("proxy type %q is not served: %w", truncate(typ, 32), ErrBadNode)
 	}
+	w.router = w.envoy && typ == "router"
+	w.unprivileged = w.router && meta.Unprivileged
 	// "<pod>.<namespace>" names a pod, which must be of the node's namespace.
 	if pod, ns, ok := strings.Cut(id, "."); ok {
 		if ns != meta.Namespace {
@@ -130,7 +134,7 @@ func (w *nodeWorkload) scopeIn(s *Server, snap *model.Snapshot, ms *meshState) (
 			return s.gen.Generate(snap, gp, typeURL, names, wildcard)
 		}
 	}
-	ep := &envoygen.Proxy{Namespace: w.namespace, Labels: labels, IPs: ips}
+	ep := &envoygen.Proxy{Namespace: w.namespace, Labels: labels, IPs: ips, Router: w.router, Unprivileged: w.unprivileged}
 	return "envoy\x00" + ms.envoy.Scope(snap, ep), func(snap *model.Snapshot, typeURL string, names []string, wildcard bool) []resource.Resource {
 		return ms.envoy.Generate(snap, ep, typeURL, names, wildcard)
 	}

@@ -3,6 +3,8 @@ package xds
 import (
 	"time"
 
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/bulwark-mesh/bulwark/pkg/authn/keyfetch"
@@ -30,7 +32,7 @@ func (s *Server) newMeshState(mc *meshv1alpha1.MeshConfig, keys *keyfetch.JWKSSn
 	m := envoyMesh(mc)
 	m.AllowInsecureSkipVerify = s.cfg.AllowInsecureSkipVerify
 	m.AllowLoopbackHTTPJWKS = s.cfg.AllowLoopbackHTTPJWKS
-	g := &envoygen.Generator{TrustDomain: s.cfg.TrustDomain, Mesh: m}
+	g := &envoygen.Generator{TrustDomain: s.cfg.TrustDomain, Mesh: m, ScopeGatewayToNamespace: s.cfg.ScopeGatewayToNamespace}
 	if keys != nil {
 		g.Keys = keys
 	}
@@ -89,10 +91,40 @@ func envoyMesh(mc *meshv1alpha1.MeshConfig) envoygen.Mesh {
 		DisableAutoMTLS:    autoMTLS != nil && !autoMTLS.GetValue(),
 		TrustDomainAliases: mc.GetTrustDomainAliases(),
 		TLSDefaults: envoygen.TLSDefaults{
-			ECDHCurves:   mc.GetTlsDefaults().GetEcdhCurves(),
-			CipherSuites: mc.GetTlsDefaults().GetCipherSuites(),
+			ECDHCurves:         mc.GetTlsDefaults().GetEcdhCurves(),
+			CipherSuites:       mc.GetTlsDefaults().GetCipherSuites(),
+			MinProtocolVersion: minTLSVersion(mc.GetTlsDefaults().GetMinProtocolVersion()),
 		},
+		GatewayTopology: gatewayTopology(mc.GetDefaultConfig().GetGatewayTopology()),
 	}
+}
+
+// minTLSVersion is Envoy's name for tlsDefaults.minProtocolVersion;
+// TLS_AUTO leaves Envoy's default.
+func minTLSVersion(v meshv1alpha1.MeshConfig_TLSConfig_TLSProtocol) tlsv3.TlsParameters_TlsProtocol {
+	switch v {
+	case meshv1alpha1.MeshConfig_TLSConfig_TLSV1_2:
+		return tlsv3.TlsParameters_TLSv1_2
+	case meshv1alpha1.MeshConfig_TLSConfig_TLSV1_3:
+		return tlsv3.TlsParameters_TLSv1_3
+	}
+	return tlsv3.TlsParameters_TLS_AUTO
+}
+
+// gatewayTopology is what routers read of the mesh's default
+// gatewayTopology. (A pod's own proxy.istio.io/config is not read.)
+func gatewayTopology(t *meshv1alpha1.Topology) envoygen.GatewayTopology {
+	out := envoygen.GatewayTopology{NumTrustedProxies: t.GetNumTrustedProxies(), ProxyProtocol: t.GetProxyProtocol() != nil}
+	if d, ok := map[meshv1alpha1.ForwardClientCertDetails]hcm.HttpConnectionManager_ForwardClientCertDetails{
+		meshv1alpha1.ForwardClientCertDetails_SANITIZE:            hcm.HttpConnectionManager_SANITIZE,
+		meshv1alpha1.ForwardClientCertDetails_FORWARD_ONLY:        hcm.HttpConnectionManager_FORWARD_ONLY,
+		meshv1alpha1.ForwardClientCertDetails_APPEND_FORWARD:      hcm.HttpConnectionManager_APPEND_FORWARD,
+		meshv1alpha1.ForwardClientCertDetails_SANITIZE_SET:        hcm.HttpConnectionManager_SANITIZE_SET,
+		meshv1alpha1.ForwardClientCertDetails_ALWAYS_FORWARD_ONLY: hcm.HttpConnectionManager_ALWAYS_FORWARD_ONLY,
+	}[t.GetForwardClientCertDetails()]; ok {
+		out.ForwardClientCertDetails = &d
+	}
+	return out
 }
 
 // derive is snap as generation sees it under m: mesh-wide policies are

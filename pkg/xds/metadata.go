@@ -3,6 +3,7 @@ package xds
 import (
 	"errors"
 	"fmt"
+	"strconv"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -29,6 +30,9 @@ type NodeMeta struct {
 	InstanceIPs    string            // INSTANCE_IPS, comma-separated
 	Generator      string            // GENERATOR
 	ClusterID      string            // CLUSTER_ID
+	// Unprivileged is UNPRIVILEGED_POD "true": a router that may not bind
+	// ports below 1024.
+	Unprivileged bool
 }
 
 // ParseNode reads and checks the node of a proxy's first request.
@@ -62,6 +66,15 @@ func ParseMetadata(md *structpb.Struct) (*NodeMeta, error) {
 		}
 		*dst = sv.StringValue
 	}
+	var unprivileged string
+	if v, ok := f["UNPRIVILEGED_POD"]; ok {
+		sv, ok := v.GetKind().(*structpb.Value_StringValue)
+		if !ok {
+			return nil, fmt.Errorf("node metadata: UNPRIVILEGED_POD is not a string: %w", ErrBadNode)
+		}
+		unprivileged = sv.StringValue
+	}
+	m.Unprivileged, _ = strconv.ParseBool(unprivileged) // as Istio: anything but true is false
 	if v, ok := f["LABELS"]; ok {
 		sv, ok := v.GetKind().(*structpb.Value_StructValue)
 		if !ok {

@@ -79,8 +79,9 @@ func newSDSHarness(t *testing.T, useTLS bool, b *bundles, objs ...runtime.Object
 		sar.Status.Allowed = sar.Spec.User == "system:serviceaccount:gw:ingress" && sar.Spec.ResourceAttributes.Namespace == "gw"
 		return true, sar, nil
 	})
+	reg := prometheus.NewRegistry()
 	secrets, err := sds.New(sds.Config{
-		Bundles: b, Client: client, Logger: catest.Logger(t),
+		Bundles: b, Client: client, Logger: catest.Logger(t), Registerer: reg,
 		Authorizer: sds.NewSARAuthorizer(client.AuthorizationV1().SubjectAccessReviews(), 0, 0, nil),
 	})
 	if err != nil {
@@ -88,7 +89,6 @@ func newSDSHarness(t *testing.T, useTLS bool, b *bundles, objs ...runtime.Object
 	}
 	store := model.NewStore()
 	store.Publish(modeltest.Load(t, baseManifests))
-	reg := prometheus.NewRegistry()
 	srv, err := New(Config{
 		Model: store, Authenticator: headerAuth{}, TrustDomain: testTD, Registerer: reg,
 		Logger: catest.Logger(t), Secrets: secrets,

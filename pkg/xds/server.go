@@ -21,6 +21,7 @@
 //
 // A proxy whose metadata says GENERATOR=grpc gets the proxyless gRPC
 // resources of package grpcgen; an Envoy sidecar (node type "sidecar")
+// and an Envoy gateway (node type "router", Istio's ingress gateway)
 // those of package envoygen. With Config.Secrets the
 // Secret type (SDS: ROOTCA, gateway credentialName secrets) is served on
 // the same streams, and only to proxies whose stream is TLS.
@@ -129,6 +130,11 @@ type Config struct {
 	// TLS skip verifying the server; without it such a rule's clusters
 	// get no endpoints.
 	AllowInsecureSkipVerify bool
+	// ScopeGatewayToNamespace applies to a gateway pod (a router) only the
+	// Gateways of its own namespace, as Istio's
+	// PILOT_SCOPE_GATEWAY_TO_NAMESPACE; otherwise a Gateway of any
+	// namespace whose selector matches the pod's labels applies.
+	ScopeGatewayToNamespace bool
 	// AllowLoopbackHTTPJWKS lets RequestAuthentication key sets be
 	// fetched over plain http from loopback hosts; without it such a
 	// rule's issuer gets a key set that rejects every token.
@@ -422,6 +428,7 @@ func (s *Server) reportPolicies(snap *model.Snapshot) {
 			}
 		}
 	}
+	s.reportGateways(snap, closed, current)
 	s.reported = current
 }
 

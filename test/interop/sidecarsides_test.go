@@ -181,6 +181,15 @@ func ourConfig(t *testing.T, snap *model.Snapshot, sc sidecarScenario, pod *core
 			TLSDefaults: envoygen.TLSDefaults{ECDHCurves: sc.tlsDefaults[0], CipherSuites: sc.tlsDefaults[1]}},
 	}
 	p := &envoygen.Proxy{Namespace: pod.Namespace, Labels: pod.Labels, IPs: []string{pod.Status.PodIP}}
+	return ourResources(t, g, snap, p)
+}
+
+// ourResources is every resource g gives p in snap, of the four types,
+// asked for by wildcard, built. A resource that fails to build, or whose
+// name is not the one it was announced with, fails the test and is left
+// out.
+func ourResources(t *testing.T, g *envoygen.Generator, snap *model.Snapshot, p *envoygen.Proxy) *sidecarResources {
+	t.Helper()
 	var cfg sidecarResources
 	for _, typeURL := range []string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.RouteType} {
 		for _, r := range g.Generate(snap, p, typeURL, nil, true) {

@@ -208,10 +208,10 @@ type allowedDifference struct {
 // runs), so an entry goes once the generator agrees with Istio.
 var allowedDifferences = []allowedDifference{}
 
-// allowedIndex returns the index of the entry of allowedDifferences that
-// accepts the difference, or -1.
-func allowedIndex(scenario, subject, istio, ours string) int {
-	for i, a := range allowedDifferences {
+// allowedIndex returns the index of the entry of list that accepts the
+// difference, or -1.
+func allowedIndex(list []allowedDifference, scenario, subject, istio, ours string) int {
+	for i, a := range list {
 		if (a.scenario == nil || a.scenario.MatchString(scenario)) && a.subject.MatchString(subject) && a.istio == istio && a.ours == ours {
 			return i
 		}
@@ -227,6 +227,15 @@ type differences struct {
 	used     map[int]bool
 	count    int         // differences reported
 	allowed  map[int]int // differences allowed, by entry
+	// list is the allowed differences; nil: allowedDifferences.
+	list []allowedDifference
+}
+
+func (d *differences) allowedList() []allowedDifference {
+	if d.list != nil {
+		return d.list
+	}
+	return allowedDifferences
 }
 
 func (d *differences) check(subject, istio, ours, details string) {
@@ -234,7 +243,7 @@ func (d *differences) check(subject, istio, ours, details string) {
 	if istio == ours {
 		return
 	}
-	if i := allowedIndex(d.scenario, subject, istio, ours); i >= 0 {
+	if i := allowedIndex(d.allowedList(), d.scenario, subject, istio, ours); i >= 0 {
 		d.used[i] = true
 		if d.allowed == nil {
 			d.allowed = map[int]int{}
@@ -249,7 +258,7 @@ func (d *differences) check(subject, istio, ours, details string) {
 // logAllowed logs how many differences each allowed entry accepted.
 func (d *differences) logAllowed() {
 	for _, i := range slices.Sorted(maps.Keys(d.allowed)) {
-		d.t.Logf("%d allowed differences: %s", d.allowed[i], allowedDifferences[i].reason)
+		d.t.Logf("%d allowed differences: %s", d.allowed[i], d.allowedList()[i].reason)
 	}
 }
 

@@ -41,6 +41,7 @@ type outboundCluster struct {
 	port   model.Port
 	subset *networkingv1.Subset // nil for the service's own cluster
 	dr     *model.DestinationRule
+	router bool // a router's: a headless service's is an EDS cluster
 }
 
 // outboundClusters lists every outbound cluster the proxy sees: each TCP
@@ -53,13 +54,13 @@ func (b *builder) outboundClusters() []outboundCluster {
 			if protocolOf(port) == protoUDP {
 				continue
 			}
-			out = append(out, outboundCluster{name: resource.ClusterName(svc.Hostname, "", port.Port), svc: svc, port: port, dr: dr})
+			out = append(out, outboundCluster{name: resource.ClusterName(svc.Hostname, "", port.Port), svc: svc, port: port, dr: dr, router: b.p.Router})
 			for _, ss := range dr.GetSpec().GetSubsets() {
 				if ss.GetName() == "" {
 					continue
 				}
 				out = append(out, outboundCluster{
-					name: resource.ClusterName(svc.Hostname, ss.GetName(), port.Port), svc: svc, port: port, subset: ss, dr: dr,
+					name: resource.ClusterName(svc.Hostname, ss.GetName(), port.Port), svc: svc, port: port, subset: ss, dr: dr, router: b.p.Router,
 				})
 			}
 		}
@@ -83,7 +84,7 @@ func (b *builder) outboundClusterNamed(name string) (outboundCluster, bool) {
 		return outboundCluster{}, false
 	}
 	dr := b.snap.DestinationRuleFor(svc.Hostname, b.p.Namespace, b.p.Labels)
-	oc := outboundCluster{name: name, svc: svc, port: svc.Ports[i], dr: dr}
+	oc := outboundCluster{name: name, svc: svc, port: svc.Ports[i], dr: dr, router: b.p.Router}
 	if subset == "" {
 		return oc, true
 	}
@@ -114,15 +115,21 @@ func (b *builder) clusters() []resource.Resource {
 		resource.Resource{Name: inboundPassthroughCluster, Key: key("cds", inboundPassthroughCluster), Build: func() (proto.Message, error) {
 			return withDownstreamProtocol(originalDst(inboundPassthroughCluster, true))
 		}},
-		resource.Resource{Name: blackholeCluster, Key: key("cds", blackholeCluster), Build: func() (proto.Message, error) {
-			return &cluster.Cluster{
-				Name:                 blackholeCluster,
-				ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_STATIC},
-				ConnectTimeout:       connectTimeout,
-			}, nil
-		}},
+		blackholeClusterResource(),
 	)
 	return out
+}
+
+// blackholeClusterResource is BlackHoleCluster, which has no endpoints:
+// what goes to it is dropped.
+func blackholeClusterResource() resource.Resource {
+	return resource.Resource{Name: blackholeCluster, Key: key("cds", blackholeCluster), Build: func() (proto.Message, error) {
+		return &cluster.Cluster{
+			Name:                 blackholeCluster,
+			ClusterDiscoveryType: &cluster.Cluster_Type{Type: cluster.Cluster_STATIC},
+			ConnectTimeout:       connectTimeout,
+		}, nil
+	}}
 }
 
 func inboundClusterName(port uint32) string {
@@ -234,7 +241,11 @@ func (b *builder) outboundClusterResource(oc outboundCluster) resource.Resource 
 	h2 := protocolOf(oc.port) == protoHTTP2
 	upstream := upstreamProtocolOf(oc.port)
 	name := oc.name
-	k := key("cds", name, strconv.Itoa(int(mode)))
+	shape := "" // a headless service's cluster is EDS for routers alone
+	if oc.svc.Headless && oc.router {
+		shape = "router"
+	}
+	k := key("cds", name, strconv.Itoa(int(mode)), shape)
 	if mode == tlsOriginate {
 		// The rule's settings are the cluster's content.
 		settings := oc.tlsSettings()
@@ -242,7 +253,7 @@ func (b *builder) outboundClusterResource(oc outboundCluster) resource.Resource 
 		if err != nil {
 			return resource.Resource{Name: name, Key: k, Encode: func() ([]byte, error) { return nil, fmt.Errorf("cluster %s: %w", name, err) }}
 		}
-		return resource.Resource{Name: name, Key: key("cds", name, strconv.Itoa(int(mode)), string(raw)), Encode: func() ([]byte, error) {
+		return resource.Resource{Name: name, Key: key("cds", name, strconv.Itoa(int(mode)), shape, string(raw)), Encode: func() ([]byte, error) {
 			return b.originationCluster(oc, settings, upstream)
 		}}
 	}

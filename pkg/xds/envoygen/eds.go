@@ -64,6 +64,9 @@ func (b *builder) loadAssignments(ocs []outboundCluster) []resource.Resource {
 		if oc.dr != nil {
 			k = key("eds", oc.name, oc.dr.Namespace, oc.dr.Name)
 		}
+		if oc.svc.Headless {
+			k += "|router" // only routers have a headless service's
+		}
 		out = append(out, resource.Resource{Name: oc.name, Key: k, Encode: func() ([]byte, error) {
 			return b.loadAssignment(oc)
 		}})

@@ -22,6 +22,15 @@
 //   - RDS: per outbound HTTP port, a virtual host per service; per
 //     sniffed service listener, "<host>:<port>" to that service alone.
 //
+// A router (an Envoy gateway, pilot-agent's "router" mode) gets instead
+// what the Gateways selecting it say (gateway.go): "0.0.0.0_<port>"
+// listeners on the ports their servers resolve to, a shared chain and
+// route "http.<port>" for plaintext HTTP servers, a chain per terminated
+// HTTPS server chosen by SNI, with its DownstreamTlsContext
+// (gatewaytls.go) and route "https.<port>.<portName>.<gateway>.<ns>";
+// the outbound clusters and load assignments a sidecar has, and
+// BlackHoleCluster.
+//
 // Certificates are never sent in these resources: Istio mTLS names the
 // secrets "default" and "ROOTCA" that pilot-agent serves over SDS on its
 // "sds-grpc" cluster; a DestinationRule's SIMPLE or MUTUAL TLS names
@@ -38,6 +47,8 @@ import (
 	"strings"
 	"sync"
 
+	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
@@ -55,6 +66,14 @@ type Proxy struct {
 	// IPs are the workload's addresses; an endpoint at one of them tells
 	// the target port of a named service port.
 	IPs []string
+	// Router is an Envoy gateway (node type "router"): it listens as the
+	// Gateways selecting it say (gateway.go), and has the outbound
+	// clusters of a sidecar, but no inbound side.
+	Router bool
+	// Unprivileged is a router whose pod may not bind ports below 1024
+	// (node metadata UNPRIVILEGED_POD): servers resolving to them are
+	// left out.
+	Unprivileged bool
 }
 
 // Mesh is the mesh-wide configuration generation reads.
@@ -85,18 +104,41 @@ type Mesh struct {
 	// cipher suites of a DestinationRule's SIMPLE or MUTUAL TLS, as Istio
 	// applies them; empty ones leave Envoy's defaults.
 	TLSDefaults TLSDefaults
+	// GatewayTopology is mesh config defaultConfig.gatewayTopology, read
+	// by routers' HTTP connection managers.
+	GatewayTopology GatewayTopology
 }
 
 // TLSDefaults are mesh config tlsDefaults.
 type TLSDefaults struct {
 	ECDHCurves   []string
 	CipherSuites []string
+	// MinProtocolVersion applies to gateway servers that terminate TLS;
+	// TLS_AUTO leaves Envoy's default.
+	MinProtocolVersion tlsv3.TlsParameters_TlsProtocol
+}
+
+// GatewayTopology is how a router's clients reach it.
+type GatewayTopology struct {
+	// NumTrustedProxies is how many proxies in front of the router append
+	// to X-Forwarded-For: the client's address is that many entries from
+	// the end.
+	NumTrustedProxies uint32
+	// ForwardClientCertDetails is how x-forwarded-client-cert is treated;
+	// nil is Istio's default for gateways, SANITIZE_SET.
+	ForwardClientCertDetails *hcm.HttpConnectionManager_ForwardClientCertDetails
+	// ProxyProtocol: clients speak the PROXY protocol first.
+	ProxyProtocol bool
 }
 
 // Generator generates resources for Envoy sidecars.
 type Generator struct {
 	TrustDomain spiffeid.TrustDomain
 	Mesh        Mesh
+	// ScopeGatewayToNamespace applies to a router only the Gateways of its
+	// own namespace (Istio's PILOT_SCOPE_GATEWAY_TO_NAMESPACE); otherwise
+	// those of every namespace whose selector matches it.
+	ScopeGatewayToNamespace bool
 	// Keys are the RequestAuthentication key sets istiod fetched, inlined
 	// in jwt_authn; nil (or a key set not held) gives the issuer's
 	// provider a key set that rejects every token.
@@ -109,6 +151,34 @@ type Generator struct {
 func (g *Generator) Generate(snap *model.Snapshot, p *Proxy, typeURL string, names []string, wildcard bool) []resource.Resource {
 	b := &builder{g: g, snap: snap, p: p}
 	var out []resource.Resource
+	switch {
+	case p.Router:
+		out = b.routerResources(typeURL, names, wildcard)
+		if out == nil {
+			return nil
+		}
+	default:
+		out = b.sidecarResources(typeURL, names, wildcard)
+		if out == nil {
+			return nil
+		}
+	}
+	slices.SortFunc(out, func(x, y resource.Resource) int { return strings.Compare(x.Name, y.Name) })
+	if wildcard {
+		return out
+	}
+	// Named requests get what exists of what they ask for.
+	want := make(map[string]bool, len(names))
+	for _, n := range names {
+		want[n] = true
+	}
+	return slices.DeleteFunc(out, func(r resource.Resource) bool { return !want[r.Name] })
+}
+
+// sidecarResources are the resources of typeURL of a sidecar, those named
+// and maybe more; nil for an unknown type.
+func (b *builder) sidecarResources(typeURL string, names []string, wildcard bool) []resource.Resource {
+	out := []resource.Resource{}
 	switch typeURL {
 	case resource.ClusterType:
 		if !wildcard && !slices.ContainsFunc(names, func(n string) bool { return resource.ClusterHost(n) == "" }) {
@@ -137,16 +207,7 @@ func (g *Generator) Generate(snap *model.Snapshot, p *Proxy, typeURL string, nam
 	default:
 		return nil
 	}
-	slices.SortFunc(out, func(x, y resource.Resource) int { return strings.Compare(x.Name, y.Name) })
-	if wildcard {
-		return out
-	}
-	// Named requests get what exists of what they ask for.
-	want := make(map[string]bool, len(names))
-	for _, n := range names {
-		want[n] = true
-	}
-	return slices.DeleteFunc(out, func(r resource.Resource) bool { return !want[r.Name] })
+	return out
 }
 
 // Scope is what generation reads of p in snap, as one string: proxies
@@ -157,6 +218,9 @@ func (g *Generator) Generate(snap *model.Snapshot, p *Proxy, typeURL string, nam
 // selects them.
 func (g *Generator) Scope(snap *model.Snapshot, p *Proxy) string {
 	b := &builder{g: g, snap: snap, p: p}
+	if p.Router {
+		return "router|" + b.routerScope()
+	}
 	var out []byte
 	out = appendPart(out, p.Namespace)
 	for _, k := range slices.Sorted(maps.Keys(p.Labels)) {
@@ -182,6 +246,10 @@ func (g *Generator) Scope(snap *model.Snapshot, p *Proxy) string {
 // their labels, its labels.
 func (g *Generator) EndpointScope(snap *model.Snapshot, p *Proxy) string {
 	out := appendPart([]byte("eds|"), p.Namespace)
+	if p.Router {
+		// A router has the load assignments of headless services too.
+		out = append(out, "router|"...)
+	}
 	if snap.SelectsClients() {
 		for _, k := range slices.Sorted(maps.Keys(p.Labels)) {
 			out = appendPart(appendPart(out, k), p.Labels[k])
@@ -201,6 +269,7 @@ type builder struct {
 	snap    *model.Snapshot
 	p       *Proxy
 	targets *[]inboundTarget // inboundTargets, once computed
+	gw      *mergedGateway   // merged, once computed
 
 	mu         sync.Mutex
 	identities map[*model.Service][]string // serviceIdentities, once per service

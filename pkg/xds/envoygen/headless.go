@@ -11,8 +11,9 @@ import (
 // headless reports whether oc is a cluster of a headless service: Istio's
 // Passthrough resolution, an ORIGINAL_DST cluster that connects where the
 // client connected (its listener is the endpoint's own address), without
-// EDS.
-func (oc outboundCluster) headless() bool { return oc.svc.Headless }
+// EDS. A router's are EDS clusters, as Istio makes them for gateways: it
+// has no listener per endpoint, and routes by name.
+func (oc outboundCluster) headless() bool { return oc.svc.Headless && !oc.router }
 
 // asPassthrough turns the cluster c of a headless service into Istio's
 // ORIGINAL_DST one, and reports whether it uses Istio mTLS. Auto-mTLS

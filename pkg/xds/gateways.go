@@ -1,0 +1,55 @@
+package xds
+
+import (
+	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/envoygen"
+)
+
+// gatewayProblems are the Gateway servers not served to the routers
+// connected, once per distinct router scope, in snap.
+func (s *Server) gatewayProblems(snap *model.Snapshot) []envoygen.GatewayProblem {
+	s.mu.Lock()
+	var routers []*nodeWorkload
+	for _, p := range s.streams {
+		p.mu.Lock()
+		if p.wl != nil && p.wl.router && p.debug == nil {
+			routers = append(routers, p.wl)
+		}
+		p.mu.Unlock()
+	}
+	s.mu.Unlock()
+	if len(routers) == 0 {
+		return nil
+	}
+	ms := s.mesh.Load()
+	snap = ms.derive(snap)
+	seen := map[string]bool{}
+	var out []envoygen.GatewayProblem
+	for _, w := range routers {
+		labels, ips := w.in(snap)
+		p := &envoygen.Proxy{Namespace: w.namespace, Labels: labels, IPs: ips, Router: true, Unprivileged: w.unprivileged}
+		scope := ms.envoy.Scope(snap, p)
+		if seen[scope] {
+			continue
+		}
+		seen[scope] = true
+		out = append(out, ms.envoy.GatewayProblems(snap, p)...)
+	}
+	return out
+}
+
+// reportGateways logs each Gateway problem once while it lasts and
+// counts them by kind.
+func (s *Server) reportGateways(snap *model.Snapshot, closed failClosed, current map[string]bool) {
+	for _, p := range s.gatewayProblems(snap) {
+		closed.add("Gateway", "server_"+p.Kind())
+		msg := p.String()
+		if current[msg] {
+			continue // another router scope with the same problem
+		}
+		current[msg] = true
+		if !s.reported[msg] {
+			s.log.Warn("gateway server not served", "gateway", p.Namespace+"/"+p.Name, "port", p.Port, "problem", p.Reason)
+		}
+	}
+}
