@@ -83,9 +83,9 @@ func podOfDeployment(dep *appsv1.Deployment, namespace string) *corev1.Pod {
 	return pod
 }
 
-// gatewayCases are values of Istio's gateway chart (chart) and of the
+// gatewayInjectCases are values of Istio's gateway chart (chart) and of the
 // injector (values, laid over the built-in values for both injectors).
-var gatewayCases = map[string]struct {
+var gatewayInjectCases = map[string]struct {
 	release, namespace string
 	chart              map[string]any
 	values             string
@@ -192,7 +192,7 @@ spec:
 // are normalized by name; each is listed in pkg/inject's package
 // documentation.
 func TestGatewayInjectMatchesIstio(t *testing.T) {
-	for name, tc := range gatewayCases {
+	for name, tc := range gatewayInjectCases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			var pod *corev1.Pod

@@ -418,7 +418,7 @@ func ourRouterSetup(base *model.Snapshot, cfgs []istioconfig, gc gatewayCase, po
 	slices.SortFunc(res.Gateways, func(a, b *model.Gateway) int {
 		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	})
-	snap := model.BuildShared(base.Version+"+gateways", base.Options, res)
+	snap := model.BuildShared(base.Version+"+gateways", base.Options, res, nil)
 	g := &envoygen.Generator{
 		TrustDomain: spiffeid.RequireTrustDomainFromString(trustDomain),
 		Mesh: envoygen.Mesh{

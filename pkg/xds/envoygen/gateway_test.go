@@ -52,7 +52,7 @@ func withGateways(snap *model.Snapshot, gws ...*model.Gateway) *model.Snapshot {
 		}
 	}
 	res.Gateways = gws
-	return model.BuildShared(snap.Version+"+gw", snap.Options, res)
+	return model.BuildShared(snap.Version+"+gw", snap.Options, res, nil)
 }
 
 func gateway(ns, name string, selector map[string]string, servers ...*networkingv1.Server) *model.Gateway {
