@@ -202,8 +202,19 @@ type builder struct {
 	p       *Proxy
 	targets *[]inboundTarget // inboundTargets, once computed
 
+	visibleOnce sync.Once
+	visible     []*model.Service // services, once computed
+
 	mu         sync.Mutex
 	identities map[*model.Service][]string // serviceIdentities, once per service
+}
+
+// services are the services the proxy's namespace sees (their exportTo),
+// sorted by hostname: those it has outbound clusters, listeners and
+// routes for.
+func (b *builder) services() []*model.Service {
+	b.visibleOnce.Do(func() { b.visible = b.snap.ServicesVisibleTo(b.p.Namespace) })
+	return b.visible
 }
 
 // key is a resource's content key: the envoygen namespace, then each part
