@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 	networkingapi "istio.io/api/networking/v1"
@@ -13,8 +15,10 @@ import (
 	"istio.io/istio/pilot/test/xds"
 	"istio.io/istio/pkg/config/host"
 	"istio.io/istio/pkg/config/mesh"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
 )
 
 // partnerWorld adds to sidecarWorld a namespace "partner" with three
@@ -371,4 +375,92 @@ func describeRule(from []string, spec *networkingapi.DestinationRule) string {
 	c.Host = ""
 	text, _ := prototext.MarshalOptions{}.Marshal(c)
 	return strings.Join(from, ",") + " {" + strings.Join(strings.Fields(string(text)), " ") + "}"
+}
+
+// TestDestinationRuleExportToClusterTLS is the failure the mesh traffic
+// issue names, on the clusters both generators emit: a DestinationRule
+// that namespace app exports only to itself, with tls DISABLE, makes its
+// own clients' cluster to echo plaintext and leaves another namespace's
+// on auto-mTLS; a root-namespace rule for *.partner.svc.cluster.local with
+// tls DISABLE makes every client's cluster to partner's api plaintext.
+// Istio's generator and ours (Envoy sidecars) must agree on every
+// cluster's TLS, and proxyless gRPC, which chooses its rule through the
+// same function, must agree on plaintext or mTLS.
+func TestDestinationRuleExportToClusterTLS(t *testing.T) {
+	quietIstioLogs(t)
+	objects := decodeKube(t, sidecarWorld+partnerWorld)
+	pods := map[string]*corev1.Pod{}
+	for _, o := range objects {
+		if p, ok := o.(*corev1.Pod); ok {
+			pods[p.Namespace+"/"+p.Name] = p
+		}
+	}
+	for name, tc := range map[string]struct {
+		rules     string
+		cluster   string
+		plaintext map[string]bool // by client pod
+	}{
+		"a rule exported to its own namespace": {
+			rules: dr("app", "echo", t1, `
+  host: echo
+  exportTo: ["."]
+  trafficPolicy: {tls: {mode: DISABLE}}`),
+			cluster:   "outbound|80||echo.app.svc.cluster.local",
+			plaintext: map[string]bool{"app/sleep-1": true, "other/backend-1": false},
+		},
+		"a root namespace wildcard rule": {
+			rules: dr("istio-system", "partner", t1, `
+  host: "*.partner.svc.cluster.local"
+  trafficPolicy: {tls: {mode: DISABLE}}`),
+			cluster:   "outbound|80||api.partner.svc.cluster.local",
+			plaintext: map[string]bool{"app/sleep-1": true, "other/backend-1": true},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := drIstioServer(t, tc.rules, nil, nil)
+			snap := ourSnapshot(t, objects, tc.rules)
+			for key, plaintext := range tc.plaintext {
+				pod := pods[key]
+				istio := clusterNamed(s.Clusters(istioProxy(s, pod)), tc.cluster)
+				ours := clusterNamed(ourConfig(t, snap, sidecarScenario{}, pod).clusters, tc.cluster)
+				if istio == nil || ours == nil {
+					t.Fatalf("%s: cluster %s: istio has it %t, ours %t", key, tc.cluster, istio != nil, ours != nil)
+				}
+				if got, want := clusterTLS(ours), clusterTLS(istio); got != want {
+					t.Errorf("%s: cluster %s TLS:\n  istio: %s\n  ours:  %s", key, tc.cluster, want, got)
+				}
+				if got := clusterTLS(istio) == "plaintext"; got != plaintext {
+					t.Errorf("%s: Istio's cluster %s plaintext %t, want %t", key, tc.cluster, got, plaintext)
+				}
+				if got := grpcPlaintext(t, snap, pod, tc.cluster); got != plaintext {
+					t.Errorf("%s: proxyless cluster %s plaintext %t, want %t", key, tc.cluster, got, plaintext)
+				}
+			}
+		})
+	}
+}
+
+func clusterNamed(cs []*clusterv3.Cluster, name string) *clusterv3.Cluster {
+	for _, c := range cs {
+		if c.GetName() == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// grpcPlaintext reports whether proxyless gRPC's cluster name for pod
+// has no transport socket.
+func grpcPlaintext(t *testing.T, snap *model.Snapshot, pod *corev1.Pod, name string) bool {
+	t.Helper()
+	g := &grpcgen.Generator{TrustDomain: spiffeid.RequireTrustDomainFromString(trustDomain)}
+	rs := g.Generate(snap, &grpcgen.Proxy{Namespace: pod.Namespace, Labels: pod.Labels}, grpcgen.ClusterType, []string{name}, false)
+	if len(rs) != 1 {
+		t.Fatalf("proxyless: %d clusters named %s", len(rs), name)
+	}
+	msg, err := rs[0].Message(grpcgen.ClusterType)
+	if err != nil {
+		t.Fatalf("proxyless cluster %s: %v", name, err)
+	}
+	return msg.(*clusterv3.Cluster).GetTransportSocket() == nil
 }
