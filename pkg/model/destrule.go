@@ -2,6 +2,7 @@ package model
 
 import (
 	"cmp"
+	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
@@ -152,12 +153,14 @@ type ruleIndex struct {
 	local     map[string]*hostRules
 	exported  map[string]*hostRules
 	rootLocal *hostRules
+	notes     map[MergeNote]bool // what merging left unused
 }
 
 // hostRules are the merged rules of one namespace, by resolved host.
 type hostRules struct {
 	exact    map[string][]*mergedRule
 	wildcard map[string][]*mergedRule
+	notes    map[MergeNote]bool // shared with the index
 }
 
 // mergedRule is a rule, or several merged, with the exportTo of the
@@ -168,7 +171,11 @@ type mergedRule struct {
 }
 
 func (s *Snapshot) indexRules() *ruleIndex {
-	idx := &ruleIndex{local: map[string]*hostRules{}, exported: map[string]*hostRules{}, rootLocal: newHostRules()}
+	idx := &ruleIndex{local: map[string]*hostRules{}, exported: map[string]*hostRules{}, notes: map[MergeNote]bool{}}
+	newHostRules := func() *hostRules {
+		return &hostRules{exact: map[string][]*mergedRule{}, wildcard: map[string][]*mergedRule{}, notes: idx.notes}
+	}
+	idx.rootLocal = newHostRules()
 	rules := slices.Clone(s.res.DestinationRules)
 	// Istio's order: rules with a workloadSelector first, then the
 	// oldest, then by name and namespace.
@@ -211,10 +218,6 @@ func (s *Snapshot) indexRules() *ruleIndex {
 	return idx
 }
 
-func newHostRules() *hostRules {
-	return &hostRules{exact: map[string][]*mergedRule{}, wildcard: map[string][]*mergedRule{}}
-}
-
 // merge adds dr, for host, to h as Istio merges a rule into the rules of
 // its namespace for the same host (written the same way, wildcard or
 // not). dr merges into each existing rule whose exportTo is the same, or
@@ -255,11 +258,56 @@ func (h *hostRules) merge(host string, dr *DestinationRule, exportTo []string) {
 		if bothWithout || bothWith {
 			separate = false
 		}
+		h.note(mr.rule, dr)
 		mr.rule = mergeRule(mr.rule, dr)
 	}
 	if separate {
 		m[host] = append(list, &mergedRule{rule: dr, exportTo: exportTo})
 	}
+}
+
+// MergeNote is what of a DestinationRule is not used because it was
+// merged into another rule for the same host of its namespace, as Istio
+// merges them: its trafficPolicy, when the other has one, or a subset
+// whose name the other has.
+type MergeNote struct {
+	Rule, Into Meta
+	// TrafficPolicy is true when the rule's trafficPolicy is not used;
+	// else Subset names a subset that is not.
+	TrafficPolicy bool
+	Subset        string
+}
+
+// DestinationRuleMergeNotes returns what merging leaves unused of the
+// snapshot's DestinationRules, sorted.
+func (s *Snapshot) DestinationRuleMergeNotes() []MergeNote {
+	notes := slices.Collect(maps.Keys(s.ruleIndex().notes))
+	slices.SortFunc(notes, func(a, b MergeNote) int {
+		return cmp.Or(byMeta(a.Rule, b.Rule), byMeta(a.Into, b.Into), cmp.Compare(a.Subset, b.Subset))
+	})
+	return notes
+}
+
+// note records what of dr merging into into leaves unused.
+func (h *hostRules) note(into, dr *DestinationRule) {
+	if into.Spec.GetTrafficPolicy() != nil && dr.Spec.GetTrafficPolicy() != nil {
+		h.notes[MergeNote{Rule: dr.Meta, Into: into.Meta, TrafficPolicy: true}] = true
+	}
+	for _, ss := range dr.Spec.GetSubsets() {
+		if slices.ContainsFunc(into.Spec.GetSubsets(), func(o *networkingv1.Subset) bool { return o.GetName() == ss.GetName() }) {
+			h.notes[MergeNote{Rule: dr.Meta, Into: into.Meta, Subset: ss.GetName()}] = true
+		}
+	}
+}
+
+// String says what is unused and why.
+func (n MergeNote) String() string {
+	what := "trafficPolicy"
+	if !n.TrafficPolicy {
+		what = "subset " + n.Subset
+	}
+	return fmt.Sprintf("%s/%s %s: not used, merged into %s/%s, a rule for the same host that comes first "+
+		"(workload-selected rules, then the oldest) and has its own", n.Rule.Namespace, n.Rule.Name, what, n.Into.Namespace, n.Into.Name)
 }
 
 // mergeRule is a copy of into with dr's subsets whose names it lacks and,

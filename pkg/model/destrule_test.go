@@ -187,7 +187,7 @@ func TestDestinationRuleForChoosesAsIstio(t *testing.T) {
 		"a rule whose exportTo holds the other's merges into it and stays apart": {
 			rules: []rule{
 				{ns: "app", name: "a", host: "echo", created: 1, exportTo: []string{"other"}, subsets: []string{"v1=1"}},
-				{ns: "app", name: "b", host: "echo", created: 2, exportTo: []string{"*", "other"}, tls: "DISABLE"},
+				{ns: "app", name: "b", host: "echo", created: 2, exportTo: []string{"other", "partner"}, tls: "DISABLE"},
 			},
 			// b merged into a (same selector: none) is not kept apart.
 			checks: []check{{echoHost, "other", nil, "app/a;app/b DISABLE [v1=1]"}, {echoHost, "partner", nil, "-"}},

@@ -213,6 +213,13 @@ var drCases = []struct {
   host: echo
   exportTo: ["*"]
   trafficPolicy: {tls: {mode: DISABLE}}`)},
+	{name: "a rule exported to more namespaces than another merges into it", rules: dr("app", "a", t1, `
+  host: echo
+  exportTo: ["other"]
+  subsets: [{name: v1, labels: {version: v1}}]`) + dr("app", "b", t2, `
+  host: echo
+  exportTo: ["other", "partner"]
+  trafficPolicy: {tls: {mode: DISABLE}}`)},
 	{name: "a workload-selected rule for its namespace's matching clients", rules: dr("app", "canary", t2, `
   host: echo
   workloadSelector: {matchLabels: {version: v2}}
