@@ -150,7 +150,9 @@ func (g *Generator) Generate(snap *model.Snapshot, p *Proxy, typeURL string, nam
 }
 
 // Scope is what generation reads of p in snap, as one string: proxies
-// with equal scopes get equal resources. The proxy's addresses count only
+// with equal scopes get equal resources. The namespace decides which
+// services the proxy sees (their exportTo) and, with the labels, which
+// DestinationRule applies to each. The proxy's addresses count only
 // through the target ports they resolve, and, for an endpoint of a
 // headless service, through the listener to itself that it lacks; so the
 // replicas of one workload share a scope unless a headless service
@@ -177,9 +179,9 @@ func (g *Generator) Scope(snap *model.Snapshot, p *Proxy) string {
 // EndpointScope is what load assignments read of p in snap, as one
 // string: proxies with equal endpoint scopes get equal load assignments,
 // whatever their other resources. Load assignments read the proxy's
-// namespace (which DestinationRule applies to it, whether its rule may
-// name a credential) and, only when a DestinationRule selects clients by
-// their labels, its labels.
+// namespace (which services it sees, which DestinationRule applies to it,
+// whether its rule may name a credential) and, only when a DestinationRule
+// selects clients by their labels, its labels.
 func (g *Generator) EndpointScope(snap *model.Snapshot, p *Proxy) string {
 	out := appendPart([]byte("eds|"), p.Namespace)
 	if snap.SelectsClients() {
