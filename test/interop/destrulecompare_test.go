@@ -2,6 +2,7 @@ package interop
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -470,4 +471,76 @@ func grpcPlaintext(t *testing.T, snap *model.Snapshot, pod *corev1.Pod, name str
 		t.Fatalf("proxyless cluster %s: %v", name, err)
 	}
 	return msg.(*clusterv3.Cluster).GetTransportSocket() == nil
+}
+
+// TestServiceExportToMatchesIstio compares, for sidecars of three
+// namespaces, what Istio's generator and ours give them of partner's
+// services, two of which are exported to some namespaces only (see
+// partnerWorld), with and without the mesh's defaultServiceExportTo: the
+// outbound clusters, the listeners on their addresses and ports, and the
+// virtual hosts of the routes. Hidden services must leave no trace.
+func TestServiceExportToMatchesIstio(t *testing.T) {
+	quietIstioLogs(t)
+	objects := decodeKube(t, sidecarWorld+partnerWorld)
+	pods := map[string]*corev1.Pod{}
+	for _, o := range objects {
+		if p, ok := o.(*corev1.Pod); ok {
+			pods[p.Namespace+"/"+p.Name] = p
+		}
+	}
+	for name, defaults := range map[string][]string{"mesh default": nil, "mesh default '.'": {"."}} {
+		t.Run(name, func(t *testing.T) {
+			s := drIstioServer(t, "", defaults, nil)
+			snap := ourSnapshot(t, objects, "").WithExportDefaults(defaults, nil)
+			for _, key := range []string{"app/sleep-1", "other/backend-1", "partner/api-1"} {
+				pod := pods[key]
+				proxy := istioProxy(s, pod)
+				istio := &sidecarResources{clusters: s.Clusters(proxy), listeners: s.Listeners(proxy), routes: s.Routes(proxy)}
+				ours := ourConfig(t, snap, sidecarScenario{}, pod)
+				want, got := partnerTraces(istio), partnerTraces(ours)
+				if want != got {
+					t.Errorf("%s sees of partner's services:\n  istio: %s\n  ours:  %s", key, want, got)
+				}
+				// Not vacuous: each sidecar sees what it should, both ways.
+				for svc, visible := range map[string]bool{
+					"cluster outbound|81||internal.partner": key == "partner/api-1",
+					"cluster outbound|82||shared.partner":   key != "other/backend-1",
+					"cluster outbound|80||api.partner":      defaults == nil || key == "partner/api-1",
+				} {
+					if strings.Contains(got, svc) != visible {
+						t.Errorf("%s: %q visible %t, want %t: %s", key, svc, !visible, visible, got)
+					}
+				}
+			}
+		})
+	}
+}
+
+// partnerTraces lists, sorted, what of the partner namespace's services
+// a sidecar's configuration holds: outbound clusters, listeners bound to
+// their addresses or on their HTTP ports 81 and 82, and virtual host
+// domains.
+func partnerTraces(cfg *sidecarResources) string {
+	var out []string
+	for _, c := range cfg.clusters {
+		if strings.HasPrefix(c.GetName(), "outbound|") && strings.Contains(c.GetName(), ".partner.svc.") {
+			out = append(out, "cluster "+c.GetName())
+		}
+	}
+	for _, l := range cfg.listeners {
+		if n := l.GetName(); strings.HasPrefix(n, "10.96.2.") || n == "0.0.0.0_81" || n == "0.0.0.0_82" {
+			out = append(out, "listener "+n)
+		}
+	}
+	for _, r := range cfg.routes {
+		for _, vh := range r.GetVirtualHosts() {
+			for _, d := range vh.GetDomains() {
+				if strings.Contains(d, "partner") {
+					out = append(out, "route "+r.GetName()+" "+d)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(slices.Compact(out), ", ")
 }
