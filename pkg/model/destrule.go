@@ -386,9 +386,15 @@ func (x *ruleIndex) exportedFrom(namespace, hostname, clientNamespace string) []
 	if !ok {
 		return nil
 	}
+	to := func(r *mergedRule) bool {
+		return len(r.exportTo) == 0 || slices.Contains(r.exportTo, ExportPublic) || slices.Contains(r.exportTo, clientNamespace)
+	}
+	if !slices.ContainsFunc(rs, func(r *mergedRule) bool { return !to(r) }) {
+		return rs // all of them, as most often: no copy
+	}
 	var out []*mergedRule
 	for _, r := range rs {
-		if len(r.exportTo) == 0 || slices.Contains(r.exportTo, ExportPublic) || slices.Contains(r.exportTo, clientNamespace) {
+		if to(r) {
 			out = append(out, r)
 		}
 	}
