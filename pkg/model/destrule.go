@@ -10,8 +10,9 @@ import (
 
 // DestinationRuleFor is the DestinationRule that applies to the service
 // of hostname for a client workload of clientNamespace with labels, as
-// Istio's sidecar scope chooses it (the one function every generator and
-// the problem reporter ask):
+// Istio's sidecar scope chooses it (the one choice Envoy sidecars and
+// proxyless gRPC make; the problem reporter reads the same index's merges,
+// DestinationRuleMergeNotes):
 //
 //  1. The rules that may apply are those of one namespace: the client's
 //     own, if it has one for hostname (the root namespace's clients look
