@@ -19,7 +19,9 @@ import (
 // merged rule lacks, and dr's traffic policy if it has none. dr is kept
 // apart as well unless the last rule it was compared with had the same
 // selector or neither had one (or, with one of them selected, the same
-// exportTo).
+// exportTo). This is Istio's merge with its default
+// ENABLE_ENHANCED_DESTINATIONRULE_MERGE=true; the rules Istio synthesizes
+// from Gateway API backend policies do not arise here.
 func (h *hostRules) merge(host string, dr *DestinationRule, exportTo []string) {
 	m := h.exact
 	if strings.HasPrefix(host, "*") {
