@@ -37,6 +37,10 @@ type Service struct {
 	Headless bool
 	Selector map[string]string
 	Ports    []Port
+	// ExportTo are the namespaces that see the service (its
+	// networking.istio.io/exportTo annotation, see ParseExportTo); nil
+	// leaves the mesh's defaultServiceExportTo in force.
+	ExportTo []string
 	// Endpoints are the service's workload instances by service port
 	// number. A source may supply them (Kubernetes EndpointSlices); Build
 	// adds the WorkloadEntries the selector matches and sorts them.
@@ -99,7 +103,15 @@ type AuthorizationPolicy struct {
 // DestinationRule is a named DestinationRule.
 type DestinationRule struct {
 	Meta
-	Spec *networkingv1.DestinationRule
+	// Created is its creation time: of several rules for one host in one
+	// namespace, the oldest one's traffic policy applies. Zero when the
+	// source has none.
+	Created time.Time
+	Spec    *networkingv1.DestinationRule
+	// From are the rules merged into this one, in order, when
+	// DestinationRuleFor merged several rules for one host (Spec is then
+	// the merge, Meta the first's); nil for a rule as written.
+	From []Meta
 }
 
 // Gateway is a networking.istio.io Gateway: the servers a gateway pod
@@ -153,6 +165,12 @@ type Resources struct {
 type Options struct {
 	Domain        string // DNS domain of service hostnames
 	RootNamespace string // namespace of mesh-wide policies
+	// DefaultServiceExportTo and DefaultDestinationRuleExportTo are the
+	// mesh's defaultServiceExportTo and defaultDestinationRuleExportTo,
+	// comma-separated; empty is Istio's default, "*". Set them with
+	// WithExportDefaults.
+	DefaultServiceExportTo         string
+	DefaultDestinationRuleExportTo string
 }
 
 // Snapshot is an immutable view of the mesh. Callers must not modify it or
@@ -167,6 +185,10 @@ type Snapshot struct {
 	res      Resources  // Pods sorted by namespace and name
 	// clientSelected: a DestinationRule has a workloadSelector.
 	clientSelected bool
+	// rules index the DestinationRules under Options, once asked for.
+	rules *lazyRules
+	// exporting: a service has its own exportTo.
+	exporting bool
 }
 
 // Services returns the services sorted by hostname.
@@ -229,11 +251,6 @@ func (s *Snapshot) Pod(namespace, name string) *Pod {
 	return nil
 }
 
-// SelectsClients reports whether a DestinationRule has a workloadSelector:
-// then which rule applies to a client depends on its labels, not only on
-// its namespace.
-func (s *Snapshot) SelectsClients() bool { return s.clientSelected }
-
 // Resources returns the snapshot's inputs.
 func (s *Snapshot) Resources() *Resources { return &s.res }
 
@@ -274,10 +291,11 @@ func BuildShared(version string, opts Options, res Resources, prev *Snapshot) *S
 }
 
 func assemble(version string, opts Options, res Resources, prev *Snapshot) *Snapshot {
-	s := &Snapshot{Version: version, Options: opts, res: res}
+	s := &Snapshot{Version: version, Options: opts, res: res, rules: &lazyRules{}}
 	s.clientSelected = slices.ContainsFunc(res.DestinationRules, func(dr *DestinationRule) bool {
 		return dr.Spec.GetWorkloadSelector() != nil
 	})
+	s.exporting = slices.ContainsFunc(res.Services, func(svc *Service) bool { return len(svc.ExportTo) > 0 })
 	var prevHosts *hostIndex
 	if prev != nil {
 		prevHosts = prev.hosts
@@ -314,6 +332,7 @@ func (s *Snapshot) WithRootNamespace(ns string) *Snapshot {
 	}
 	c := *s
 	c.Options.RootNamespace = ns
+	c.rules = &lazyRules{}
 	if s.Version != "" {
 		c.Version = s.Version + "+root:" + ns
 	}

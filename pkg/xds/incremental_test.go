@@ -48,6 +48,7 @@ type meshService struct {
 	headless bool
 	target   uint32 // the http port's target port
 	vip      string
+	private  bool // exported to its own namespace only
 }
 
 type meshPod struct {
@@ -146,7 +147,7 @@ func (m *randomMesh) authorizationChange() string {
 // otherChange changes something else than endpoints, or endpoints in a
 // way other resources read.
 func (m *randomMesh) otherChange() string {
-	switch m.rnd.IntN(8) {
+	switch m.rnd.IntN(9) {
 	case 0:
 		ns := []string{"a", "b"}[m.rnd.IntN(2)]
 		m.next++
@@ -184,6 +185,11 @@ func (m *randomMesh) otherChange() string {
 		if p, ok := pick(m.rnd, m.pods, func(p *meshPod) bool { return p.proxy }); ok {
 			return m.relabel(p) // the proxy's own scope changes
 		}
+	case 8:
+		if svc, ok := pick(m.rnd, m.services, anyOf); ok {
+			svc.private = !svc.private
+			return fmt.Sprintf("export %s to its namespace only %t", svc.name, svc.private)
+		}
 	}
 	return "nothing"
 }
@@ -206,6 +212,9 @@ func (m *randomMesh) snapshot(t *testing.T) *model.Snapshot {
 		}
 		if !s.headless {
 			svc.Addresses = []string{s.vip}
+		}
+		if s.private {
+			svc.ExportTo = []string{"."}
 		}
 		for _, pk := range slices.Sorted(maps.Keys(m.pods)) {
 			p := m.pods[pk]

@@ -128,9 +128,12 @@ func gatewayTopology(t *meshv1alpha1.Topology) envoygen.GatewayTopology {
 }
 
 // derive is snap as generation sees it under m: mesh-wide policies are
-// those of m's root namespace (the model's own when m names none).
+// those of m's root namespace (the model's own when m names none), and
+// Services and DestinationRules without exportTo are exported as m's
+// defaultServiceExportTo and defaultDestinationRuleExportTo say.
 func (m *meshState) derive(snap *model.Snapshot) *model.Snapshot {
-	return snap.WithRootNamespace(m.cfg.GetRootNamespace())
+	return snap.WithRootNamespace(m.cfg.GetRootNamespace()).
+		WithExportDefaults(m.cfg.GetDefaultServiceExportTo(), m.cfg.GetDefaultDestinationRuleExportTo())
 }
 
 // meshOf is the meshState st was built with; a push state made without

@@ -48,7 +48,7 @@ type outboundCluster struct {
 // or HTTP service port, and each subset of its DestinationRule.
 func (b *builder) outboundClusters() []outboundCluster {
 	var out []outboundCluster
-	for _, svc := range b.snap.Services() {
+	for _, svc := range b.services() {
 		dr := b.snap.DestinationRuleFor(svc.Hostname, b.p.Namespace, b.p.Labels)
 		for _, port := range svc.Ports {
 			if protocolOf(port) == protoUDP {
@@ -75,7 +75,7 @@ func (b *builder) outboundClusterNamed(name string) (outboundCluster, bool) {
 	if !ok {
 		return outboundCluster{}, false
 	}
-	svc := b.snap.Service(host)
+	svc := b.snap.VisibleService(host, b.p.Namespace)
 	if svc == nil {
 		return outboundCluster{}, false
 	}

@@ -211,7 +211,9 @@ func (b *builder) sidecarResources(typeURL string, names []string, wildcard bool
 }
 
 // Scope is what generation reads of p in snap, as one string: proxies
-// with equal scopes get equal resources. The proxy's addresses count only
+// with equal scopes get equal resources. The namespace decides which
+// services the proxy sees (their exportTo) and, with the labels, which
+// DestinationRule applies to each. The proxy's addresses count only
 // through the target ports they resolve, and, for an endpoint of a
 // headless service, through the listener to itself that it lacks; so the
 // replicas of one workload share a scope unless a headless service
@@ -241,9 +243,9 @@ func (g *Generator) Scope(snap *model.Snapshot, p *Proxy) string {
 // EndpointScope is what load assignments read of p in snap, as one
 // string: proxies with equal endpoint scopes get equal load assignments,
 // whatever their other resources. Load assignments read the proxy's
-// namespace (which DestinationRule applies to it, whether its rule may
-// name a credential) and, only when a DestinationRule selects clients by
-// their labels, its labels.
+// namespace (which services it sees, which DestinationRule applies to it,
+// whether its rule may name a credential) and, only when a DestinationRule
+// selects clients by their labels, its labels.
 func (g *Generator) EndpointScope(snap *model.Snapshot, p *Proxy) string {
 	out := appendPart([]byte("eds|"), p.Namespace)
 	if p.Router {
@@ -271,8 +273,19 @@ type builder struct {
 	targets *[]inboundTarget // inboundTargets, once computed
 	gw      *mergedGateway   // merged, once computed
 
+	visibleOnce sync.Once
+	visible     []*model.Service // services, once computed
+
 	mu         sync.Mutex
 	identities map[*model.Service][]string // serviceIdentities, once per service
+}
+
+// services are the services the proxy's namespace sees (their exportTo),
+// sorted by hostname: those it has outbound clusters, listeners and
+// routes for.
+func (b *builder) services() []*model.Service {
+	b.visibleOnce.Do(func() { b.visible = b.snap.ServicesVisibleTo(b.p.Namespace) })
+	return b.visible
 }
 
 // key is a resource's content key: the envoygen namespace, then each part

@@ -62,7 +62,7 @@ func (b *builder) outboundEntries() []*outboundEntry {
 		}
 	}
 	self := b.selfAddress()
-	for _, svc := range b.snap.Services() {
+	for _, svc := range b.services() {
 		for _, sp := range svc.Ports {
 			proto := protocolOf(sp)
 			if proto != protoTCP && proto != protoAuto {

@@ -19,7 +19,7 @@ func (g *Generator) cluster(snap *model.Snapshot, p *Proxy, name string) *Resour
 	if !ok {
 		return nil
 	}
-	svc, port, ok := lookup(snap, hostPort(host, portNum))
+	svc, port, ok := lookup(snap, p.Namespace, hostPort(host, portNum))
 	if !ok {
 		return nil
 	}
@@ -44,14 +44,15 @@ func (g *Generator) cluster(snap *model.Snapshot, p *Proxy, name string) *Resour
 }
 
 // upstreamMTLS decides whether the client uses Istio mTLS toward svc:port
-// and which SPIFFE IDs the server may present. A DestinationRule's
-// ISTIO_MUTUAL or DISABLE decides; otherwise auto-mTLS: mTLS when an
+// and which SPIFFE IDs the server may present. The DestinationRule that
+// applies to p (model's DestinationRuleFor, as for Envoy sidecars) decides
+// by ISTIO_MUTUAL or DISABLE; otherwise auto-mTLS: mTLS when an
 // endpoint is labelled tlsMode=istio and its PeerAuthentication is not
 // DISABLE. gRPC sets TLS per cluster, not per endpoint, so a cluster mixing
 // both kinds uses mTLS and fails closed toward plaintext-only endpoints.
 func (g *Generator) upstreamMTLS(snap *model.Snapshot, p *Proxy, svc *model.Service, port model.Port) ([]string, bool) {
 	sans, auto := g.endpointTLS(snap, svc, port)
-	if dr := snap.DestinationRule(svc.Hostname, p.Namespace); dr != nil {
+	if dr := snap.DestinationRuleFor(svc.Hostname, p.Namespace, p.Labels); dr != nil {
 		if tls := drTLS(dr.Spec, port.Port); tls != nil {
 			switch tls.GetMode() {
 			case networkingv1.ClientTLSSettings_ISTIO_MUTUAL:

@@ -15,12 +15,12 @@ import (
 
 // endpoints is the load assignment of cluster name. Every locality has a
 // non-zero weight: gRPC drops localities without one.
-func (g *Generator) endpoints(snap *model.Snapshot, name string) *Resource {
+func (g *Generator) endpoints(snap *model.Snapshot, p *Proxy, name string) *Resource {
 	host, portNum, ok := parseClusterName(name)
 	if !ok {
 		return nil
 	}
-	svc, port, ok := lookup(snap, hostPort(host, portNum))
+	svc, port, ok := lookup(snap, p.Namespace, hostPort(host, portNum))
 	if !ok {
 		return nil
 	}

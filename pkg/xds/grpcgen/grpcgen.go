@@ -65,7 +65,7 @@ type Generator struct {
 // Unknown type URLs give nothing.
 func (g *Generator) Generate(snap *model.Snapshot, p *Proxy, typeURL string, names []string, wildcard bool) []Resource {
 	if wildcard {
-		names = append(slices.Clone(names), g.allNames(snap, typeURL)...)
+		names = append(slices.Clone(names), g.allNames(snap, p, typeURL)...)
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)
@@ -76,11 +76,11 @@ func (g *Generator) Generate(snap *model.Snapshot, p *Proxy, typeURL string, nam
 		case ListenerType:
 			r = g.listener(snap, p, n)
 		case RouteType:
-			r = g.route(snap, n)
+			r = g.route(snap, p, n)
 		case ClusterType:
 			r = g.cluster(snap, p, n)
 		case EndpointType:
-			r = g.endpoints(snap, n)
+			r = g.endpoints(snap, p, n)
 		}
 		if r != nil {
 			out = append(out, *r)
@@ -89,10 +89,11 @@ func (g *Generator) Generate(snap *model.Snapshot, p *Proxy, typeURL string, nam
 	return out
 }
 
-// allNames lists the client-side names of every service port.
-func (g *Generator) allNames(snap *model.Snapshot, typeURL string) []string {
+// allNames lists the client-side names of every port of the services p's
+// namespace sees.
+func (g *Generator) allNames(snap *model.Snapshot, p *Proxy, typeURL string) []string {
 	var out []string
-	for _, svc := range snap.Services() {
+	for _, svc := range snap.ServicesVisibleTo(p.Namespace) {
 		for _, port := range svc.Ports {
 			switch typeURL {
 			case ListenerType, RouteType:
@@ -122,11 +123,12 @@ func parseClusterName(name string) (host string, port uint32, ok bool) {
 	return host, port, true
 }
 
-// lookup resolves "<host>[:<port>]" to a service and port. Without a port,
-// a service with exactly one port is meant.
-func lookup(snap *model.Snapshot, name string) (*model.Service, model.Port, bool) {
+// lookup resolves "<host>[:<port>]" to a service that the workloads of
+// namespace see (its exportTo) and its port. Without a port, a service
+// with exactly one port is meant.
+func lookup(snap *model.Snapshot, namespace, name string) (*model.Service, model.Port, bool) {
 	host, portStr, hasPort := strings.Cut(name, ":")
-	svc := snap.Service(host)
+	svc := snap.VisibleService(host, namespace)
 	if svc == nil {
 		return nil, model.Port{}, false
 	}

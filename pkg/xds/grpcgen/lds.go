@@ -26,7 +26,7 @@ func (g *Generator) listener(snap *model.Snapshot, p *Proxy, name string) *Resou
 	if ap, ok := parseInbound(name); ok {
 		return g.inboundListener(snap, p, name, ap)
 	}
-	svc, port, ok := lookup(snap, name)
+	svc, port, ok := lookup(snap, p.Namespace, name)
 	if !ok {
 		return nil
 	}

@@ -10,8 +10,8 @@ import (
 
 // route is the configuration the API listener of name refers to: every
 // request to the service goes to its one cluster.
-func (g *Generator) route(snap *model.Snapshot, name string) *Resource {
-	svc, port, ok := lookup(snap, name)
+func (g *Generator) route(snap *model.Snapshot, p *Proxy, name string) *Resource {
+	svc, port, ok := lookup(snap, p.Namespace, name)
 	if !ok {
 		return nil
 	}
