@@ -31,8 +31,7 @@ type ControlPlane struct {
 	Revision        string
 	// Bulwark is true for Bulwark's chart's Deployment.
 	Bulwark bool
-	// TrustDomain is the mesh config's, for Istio's istiod ("" when its
-	// mesh ConfigMap is not found).
+	// TrustDomain is the mesh config's, for Istio's istiod.
 	TrustDomain string
 }
 
@@ -90,7 +89,8 @@ func listControlPlanes(ctx context.Context, client kubernetes.Interface) ([]Cont
 const maxMeshSize = 1 << 20
 
 // meshTrustDomain reads trustDomain from the mesh ConfigMap of Istio's
-// revision: istio, or istio-<revision>. "" when it is not there.
+// revision: istio, or istio-<revision>; without one istiod runs on Istio's
+// defaults, cluster.local.
 func meshTrustDomain(ctx context.Context, client kubernetes.Interface, namespace, revision string) (string, error) {
 	name := "istio"
 	if revision != defaultRevision {
@@ -99,7 +99,7 @@ func meshTrustDomain(ctx context.Context, client kubernetes.Interface, namespace
 	cm, err := client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		if isNotFound(err) {
-			return "", nil
+			return defaultTrustDomain, nil // Istio's default mesh config
 		}
 		return "", fmt.Errorf("read mesh config %s/%s: %w", namespace, name, err)
 	}
