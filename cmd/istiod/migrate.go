@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"time"
 
 	"k8s.io/client-go/dynamic"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/bulwark-mesh/bulwark/pkg/migrate"
+	"github.com/bulwark-mesh/bulwark/pkg/unsupported"
 )
 
 // migrateCommand is `istiod migrate check`: the preflight of a move from
@@ -45,7 +47,9 @@ func migrateCommand(ctx context.Context, args []string, getenv func(string) stri
 	if err != nil {
 		return err
 	}
-	cfg.Logger = log
+	// The report lists each object; the reporter's line per object would
+	// say it twice. Its other lines (a list refused, say) stay.
+	cfg.Logger = slog.New(dropMessage{log.Handler(), unsupported.Message})
 	rc, err := restConfig(kubeconfig)
 	if err != nil {
 		return usageError{err}
@@ -85,4 +89,25 @@ func restConfig(kubeconfig string) (*rest.Config, error) {
 	rc.UserAgent = "istiod-migrate-check"
 	rc.QPS, rc.Burst = 50, 100
 	return rc, nil
+}
+
+// dropMessage is a slog.Handler that leaves out the records of one message.
+type dropMessage struct {
+	slog.Handler
+	msg string
+}
+
+func (d dropMessage) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == d.msg {
+		return nil
+	}
+	return d.Handler.Handle(ctx, r)
+}
+
+func (d dropMessage) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return dropMessage{d.Handler.WithAttrs(attrs), d.msg}
+}
+
+func (d dropMessage) WithGroup(name string) slog.Handler {
+	return dropMessage{d.Handler.WithGroup(name), d.msg}
 }

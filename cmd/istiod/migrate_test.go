@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,14 +11,19 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 
 	"github.com/bulwark-mesh/bulwark/internal/testenv"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/catest"
 )
 
 // `istiod migrate check` on a real apiserver: Istio's istiod with its
-// root in istio-ca-secret is a move nothing blocks (exit 0); another trust
-// domain for Bulwark blocks it (exit 1, the finding named). `istiod ca
+// root in istio-ca-secret and a DestinationRule whose load balancing
+// Bulwark ignores is blocked (exit 1) until that is allowed, then nothing
+// blocks the move (exit 0); another trust domain for Bulwark blocks it
+// (exit 1, the finding named). `istiod ca
 // status` names the pod Istio's injector made, whose proxy lacks PCDS.
 func TestMigrateCheckAndCAStatusOnACluster(t *testing.T) {
 	env := testenv.Get(t)
@@ -53,18 +59,44 @@ func TestMigrateCheckAndCAStatusOnACluster(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	crds, err := filepath.Glob("../../charts/istiod/crds/*.yaml")
+	if err != nil || len(crds) == 0 {
+		t.Fatalf("chart CRDs: %v", err)
+	}
+	env.InstallCRDs(t, crds...)
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dr := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule",
+		"metadata": map[string]any{"name": "reviews", "namespace": apps},
+		"spec":     map[string]any{"host": "reviews", "trafficPolicy": map[string]any{"loadBalancer": map[string]any{"simple": "LEAST_REQUEST"}}},
+	}}
+	gvr := schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "destinationrules"}
+	if _, err := dyn.Resource(gvr).Namespace(apps).Create(ctx, dr, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
 	check := func(extra ...string) (int, string) {
 		var stdout, stderr bytes.Buffer
 		args := append([]string{"migrate", "check", "--kubeconfig", env.Kubeconfig, "--namespace", cp}, extra...)
 		code := run(args, noEnv, &stdout, &stderr)
 		return code, stdout.String() + stderr.String()
 	}
-	if code, out := check(); code != exitOK || !strings.Contains(out, "nothing blocks the move") ||
+	// The DestinationRule's load balancing is not honoured: listed once,
+	// in the report, and blocking unless allowed.
+	if code, out := check(); code != exitError || !strings.Contains(out, "BLOCKS 1 Istio objects are not honoured") ||
+		!strings.Contains(out, "DestinationRule.networking.istio.io "+apps+"/reviews: spec.trafficPolicy.loadBalancer") ||
+		strings.Contains(out, "Istio configuration not honoured") {
+		t.Errorf("migrate check with an object not honoured: exit %d\n%s", code, out)
+	}
+	if code, out := check("--allow-unsupported"); code != exitOK || !strings.Contains(out, "nothing blocks the move") ||
 		!strings.Contains(out, "Bulwark would sign with the key in Secret "+cp+"/istio-ca-secret") ||
 		!strings.Contains(out, apps+"/legacy (default)") {
 		t.Errorf("migrate check: exit %d\n%s", code, out)
 	}
-	if code, out := check("--trust-domain", "other.example"); code != exitError || !strings.Contains(out, "BLOCKS Istio's istiod "+cp+"/istiod has trust domain cluster.local") {
+	if code, out := check("--allow-unsupported", "--trust-domain", "other.example"); code != exitError || !strings.Contains(out, "BLOCKS Istio's istiod "+cp+"/istiod has trust domain cluster.local") {
 		t.Errorf("migrate check for another trust domain: exit %d\n%s", code, out)
 	}
 	if code, out := check("--no-such-flag"); code != exitUsage {
