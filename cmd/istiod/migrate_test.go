@@ -52,7 +52,7 @@ func TestMigrateCheckAndCAStatusOnACluster(t *testing.T) {
 	}
 	if _, err := client.CoreV1().Pods(apps).Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "legacy",
-			Labels:      map[string]string{"security.istio.io/tlsMode": "istio", "istio.io/rev": "default"},
+			Labels:      map[string]string{"service.istio.io/canonical-name": "app", "istio.io/rev": "default"},
 			Annotations: map[string]string{"sidecar.istio.io/status": `{"revision":"default"}`}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}, {Name: "istio-proxy", Image: "proxyv2"}}},
 	}, metav1.CreateOptions{}); err != nil {

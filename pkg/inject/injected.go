@@ -17,7 +17,7 @@ const maxStatusSize = 16 << 10
 type InjectedProxy struct {
 	// Revision is the control-plane revision that injected the pod: the
 	// revision in sidecar.istio.io/status, else the pod's istio.io/rev
-	// label, else "default".
+	// annotation (both injectors write it) or label, else "default".
 	Revision string
 	// PCDS is true when pilot-agent asks istiod for the trust bundle over
 	// xDS: PROXY_CONFIG_XDS_AGENT is true in the istio-proxy container's
@@ -49,7 +49,7 @@ func InjectedProxyOf(pod *corev1.Pod) (InjectedProxy, bool) {
 	if len(raw) <= maxStatusSize {
 		_ = json.Unmarshal([]byte(raw), &st) // an unreadable status names no revision
 	}
-	out := InjectedProxy{Revision: cmp.Or(st.Revision, pod.Labels[AnnotationRevision], "default")}
+	out := InjectedProxy{Revision: cmp.Or(st.Revision, pod.Annotations[AnnotationRevision], pod.Labels[AnnotationRevision], "default")}
 	for _, e := range proxy.Env {
 		if e.Name == EnvProxyConfigXDSAgent && e.ValueFrom == nil {
 			on, err := strconv.ParseBool(e.Value)

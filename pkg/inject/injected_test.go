@@ -60,14 +60,23 @@ func TestInjectedProxyOf(t *testing.T) {
 				return appPod(map[string]string{AnnotationStatus: `{"revision":"default"}`}, nil)
 			},
 		},
-		"revision from the label when the status has none": {
+		"revision from the annotation when the status has none": {
 			pod: func(t *testing.T) *corev1.Pod {
-				p := mutated(t, "", nil, nil)
+				p := mutated(t, `{"revision":"1-24"}`, nil, nil)
 				p.Annotations[AnnotationStatus] = `{}`
-				p.Labels[AnnotationRevision] = "1-24"
 				return p
 			},
 			injected: true, want: InjectedProxy{Revision: "1-24", PCDS: true},
+		},
+		"revision from the label when neither annotation has one": {
+			pod: func(t *testing.T) *corev1.Pod {
+				p := mutated(t, "", nil, nil)
+				p.Annotations[AnnotationStatus] = `{}`
+				delete(p.Annotations, AnnotationRevision)
+				p.Labels[AnnotationRevision] = "1-25"
+				return p
+			},
+			injected: true, want: InjectedProxy{Revision: "1-25", PCDS: true},
 		},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -193,7 +193,8 @@ func (c *cluster) labelledNamespace(t *testing.T, labels map[string]string) stri
 }
 
 // injectedPod creates a pod as an injector leaves it: the status
-// annotation, the tlsMode label and an istio-proxy container, with
+// annotation, the canonical-name label (which every injection template
+// sets, unlike tlsMode) and an istio-proxy container, with
 // PROXY_CONFIG_XDS_AGENT=true when pcds.
 func (c *cluster) injectedPod(t *testing.T, ns, name, rev string, pcds bool) {
 	t.Helper()
@@ -205,7 +206,7 @@ func (c *cluster) injectedPod(t *testing.T, ns, name, rev string, pcds bool) {
 	_, err := c.client.CoreV1().Pods(ns).Create(ctxFor(t), &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        name,
-			Labels:      map[string]string{"app": name, "security.istio.io/tlsMode": "istio", "istio.io/rev": rev},
+			Labels:      map[string]string{"app": name, "service.istio.io/canonical-name": "app", "istio.io/rev": rev},
 			Annotations: map[string]string{"sidecar.istio.io/status": `{"containers":["istio-proxy"],"revision":"` + rev + `"}`},
 		},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "example.com/app:1"}, proxy}},

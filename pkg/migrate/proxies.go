@@ -17,9 +17,11 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/inject"
 )
 
-// injectedSelector selects the pods both injectors label: every injected
-// pod carries security.istio.io/tlsMode.
-const injectedSelector = inject.LabelTLSMode
+// injectedSelector selects the pods an injector made: Istio's templates
+// (sidecar, gRPC agent, gateway) and Bulwark's injector all label them
+// service.istio.io/canonical-name; security.istio.io/tlsMode is left off
+// gateways and gRPC agents.
+const injectedSelector = inject.LabelCanonicalName
 
 // Proxy is a pod with an injected istio-proxy whose agent does not take
 // the trust bundle over xDS.
@@ -99,7 +101,7 @@ func NewProxies(client kubernetes.Interface) (*Proxies, error) {
 }
 
 // trimPod keeps of a pod what proxyOf reads: its name, the revision label
-// and status annotation, the istio-proxy container with its
+// and annotation, the status annotation, the istio-proxy container with its
 // PROXY_CONFIG_XDS_AGENT variable alone, and its phase. It is idempotent,
 // as informers require.
 func trimPod(obj any) (any, error) {
@@ -117,8 +119,13 @@ func trimPod(obj any) (any, error) {
 	if v, ok := pod.Labels[inject.AnnotationRevision]; ok {
 		out.Labels = map[string]string{inject.AnnotationRevision: v}
 	}
-	if v, ok := pod.Annotations[inject.AnnotationStatus]; ok {
-		out.Annotations = map[string]string{inject.AnnotationStatus: v}
+	for _, k := range []string{inject.AnnotationStatus, inject.AnnotationRevision} {
+		if v, ok := pod.Annotations[k]; ok {
+			if out.Annotations == nil {
+				out.Annotations = map[string]string{}
+			}
+			out.Annotations[k] = v
+		}
 	}
 	out.Spec.Containers = trimProxy(pod.Spec.Containers)
 	out.Spec.InitContainers = trimProxy(pod.Spec.InitContainers)
