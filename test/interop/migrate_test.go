@@ -30,6 +30,8 @@ import (
 	"istio.io/istio/security/pkg/server/ca/authenticate/kubeauth"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	kubemetadata "k8s.io/client-go/metadata"
 
 	"github.com/bulwark-mesh/bulwark/internal/testenv"
 	bulwarkinject "github.com/bulwark-mesh/bulwark/pkg/inject"
@@ -160,6 +162,12 @@ func testMigration(t *testing.T, pluggedIn bool) {
 		if time.Now().After(deadline) {
 			t.Fatal("istiod does not count the old pod in bulwark_proxies_without_pcds")
 		}
+	}
+
+	// The preflight reads the CA as istiod does: Istio's own
+	// istio-ca-secret holds the root both sign under.
+	if !pluggedIn {
+		checkSharedRoot(ctx, t, env, cp, istioRoots)
 	}
 
 	// Certificates: the old pod's from Istio's CA server, the new pod's
@@ -439,4 +447,35 @@ func handshake(server tls.Certificate, serverRoots *x509.CertPool, client tls.Ce
 		return serverSaw, clientSaw, fmt.Errorf("client: %v; server: %v", cerr, serr)
 	}
 	return serverSaw, clientSaw, nil
+}
+
+// checkSharedRoot runs istiod migrate check's logic on the cluster and
+// expects it to find Bulwark signing with the key of the istio-ca-secret
+// Istio's CA wrote, under Istio's root.
+func checkSharedRoot(ctx context.Context, t *testing.T, env *testenv.Env, ns string, istioRoots []byte) {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, err := kubemetadata.NewForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := migrate.Check(ctx, migrate.Config{
+		Client: env.Client(t), Dynamic: dyn, Metadata: meta,
+		Namespace: ns, Revision: "bulwark", AllowUnsupported: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := r.CA
+	if c.Err != nil || !c.IstioCASecret || !c.SameRoot() || !strings.Contains(c.Bulwark.Where, ns+"/istio-ca-secret") {
+		var b strings.Builder
+		r.WriteText(&b)
+		t.Errorf("migrate check does not find Bulwark signing under Istio's root in istio-ca-secret:\n%s", b.String())
+	}
+	if want := parseCerts(t, istioRoots); c.IstioRoot == nil || !c.IstioRoot.Equal(want[0]) {
+		t.Errorf("migrate check reads another root than Istio's from istio-ca-secret")
+	}
 }
