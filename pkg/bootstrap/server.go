@@ -127,7 +127,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, registry: newRegistry(authority), ca: authority, serving: rotator, kube: kube}
 	if kube != nil {
 		kube.monitor = newAPIServerMonitor(kube.client, s.registry, log)
-		if s.withoutPCDS, err = migrate.NewProxies(kube.client); err != nil {
+		if s.withoutPCDS, err = migrate.NewProxies(kube.client, log.With("component", "migrate")); err != nil {
 			return nil, err
 		}
 		s.registry.MustRegister(s.withoutPCDS.Collector())

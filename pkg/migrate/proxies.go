@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 
@@ -14,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/bulwark-mesh/bulwark/internal/kubewatch"
 	"github.com/bulwark-mesh/bulwark/pkg/inject"
 )
 
@@ -88,13 +90,19 @@ type Proxies struct {
 	informer cache.SharedIndexInformer
 }
 
-// NewProxies returns a watch of the cluster's injected pods. It does no
-// I/O and starts nothing.
-func NewProxies(client kubernetes.Interface) (*Proxies, error) {
+// NewProxies returns a watch of the cluster's injected pods; its list and
+// watch failures go to log (nil: none). It does no I/O and starts nothing.
+func NewProxies(client kubernetes.Interface, log *slog.Logger) (*Proxies, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	f := informers.NewSharedInformerFactoryWithOptions(client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = injectedSelector }))
 	p := &Proxies{informer: f.Core().V1().Pods().Informer()}
 	if err := p.informer.SetTransform(trimPod); err != nil {
+		return nil, fmt.Errorf("watch injected pods: %w", err)
+	}
+	if err := p.informer.SetWatchErrorHandlerWithContext(kubewatch.ErrorLogger(log, "pods ("+injectedSelector+")")); err != nil {
 		return nil, fmt.Errorf("watch injected pods: %w", err)
 	}
 	return p, nil

@@ -23,7 +23,7 @@ func TestProxiesCountsPodsWithoutPCDS(t *testing.T) {
 	c.injectedPod(t, ns, "old-2", "1-23", false)
 	c.injectedPod(t, ns, "new", "bulwark", true)
 
-	p, err := NewProxies(c.client)
+	p, err := NewProxies(c.client, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
