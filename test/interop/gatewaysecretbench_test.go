@@ -60,7 +60,8 @@ const (
 // the update request to the Secret response carrying the new certificate.
 // It reports per run p50, p99 and max over the replicas, and as metrics
 // those of the median run (by p99) and the worst run's p99 and max. The
-// issue's goal: p99 < 1 s.
+// goal for Bulwark, whose miss fails the benchmark: p99 under a second in
+// the worst run.
 //
 // Both serve credentialName only to a proxy whose identity they verified:
 // Bulwark's replicas connect over mTLS with the gateway's workload
@@ -216,8 +217,6 @@ func BenchmarkGatewaySecretRotation(b *testing.B) {
 						res.latencies = append(res.latencies, r.arrival(next.certPEM).Sub(at))
 					}
 					res.summarize()
-					b.Logf("%s run %d: %d replicas, Secret update → new certificate held: p50 %v, p99 %v, max %v",
-						kind, run, len(routers), res.p50, res.p99, res.max)
 					results = append(results, res)
 					// Let the control plane settle before the next change.
 					time.Sleep(500 * time.Millisecond)
@@ -544,7 +543,11 @@ func reportGatewayRuns(b *testing.B, kind string, runs []gatewayRun) {
 	fmt.Fprintf(&table, "median run %d: p50 %v p99 %v max %v; worst run %d: p99 %v max %v (goal p99 < 1s)\n",
 		median.run, median.p50.Round(time.Millisecond), median.p99.Round(time.Millisecond), median.max.Round(time.Millisecond),
 		worst.run, worst.p99.Round(time.Millisecond), worst.max.Round(time.Millisecond))
-	b.Logf("%s: Secret update → every gateway replica holds the new certificate:\n%s", kind, table.String())
+	// Printed, not logged: a benchmark's log is cut after ten lines.
+	fmt.Printf("%s, %d replicas: Secret update → every replica holds the new certificate\n%s", kind, len(runs[0].latencies), table.String())
+	if kind == fleetBulwark && worst.p99 >= time.Second {
+		b.Errorf("%s: a Secret change reached 99%% of the replicas in %v in run %d: the goal is under a second", kind, worst.p99, worst.run)
+	}
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	b.ReportMetric(ms(median.p50), "p50-ms")
 	b.ReportMetric(ms(median.p99), "p99-ms")
