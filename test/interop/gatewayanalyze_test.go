@@ -55,7 +55,7 @@ func TestIstioctlAnalyzeGateway(t *testing.T) {
 	installGatewayCRDs(t, env)
 	// A release name of this run's own: its pods' labels (istio: <release
 	// without istio->) select no other test's Gateways, nor theirs these.
-	release := "istio-" + strings.TrimPrefix(istiodNS[strings.LastIndex(istiodNS, "-")+1:], "-") + "gw"
+	release := "istio-" + istiodNS[strings.LastIndex(istiodNS, "-")+1:] + "gw"
 	startIstiod(t, "--kubeconfig", env.Kubeconfig, "--namespace", istiodNS,
 		"--cacerts-dir", filepath.Join(t.TempDir(), "cacerts"),
 		"--inject-config-dir", filepath.Join(t.TempDir(), "inject"),
