@@ -68,10 +68,10 @@ const (
 // certificate (a plugged-in CA, so that it can be made here: the CA is not
 // what is measured); Istio's over plaintext, as in the fleet benchmark,
 // with a token of the pod's service account, which Istio's xDS
-// authenticates by TokenReview when XDS_AUTH_PLAINTEXT is set (Istio then
-// does once per stream what its TLS port does with a client certificate). The service account has the istio/gateway chart's Role
-// (get, list, watch Secrets of its namespace): Istio asks whether it may
-// list them, Bulwark whether it may get the one named.
+// authenticates by TokenReview when XDS_AUTH_PLAINTEXT is set. The service
+// account has the istio/gateway chart's Role (get, list, watch Secrets of
+// its namespace): Istio asks whether it may list them, Bulwark whether it
+// may get the one named.
 // GATEWAY_CONTROL_PLANES=istio or =bulwark runs one alone.
 //
 //	cd test/interop && ISTIOD_BIN=../../bin/istiod go test -short -run '^$' -bench GatewaySecretRotation -benchtime 1x .
