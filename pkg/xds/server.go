@@ -429,6 +429,7 @@ func (s *Server) reportPolicies(snap *model.Snapshot) {
 		}
 	}
 	s.reportGateways(snap, closed, current)
+	s.reportMeshRoutes(snap, closed, current)
 	s.reported = current
 }
 

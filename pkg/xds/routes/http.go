@@ -41,6 +41,9 @@ type Scope struct {
 	Gateway string
 	TLS     bool
 	Proxy   Proxy
+	// every makes every match apply, whatever its port, gateways and
+	// source: to find what a VirtualService cannot be translated with.
+	every bool
 }
 
 // HTTPRoutes translates vs's http rules for scope, in order, stopping
@@ -122,6 +125,9 @@ type translator struct {
 // the listener's, and its gateways name the scope's gateway or, when it
 // names none, its source labels and namespace are the proxy's.
 func (t *translator) applies(m *networkingv1.HTTPMatchRequest) bool {
+	if t.scope.every {
+		return true
+	}
 	if m.GetPort() != 0 && m.GetPort() != t.scope.Port {
 		return false
 	}

@@ -1,6 +1,8 @@
 package routes
 
 import (
+	"errors"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -141,4 +143,42 @@ func DefaultHashPolicy(snap *model.Snapshot, hostname string, port uint32, proxy
 		}
 	}
 	return hashPolicyOf(hash)
+}
+
+// MeshProblems returns what of the VirtualServices bound to "mesh" no
+// sidecar gets, whichever it is, and why: a VirtualService with a rule
+// this translation refuses (left out whole, the services it names keep
+// their default routes), a delegation that cannot be followed (the rule
+// left out), and tls and tcp routes, which sidecars do not apply.
+func (o Options) MeshProblems(snap *model.Snapshot) []Problem {
+	var problems []Problem
+	var dmap delegates
+	ds := func() delegates {
+		if dmap == nil {
+			dmap = delegatesOf(snap)
+		}
+		return dmap
+	}
+	rs := regexes{}
+	for _, vs := range snap.Resources().VirtualServices {
+		if vs.Spec == nil || len(vs.Spec.GetHosts()) == 0 || !slices.Contains(gatewaysOf(vs), Mesh) {
+			continue
+		}
+		if reason := checkBounds(vs.Spec); reason != "" {
+			problems = append(problems, vsProblem(vs, "left out of sidecars: %s", reason))
+			continue
+		}
+		expanded, dprobs := o.expand(snap, vs, ds)
+		problems = append(problems, dprobs...)
+		if len(expanded.Spec.GetHttp()) > 0 {
+			_, err := o.httpRoutes(snap, expanded, Scope{Port: 80, Gateway: Mesh, every: true}, rs)
+			if err != nil && !errors.Is(err, ErrNoRoutes) {
+				problems = append(problems, vsProblem(vs, "left out of sidecars: %v", err))
+			}
+		}
+		if len(vs.Spec.GetTls()) > 0 || len(vs.Spec.GetTcp()) > 0 {
+			problems = append(problems, vsProblem(vs, "tls and tcp routes are not applied by sidecars"))
+		}
+	}
+	return problems
 }
