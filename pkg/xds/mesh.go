@@ -10,6 +10,7 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/authn/keyfetch"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/envoygen"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/routes"
 )
 
@@ -27,6 +28,7 @@ type meshState struct {
 	cfg   *meshv1alpha1.MeshConfig // nil: Istio's defaults
 	keys  *keyfetch.JWKSSnapshot   // RequestAuthentication key sets; nil: none fetched
 	envoy *envoygen.Generator
+	grpc  *grpcgen.Generator // proxyless gRPC's, with the same route settings
 }
 
 func (s *Server) newMeshState(mc *meshv1alpha1.MeshConfig, keys *keyfetch.JWKSSnapshot) *meshState {
@@ -37,7 +39,7 @@ func (s *Server) newMeshState(mc *meshv1alpha1.MeshConfig, keys *keyfetch.JWKSSn
 	if keys != nil {
 		g.Keys = keys
 	}
-	return &meshState{cfg: mc, keys: keys, envoy: g}
+	return &meshState{cfg: mc, keys: keys, envoy: g, grpc: &grpcgen.Generator{TrustDomain: s.cfg.TrustDomain, Routes: m.Routes}}
 }
 
 // applyMesh makes mc the mesh configuration the next push is built with.

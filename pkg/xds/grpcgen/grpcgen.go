@@ -24,6 +24,7 @@ import (
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/routes"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 )
 
@@ -58,6 +59,9 @@ type Resource = resource.Resource
 // Generator generates resources for proxyless gRPC.
 type Generator struct {
 	TrustDomain spiffeid.TrustDomain
+	// Routes are the mesh settings of VirtualService translation (mesh
+	// config defaultHttpRetryPolicy and defaultVirtualServiceExportTo).
+	Routes routes.Options
 }
 
 // Generate returns the resources of typeURL that proxy asked for in names
@@ -76,11 +80,11 @@ func (g *Generator) Generate(snap *model.Snapshot, p *Proxy, typeURL string, nam
 		case ListenerType:
 			r = g.listener(snap, p, n)
 		case RouteType:
-			r = g.route(snap, n)
+			r = g.route(snap, p, n)
 		case ClusterType:
 			r = g.cluster(snap, p, n)
 		case EndpointType:
-			r = g.endpoints(snap, n)
+			r = g.endpoints(snap, p, n)
 		}
 		if r != nil {
 			out = append(out, *r)
@@ -112,14 +116,9 @@ func hostPort(host string, port uint32) string {
 	return host + ":" + strconv.FormatUint(uint64(port), 10)
 }
 
-// parseClusterName reads "outbound|<port>||<host>"; subsets are not
-// supported.
-func parseClusterName(name string) (host string, port uint32, ok bool) {
-	host, subset, port, ok := resource.ParseClusterName(name)
-	if !ok || subset != "" {
-		return "", 0, false
-	}
-	return host, port, true
+// parseClusterName reads "outbound|<port>|<subset>|<host>".
+func parseClusterName(name string) (host, subset string, port uint32, ok bool) {
+	return resource.ParseClusterName(name)
 }
 
 // lookup resolves "<host>[:<port>]" to a service and port. Without a port,
