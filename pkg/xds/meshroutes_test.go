@@ -12,7 +12,9 @@ import (
 // get as written: one with a regex Envoy behind pilot-agent would refuse
 // (left out whole), one delegating to a VirtualService that does not
 // exist (the rule left out), one with a tcp route (sidecars apply none);
-// and one bound to a gateway alone, which is no sidecar's problem.
+// one routing a host the first already routes (sidecars take the
+// first); and one bound to a gateway alone, which is no sidecar's
+// problem.
 const meshRouteProblems = `---
 apiVersion: networking.istio.io/v1
 kind: VirtualService
@@ -40,6 +42,13 @@ spec:
 ---
 apiVersion: networking.istio.io/v1
 kind: VirtualService
+metadata: {name: web-again, namespace: app}
+spec:
+  hosts: [web.app.svc.cluster.local]
+  http: [{route: [{destination: {host: web}}]}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
 metadata: {name: gateway-only, namespace: app}
 spec:
   hosts: [web]
@@ -58,7 +67,9 @@ func TestVirtualServicesSidecarsLeaveOutAreCounted(t *testing.T) {
 	gauge := func() float64 {
 		return testutil.ToFloat64(h.srv.metrics.failClosed.WithLabelValues("VirtualService", "sidecar_routes_left_out"))
 	}
-	waitFor(t, "three problems of VirtualServices counted", func() bool { return gauge() == 3 })
+	// The regex, the delegate, the tcp route, and the host web routed
+	// first by lookahead (first by name) that tcp and web-again name too.
+	waitFor(t, "the problems of VirtualServices counted", func() bool { return gauge() == 5 })
 	h.store.Publish(modeltest.Load(t, envoyManifests))
 	waitFor(t, "the gauge emptied once they are gone", func() bool {
 		return testutil.CollectAndCount(h.srv.metrics.failClosed) == 0

@@ -1,6 +1,7 @@
 package routes
 
 import (
+	"cmp"
 	"errors"
 	"slices"
 	"strconv"
@@ -145,11 +146,12 @@ func DefaultHashPolicy(snap *model.Snapshot, hostname string, port uint32, proxy
 	return hashPolicyOf(hash)
 }
 
-// MeshProblems returns what of the VirtualServices bound to "mesh" no
-// sidecar gets, whichever it is, and why: a VirtualService with a rule
-// this translation refuses (left out whole, the services it names keep
-// their default routes), a delegation that cannot be followed (the rule
-// left out), and tls and tcp routes, which sidecars do not apply.
+// MeshProblems returns what of the VirtualServices bound to "mesh"
+// sidecars do not get, and why: a VirtualService with a rule this
+// translation refuses (left out whole, the services it names keep their
+// default routes), a delegation that cannot be followed (the rule left
+// out), tls and tcp routes, which sidecars do not apply, and a host
+// another VirtualService routes first (hostConflicts).
 func (o Options) MeshProblems(snap *model.Snapshot) []Problem {
 	var problems []Problem
 	var dmap delegates
@@ -180,5 +182,36 @@ func (o Options) MeshProblems(snap *model.Snapshot) []Problem {
 			problems = append(problems, vsProblem(vs, "tls and tcp routes are not applied by sidecars"))
 		}
 	}
-	return problems
+	return append(problems, hostConflicts(snap)...)
+}
+
+// hostConflicts are the VirtualServices bound to "mesh" that name a host an
+// earlier one (oldest first, then by name and namespace) also names: a
+// sidecar that sees both takes the earlier one's routes for the host, as
+// Istio does.
+func hostConflicts(snap *model.Snapshot) []Problem {
+	var bound []*model.VirtualService
+	for _, vs := range snap.Resources().VirtualServices {
+		if vs.Spec != nil && len(vs.Spec.GetHosts()) > 0 && slices.Contains(gatewaysOf(vs), Mesh) {
+			bound = append(bound, vs)
+		}
+	}
+	if len(bound) < 2 {
+		return nil
+	}
+	slices.SortStableFunc(bound, func(a, b *model.VirtualService) int {
+		return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Namespace, b.Namespace))
+	})
+	first := map[string]*model.VirtualService{}
+	var out []Problem
+	for _, vs := range bound {
+		for _, h := range Hosts(snap, vs) {
+			if prev, ok := first[h]; ok && prev != vs {
+				out = append(out, vsProblem(vs, "host %s is also routed by %s/%s: sidecars that see both take its routes", h, prev.Namespace, prev.Name))
+				continue
+			}
+			first[h] = vs
+		}
+	}
+	return out
 }
