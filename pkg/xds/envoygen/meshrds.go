@@ -101,8 +101,10 @@ func (b *builder) portVirtualHosts(port uint32, svcs []*model.Service, mesh *mes
 		return false
 	}
 	byHost := make(map[string]*model.Service, len(svcs))
+	wildSvc := false
 	for _, svc := range svcs {
 		byHost[svc.Hostname] = svc
+		wildSvc = wildSvc || routes.Wildcarded(svc.Hostname)
 	}
 	type wrapper struct {
 		vsHosts []string
@@ -114,7 +116,7 @@ func (b *builder) portVirtualHosts(port uint32, svcs []*model.Service, mesh *mes
 	if mesh != nil {
 		scope := routes.Scope{Port: port, Gateway: routes.Mesh, Proxy: routes.Proxy{Namespace: b.p.Namespace, Labels: b.p.Labels}}
 		for i, vs := range mesh.vss {
-			if port != 80 && !selectsService(mesh.hosts[i], byHost) {
+			if port != 80 && !selectsService(mesh.hosts[i], byHost, wildSvc) {
 				continue
 			}
 			rs, err := b.g.Mesh.Routes.HTTPRoutes(b.snap, vs, scope)
@@ -216,11 +218,15 @@ func (b *builder) portVirtualHosts(port uint32, svcs []*model.Service, mesh *mes
 }
 
 // selectsService reports whether one of hosts names a service of byHost
-// (a wildcard on either side matching), as Istio's selectVirtualServices.
-func selectsService(hosts []string, byHost map[string]*model.Service) bool {
+// (a wildcard on either side matching), as Istio's selectVirtualServices;
+// wildSvc says whether a host of byHost is a wildcard.
+func selectsService(hosts []string, byHost map[string]*model.Service, wildSvc bool) bool {
 	for _, h := range hosts {
 		if byHost[h] != nil {
 			return true
+		}
+		if !wildSvc && !routes.Wildcarded(h) {
+			continue
 		}
 		for sh := range byHost {
 			if (routes.Wildcarded(h) || routes.Wildcarded(sh)) && routes.HostsMatch(h, sh) {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/proto"
@@ -67,15 +68,44 @@ func (b *builder) routes(sniffed bool) []resource.Resource {
 		return out
 	}
 	seen := map[string]bool{}
+	cache := &portHostsCache{}
 	for _, e := range b.outboundEntries() {
 		if e.route == "" || seen[e.route] {
 			continue
 		}
 		seen[e.route] = true
 		port := e.svcPort.Port
-		out = append(out, b.sniffedRoute(e.route, e.svc, port, byPort[port], mesh, scope))
+		out = append(out, b.sniffedRoute(e.route, e.svc, port, byPort[port], mesh, scope, cache))
 	}
 	return out
+}
+
+// portHostsCache holds the virtual hosts of each port once built, for the
+// routes of sniffed listeners, which each take one of them.
+type portHostsCache struct {
+	mu     sync.Mutex
+	byPort map[uint32]*portHosts
+}
+
+type portHosts struct {
+	once sync.Once
+	vhs  []portVHost
+}
+
+// get returns the virtual hosts of port, building them once with build.
+func (c *portHostsCache) get(port uint32, build func() []portVHost) []portVHost {
+	c.mu.Lock()
+	if c.byPort == nil {
+		c.byPort = map[uint32]*portHosts{}
+	}
+	e, ok := c.byPort[port]
+	if !ok {
+		e = &portHosts{}
+		c.byPort[port] = e
+	}
+	c.mu.Unlock()
+	e.once.Do(func() { e.vhs = build() })
+	return e.vhs
 }
 
 // routeScope is what routes read of the proxy beyond its namespace, as
@@ -101,16 +131,21 @@ func (b *builder) routeScope(mesh *meshVS) string {
 // for any host name (whatever the Host header says, the connection went
 // to svc's address), and no catch-all, as Istio's
 // getVirtualHostsForSniffedServicePort leaves it.
-func (b *builder) sniffedRoute(name string, svc *model.Service, port uint32, svcs []*model.Service, mesh *meshVS, scope string) resource.Resource {
+func (b *builder) sniffedRoute(name string, svc *model.Service, port uint32, svcs []*model.Service, mesh *meshVS, scope string, cache *portHostsCache) resource.Resource {
 	return resource.Resource{Name: name, Key: key("rds", name, scope), Encode: func() ([]byte, error) {
 		w, err := routeConfigurationWire(name)
 		if err != nil {
 			return nil, err
 		}
-		var picked []portVHost
-		for _, vh := range b.portVirtualHosts(port, svcs, mesh) {
-			if slices.Contains(vh.domains, svc.Hostname) || slices.Contains(vh.domains, name) {
-				picked = append(picked, vh)
+		// Without VirtualServices, svc's virtual host is its default
+		// route's.
+		picked := []portVHost{{name: name, svc: svc}}
+		if mesh != nil {
+			picked = nil
+			for _, vh := range cache.get(port, func() []portVHost { return b.portVirtualHosts(port, svcs, mesh) }) {
+				if slices.Contains(vh.domains, svc.Hostname) || slices.Contains(vh.domains, name) {
+					picked = append(picked, vh)
+				}
 			}
 		}
 		if w, err = b.appendVirtualHosts(w, port, picked, len(picked) == 1); err != nil {
