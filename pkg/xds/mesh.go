@@ -10,6 +10,8 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/authn/keyfetch"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/envoygen"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/routes"
 )
 
 // MeshSource is the mesh configuration (Istio's MeshConfig, the istio
@@ -26,6 +28,7 @@ type meshState struct {
 	cfg   *meshv1alpha1.MeshConfig // nil: Istio's defaults
 	keys  *keyfetch.JWKSSnapshot   // RequestAuthentication key sets; nil: none fetched
 	envoy *envoygen.Generator
+	grpc  *grpcgen.Generator // proxyless gRPC's, with the same route settings
 }
 
 func (s *Server) newMeshState(mc *meshv1alpha1.MeshConfig, keys *keyfetch.JWKSSnapshot) *meshState {
@@ -36,7 +39,7 @@ func (s *Server) newMeshState(mc *meshv1alpha1.MeshConfig, keys *keyfetch.JWKSSn
 	if keys != nil {
 		g.Keys = keys
 	}
-	return &meshState{cfg: mc, keys: keys, envoy: g}
+	return &meshState{cfg: mc, keys: keys, envoy: g, grpc: &grpcgen.Generator{TrustDomain: s.cfg.TrustDomain, Routes: m.Routes}}
 }
 
 // applyMesh makes mc the mesh configuration the next push is built with.
@@ -96,6 +99,10 @@ func envoyMesh(mc *meshv1alpha1.MeshConfig) envoygen.Mesh {
 			MinProtocolVersion: minTLSVersion(mc.GetTlsDefaults().GetMinProtocolVersion()),
 		},
 		GatewayTopology: gatewayTopology(mc.GetDefaultConfig().GetGatewayTopology()),
+		Routes: routes.Options{
+			DefaultRetry:    mc.GetDefaultHttpRetryPolicy(),
+			DefaultExportTo: mc.GetDefaultVirtualServiceExportTo(),
+		},
 	}
 }
 

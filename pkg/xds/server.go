@@ -438,6 +438,7 @@ func (s *Server) reportPolicies(snap *model.Snapshot) {
 			s.log.Warn("destination rule merged with another", "rule", n.Rule.Namespace+"/"+n.Rule.Name, "problem", msg)
 		}
 	}
+	s.reportMeshRoutes(snap, closed, current)
 	s.reported = current
 }
 

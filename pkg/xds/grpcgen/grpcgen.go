@@ -24,6 +24,7 @@ import (
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/routes"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 )
 
@@ -58,6 +59,9 @@ type Resource = resource.Resource
 // Generator generates resources for proxyless gRPC.
 type Generator struct {
 	TrustDomain spiffeid.TrustDomain
+	// Routes are the mesh settings of VirtualService translation (mesh
+	// config defaultHttpRetryPolicy and defaultVirtualServiceExportTo).
+	Routes routes.Options
 }
 
 // Generate returns the resources of typeURL that proxy asked for in names
@@ -113,14 +117,9 @@ func hostPort(host string, port uint32) string {
 	return host + ":" + strconv.FormatUint(uint64(port), 10)
 }
 
-// parseClusterName reads "outbound|<port>||<host>"; subsets are not
-// supported.
-func parseClusterName(name string) (host string, port uint32, ok bool) {
-	host, subset, port, ok := resource.ParseClusterName(name)
-	if !ok || subset != "" {
-		return "", 0, false
-	}
-	return host, port, true
+// parseClusterName reads "outbound|<port>|<subset>|<host>".
+func parseClusterName(name string) (host, subset string, port uint32, ok bool) {
+	return resource.ParseClusterName(name)
 }
 
 // lookup resolves "<host>[:<port>]" to a service that the workloads of
