@@ -10,6 +10,7 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/authn/keyfetch"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/envoygen"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/routes"
 )
 
 // MeshSource is the mesh configuration (Istio's MeshConfig, the istio
@@ -96,6 +97,10 @@ func envoyMesh(mc *meshv1alpha1.MeshConfig) envoygen.Mesh {
 			MinProtocolVersion: minTLSVersion(mc.GetTlsDefaults().GetMinProtocolVersion()),
 		},
 		GatewayTopology: gatewayTopology(mc.GetDefaultConfig().GetGatewayTopology()),
+		Routes: routes.Options{
+			DefaultRetry:    mc.GetDefaultHttpRetryPolicy(),
+			DefaultExportTo: mc.GetDefaultVirtualServiceExportTo(),
+		},
 	}
 }
 

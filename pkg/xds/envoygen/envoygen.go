@@ -54,6 +54,7 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/reqauthn"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/routes"
 )
 
 // Proxy is what generation needs to know of the requesting sidecar. Two
@@ -107,6 +108,10 @@ type Mesh struct {
 	// GatewayTopology is mesh config defaultConfig.gatewayTopology, read
 	// by routers' HTTP connection managers.
 	GatewayTopology GatewayTopology
+	// Routes are the mesh-wide settings of the VirtualService translation
+	// (defaultHttpRetryPolicy, defaultVirtualServiceExportTo), read by
+	// routers' routes and TCP and TLS chains.
+	Routes routes.Options
 }
 
 // TLSDefaults are mesh config tlsDefaults.
