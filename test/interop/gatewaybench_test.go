@@ -78,9 +78,8 @@ func BenchmarkGatewayGeneration(b *testing.B) {
 			}
 		})
 		b.Run(fmt.Sprintf("bulwark/gateways=%d", n), func(b *testing.B) {
-			base := ourSnapshot(b, objects, "")
-			ours := gatewayCase{}
-			snap, g, p := ourRouterSetup(base, cfgs, ours, pod)
+			snap := ourSnapshot(b, objects, benchGateways(n))
+			g, p := ourRouterSetup(gatewayCase{}, pod)
 			var version [sha256.Size]byte
 			for b.Loop() {
 				size := 0
