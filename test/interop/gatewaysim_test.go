@@ -154,7 +154,8 @@ func quoteAll(hosts []string) string {
 
 // gatewayCases mirror Istio's gateway simulation tests for Gateways no
 // VirtualService is bound to, across the TLS modes and host and SNI
-// matching. (Cases with VirtualServices come with their translation.)
+// matching; gatewayVSCases (gatewaysimvs_test.go) add those with
+// VirtualServices.
 var gatewayCases = []gatewayCase{{
 	name:   "TestHTTPGateway/no virtual services",
 	config: istioGateway("gateway", "default", plainServer(80, "foo.bar")),
@@ -290,9 +291,15 @@ spec:
 // routes and clusters, each cluster's TLS and load assignment, Istio's
 // validators on our configuration, and what
 // the simulator does not judge: each terminating chain's
-// DownstreamTlsContext, SNI match and connection manager, field by field.
+// DownstreamTlsContext, SNI match and connection manager, each TCP
+// chain's network filters and tcp_proxy destinations (weights), and
+// every virtual host's routes (header matches, weights, redirects),
+// field by field.
 func TestGatewaySimulation(t *testing.T) {
 	quietIstioLogs(t)
+	if len(gatewayCases) < 30 {
+		t.Fatalf("%d gateway cases, want at least 30", len(gatewayCases))
+	}
 	objects := decodeKube(t, gatewayWorld)
 	var gwPod *corev1.Pod
 	for _, o := range objects {
