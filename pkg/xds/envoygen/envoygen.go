@@ -148,6 +148,9 @@ type Generator struct {
 	// in jwt_authn; nil (or a key set not held) gives the issuer's
 	// provider a key set that rejects every token.
 	Keys reqauthn.Keys
+
+	// memo keeps routers' route configurations per snapshot.
+	memo routeMemo
 }
 
 // Generate returns the resources of typeURL that p asked for in names

@@ -21,16 +21,24 @@ func (b *builder) gatewayRoutes() []resource.Resource {
 	var out []resource.Resource
 	for _, name := range slices.Sorted(maps.Keys(m.routes)) {
 		servers := m.routes[name]
+		k := key("rds", "router", name, b.routerScope())
 		out = append(out, resource.Resource{
 			Name: name,
-			Key:  key("rds", "router", name, b.routerScope()),
+			Key:  k,
 			Build: func() (proto.Message, error) {
-				rc, _ := b.gatewayRoute(name, servers)
+				rc, _ := b.memoRoute(k, name, servers)
 				return rc, nil
 			},
 		})
 	}
 	return out
+}
+
+// memoRoute is gatewayRoute, built once per snapshot and resource key k.
+func (b *builder) memoRoute(k, name string, servers []*gwServer) (*route.RouteConfiguration, []routes.Problem) {
+	return b.g.memo.get(b.snap, k, func() (*route.RouteConfiguration, []routes.Problem) {
+		return b.gatewayRoute(name, servers)
+	})
 }
 
 // gatewayRoute is the route configuration name of servers, with what of
@@ -65,8 +73,9 @@ func (g *Generator) RouteProblems(snap *model.Snapshot, p *Proxy) []routes.Probl
 	b := &builder{g: g, snap: snap, p: p}
 	m := b.merged()
 	out := slices.Clone(m.routeProblems)
+	scope := b.routerScope()
 	for _, name := range slices.Sorted(maps.Keys(m.routes)) {
-		_, ps := b.gatewayRoute(name, m.routes[name])
+		_, ps := b.memoRoute(key("rds", "router", name, scope), name, m.routes[name])
 		out = append(out, ps...)
 	}
 	return out
