@@ -67,7 +67,12 @@ http:
 // select, by Istio's generator and by envoygen, on the same objects; as
 // BenchmarkSidecarGeneration, each push starts from nothing built.
 // Cases "gateways=n" have no VirtualService (every route is a server's
-// blackhole one); "vs=n" are benchVirtualServices(n).
+// blackhole one); "vs=n" are benchVirtualServices(n); "replicas=r" push
+// to r pods of the gateway at once (one Deployment's replicas): Istio
+// generates for each, as it caches no gateway listener or route; ours
+// marshal each resource once per push and key, as pkg/xds's push state
+// does (pushState.resource), so replicas share it. bytes/push is one
+// replica's.
 func BenchmarkGatewayGeneration(b *testing.B) {
 	objects := decodeKube(b, gatewayWorld)
 	var pod *corev1.Pod
@@ -76,13 +81,16 @@ func BenchmarkGatewayGeneration(b *testing.B) {
 			pod = p
 		}
 	}
+	vs1000 := benchVirtualServices(1000)
 	for _, bc := range []struct {
-		name   string
-		config string
+		name     string
+		config   string
+		replicas int
 	}{
-		{"gateways=100", benchGateways(100)},
-		{"gateways=500", benchGateways(500)},
-		{"vs=1000", benchVirtualServices(1000)},
+		{"gateways=100", benchGateways(100), 1},
+		{"gateways=500", benchGateways(500), 1},
+		{"vs=1000", vs1000, 1},
+		{"vs=1000/replicas=10", vs1000, 10},
 	} {
 		cfgs, _, err := crd.ParseInputs(bc.config)
 		if err != nil {
@@ -94,8 +102,13 @@ func BenchmarkGatewayGeneration(b *testing.B) {
 		b.Run("istio/"+bc.name, func(b *testing.B) {
 			silenceIstioLogs(b)
 			s := xds.NewFakeDiscoveryServer(b, xds.FakeOptions{Configs: cfgs, KubernetesObjectString: gatewayWorld, MeshConfig: gatewayMeshConfig()})
-			proxy := istioRouter(s, pod, false)
-			routes := xdstest.ExtractRoutesFromListeners(s.Listeners(proxy))
+			var proxies []*istiomodel.Proxy
+			for i := range bc.replicas {
+				replica := pod.DeepCopy()
+				replica.Name = fmt.Sprintf("%s-%d", pod.Name, i)
+				proxies = append(proxies, istioRouter(s, replica, false))
+			}
+			routes := xdstest.ExtractRoutesFromListeners(s.Listeners(proxies[0]))
 			watched := map[string]*istiomodel.WatchedResource{
 				v3.RouteType: {TypeUrl: v3.RouteType, ResourceNames: sets.New(routes...)},
 			}
@@ -104,13 +117,17 @@ func BenchmarkGatewayGeneration(b *testing.B) {
 				s.Discovery.Cache.ClearAll()
 				b.StartTimer()
 				size := 0
-				for _, typeURL := range []string{v3.ListenerType, v3.RouteType} {
-					res, _, err := s.Discovery.Generators[typeURL].Generate(proxy, watched[typeURL], &istiomodel.PushRequest{Push: s.PushContext(), Forced: true})
-					if err != nil || len(res) == 0 {
-						b.Fatalf("%s: %d resources, %v", typeURL, len(res), err)
-					}
-					for _, r := range res {
-						size += len(r.GetResource().GetValue())
+				for i, proxy := range proxies {
+					for _, typeURL := range []string{v3.ListenerType, v3.RouteType} {
+						res, _, err := s.Discovery.Generators[typeURL].Generate(proxy, watched[typeURL], &istiomodel.PushRequest{Push: s.PushContext(), Forced: true})
+						if err != nil || len(res) == 0 {
+							b.Fatalf("%s: %d resources, %v", typeURL, len(res), err)
+						}
+						for _, r := range res {
+							if i == 0 {
+								size += len(r.GetResource().GetValue())
+							}
+						}
 					}
 				}
 				b.ReportMetric(float64(size), "bytes/push")
@@ -124,18 +141,27 @@ func BenchmarkGatewayGeneration(b *testing.B) {
 				// snapshot, and each push here starts from nothing built.
 				g, p := ourRouterSetup(gatewayCase{}, pod)
 				size := 0
-				for _, typeURL := range []string{resource.ListenerType, resource.RouteType} {
-					res := g.Generate(snap, p, typeURL, nil, true)
-					if len(res) == 0 {
-						b.Fatalf("%s: no resources", typeURL)
-					}
-					for _, r := range res {
-						raw, err := r.Marshal()
-						if err != nil {
-							b.Fatal(err)
+				marshalled := map[string][]byte{}
+				for i := range bc.replicas {
+					for _, typeURL := range []string{resource.ListenerType, resource.RouteType} {
+						res := g.Generate(snap, p, typeURL, nil, true)
+						if len(res) == 0 {
+							b.Fatalf("%s: no resources", typeURL)
 						}
-						version = sha256.Sum256(raw)
-						size += len(raw)
+						for _, r := range res {
+							raw, ok := marshalled[r.Key]
+							if !ok {
+								var err error
+								if raw, err = r.Marshal(); err != nil {
+									b.Fatal(err)
+								}
+								marshalled[r.Key] = raw
+								version = sha256.Sum256(raw)
+							}
+							if i == 0 {
+								size += len(raw)
+							}
+						}
 					}
 				}
 				b.ReportMetric(float64(size), "bytes/push")
