@@ -108,9 +108,9 @@ type Mesh struct {
 	// GatewayTopology is mesh config defaultConfig.gatewayTopology, read
 	// by routers' HTTP connection managers.
 	GatewayTopology GatewayTopology
-	// Routes are the mesh settings of VirtualService translation (mesh
-	// config defaultHttpRetryPolicy and defaultVirtualServiceExportTo),
-	// read by sidecars' routes.
+	// Routes are the mesh-wide settings of the VirtualService translation
+	// (defaultHttpRetryPolicy, defaultVirtualServiceExportTo), read by
+	// sidecars' routes and by routers' routes and TCP and TLS chains.
 	Routes routes.Options
 }
 
@@ -148,6 +148,9 @@ type Generator struct {
 	// in jwt_authn; nil (or a key set not held) gives the issuer's
 	// provider a key set that rejects every token.
 	Keys reqauthn.Keys
+
+	// memo keeps routers' route configurations per snapshot.
+	memo routeMemo
 }
 
 // Generate returns the resources of typeURL that p asked for in names
