@@ -8,17 +8,20 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/version"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -101,7 +104,12 @@ type Controller struct {
 	// bySecret lists the cluster IDs each secret registered.
 	bySecret map[types.NamespacedName][]string
 	ctx      context.Context // Run's, for the sync probes
+	synced   atomic.Bool
 }
+
+// HasSynced reports whether the remote secrets have been listed once (not
+// whether the remote clusters answered).
+func (c *Controller) HasSynced() bool { return c.synced.Load() }
 
 // New returns a Controller. It does no I/O and starts nothing.
 func New(cfg Config) (*Controller, error) {
@@ -187,6 +195,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
 		return nil
 	}
+	c.synced.Store(true)
 	for {
 		key, shutdown := c.queue.Get()
 		if shutdown {
@@ -355,7 +364,11 @@ func (c *Controller) setStatus(cl *Cluster, from, to string) bool {
 // probeRetry spaces the contacts with a remote that refused.
 const probeRetry = time.Second
 
-// probe asks for the server version until it answers or ctx ends.
+// maxVersionBody bounds the /version answer a remote may send.
+const maxVersionBody = 64 << 10
+
+// probe asks for the server version until a well-formed one comes back or
+// ctx ends: an answer that is not a Kubernetes version is no answer.
 func probe(ctx context.Context, client kubernetes.Interface) error {
 	for {
 		rc := client.Discovery().RESTClient()
@@ -363,7 +376,7 @@ func probe(ctx context.Context, client kubernetes.Interface) error {
 		if rc == nil {
 			_, err = client.Discovery().ServerVersion()
 		} else {
-			err = rc.Get().AbsPath("/version").Do(ctx).Error()
+			err = versionOf(rc.Get().AbsPath("/version").Do(ctx).Raw())
 		}
 		if err == nil {
 			return nil
@@ -374,4 +387,22 @@ func probe(ctx context.Context, client kubernetes.Interface) error {
 		case <-time.After(probeRetry):
 		}
 	}
+}
+
+// versionOf checks a /version answer.
+func versionOf(body []byte, err error) error {
+	if err != nil {
+		return err
+	}
+	if len(body) > maxVersionBody {
+		return fmt.Errorf("version: %d bytes, limit %d", len(body), maxVersionBody)
+	}
+	var v version.Info
+	if err := json.Unmarshal(body, &v); err != nil {
+		return fmt.Errorf("version: %w", err)
+	}
+	if v.GitVersion == "" {
+		return errors.New("version: no gitVersion")
+	}
+	return nil
 }

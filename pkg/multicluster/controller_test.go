@@ -34,10 +34,15 @@ type recorder struct {
 	mu   sync.Mutex
 	seen []string
 	hang bool
+	// garbage: answer every request with bytes that are no API response.
+	garbage bool
 }
 
 func newRecorder(t *testing.T, hang bool) *recorder {
-	r := &recorder{hang: hang}
+	return startRecorder(t, &recorder{hang: hang})
+}
+
+func startRecorder(t *testing.T, r *recorder) *recorder {
 	r.srv = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(io.LimitReader(req.Body, 1<<20))
 		var b bytes.Buffer
@@ -47,6 +52,11 @@ func newRecorder(t *testing.T, hang bool) *recorder {
 		r.mu.Unlock()
 		if r.hang {
 			<-req.Context().Done()
+			return
+		}
+		if r.garbage {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(bytes.Repeat([]byte{0xff, '{', 0}, 4096))
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -100,6 +110,9 @@ func start(t *testing.T, tweak func(*Config)) *harness {
 			t.Errorf("Run: %v", err)
 		}
 	})
+	// The fake clientset's watch does not resume from the list's version:
+	// objects created between the list and the watch would be missed.
+	h.eventually("secrets listed", c.HasSynced)
 	return h
 }
 
@@ -284,13 +297,15 @@ func TestKubeconfigNamingFilesNeverSendsThemToItsServer(t *testing.T) {
 func TestHangingRemoteTimesOutAndOthersSync(t *testing.T) {
 	h := start(t, func(c *Config) { c.SyncTimeout = 300 * time.Millisecond })
 	hang := newRecorder(t, true)
+	garbage := startRecorder(t, &recorder{garbage: true})
 	ok := newRecorder(t, false)
 	h.apply(secret("hang", map[string][]byte{"hang": hang.kubeconfig("t")}))
+	h.apply(secret("garbage", map[string][]byte{"garbage": garbage.kubeconfig("t")}))
 	h.apply(secret("ok", map[string][]byte{"ok": ok.kubeconfig("t")}))
-	h.eventually("hang times out, ok syncs", func() bool {
-		return h.status("hang") == StatusTimeout && h.status("ok") == StatusSynced
+	h.eventually("hang and garbage time out, ok syncs", func() bool {
+		return h.status("hang") == StatusTimeout && h.status("garbage") == StatusTimeout && h.status("ok") == StatusSynced
 	})
-	if got := testutil.ToFloat64(h.c.metrics.timeouts); got != 1 {
+	if got := testutil.ToFloat64(h.c.metrics.timeouts); got != 2 {
 		t.Fatalf("remote_cluster_sync_timeouts_total = %v", got)
 	}
 	if _, ok := h.c.Client("hang"); !ok {
@@ -335,7 +350,7 @@ func TestClustersBeyondTheLimitAreRefused(t *testing.T) {
 		id := fmt.Sprintf("c%d", i)
 		h.apply(secret("s"+id, map[string][]byte{id: r.kubeconfig("t")}))
 	}
-	h.eventually("two refusals", func() bool { return h.logs.Count("too many remote clusters") == 2 })
+	h.eventually("two refusals", func() bool { return h.logs.Count("too many remote clusters") >= 2 })
 	if got := len(h.c.Clusters()); got != 3 {
 		t.Fatalf("%d clusters registered, limit 3", got)
 	}
