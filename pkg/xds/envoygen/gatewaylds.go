@@ -180,6 +180,7 @@ func (b *builder) gatewayHCMShape(httpFilters []*hcm.HttpFilter) ([]byte, error)
 		}
 	}
 	commonHCM(m)
+	b.g.Telemetry.hcm(m, gatewayClass)
 	m.UseRemoteAddress = wrapperspb.Bool(true)
 	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 	if err != nil {
