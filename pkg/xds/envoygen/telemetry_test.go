@@ -18,7 +18,7 @@ func TestTelemetryFromMesh(t *testing.T) {
 		metrics bool
 	}{
 		"no mesh config has metrics, as Istio installs it": {nil, true},
-		"no defaultProviders has metrics":                   {&meshv1alpha1.MeshConfig{}, true},
+		"no defaultProviders has metrics":                  {&meshv1alpha1.MeshConfig{}, true},
 		"empty defaultProviders.metrics has none": {&meshv1alpha1.MeshConfig{
 			DefaultProviders: &meshv1alpha1.MeshConfig_DefaultProviders{}}, false},
 		"the built-in prometheus provider": {&meshv1alpha1.MeshConfig{
