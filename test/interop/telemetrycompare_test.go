@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -17,9 +18,14 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/anypb"
 	meshconfig "istio.io/api/mesh/v1alpha1"
+	networkingv1 "istio.io/api/networking/v1"
 	"istio.io/istio/pilot/pkg/config/kube/crd"
+	"istio.io/istio/pilot/pkg/model"
+	"istio.io/istio/pilot/pkg/networking/core"
 	"istio.io/istio/pilot/test/xds"
+	"istio.io/istio/pkg/config"
 	"istio.io/istio/pkg/config/mesh"
+	"istio.io/istio/pkg/config/schema/gvk"
 
 	"github.com/bulwark-mesh/bulwark/pkg/xds/envoygen"
 )
@@ -129,6 +135,9 @@ func istioServerWithMesh(t *testing.T, sc sidecarScenario, m *meshconfig.MeshCon
 type telemetryComparison struct {
 	t      *testing.T
 	counts map[string]int
+	// class names the chains of every listener compared ("gateway");
+	// empty, a sidecar's are inbound or outbound by their listener.
+	class string
 }
 
 func (c *telemetryComparison) errorf(format string, args ...any) {
@@ -150,7 +159,10 @@ func (c *telemetryComparison) listeners(pod string, istio, ours []*listenerv3.Li
 		where := pod + " " + il.GetName()
 		c.accessLogs(where+" listener", il.GetAccessLog(), ol.GetAccessLog())
 		dir := "outbound"
-		if il.GetName() == "virtualInbound" {
+		switch {
+		case c.class != "":
+			dir = c.class
+		case il.GetName() == "virtualInbound":
 			dir = "inbound"
 		}
 		for _, ic := range il.GetFilterChains() {
@@ -308,4 +320,45 @@ func httpFilterNames(fs []*hcmv3.HttpFilter) []string {
 // another order.
 func protoEqual(x, y proto.Message) bool {
 	return cmp.Equal(x, y, protocmp.Transform())
+}
+
+// TestGatewayTelemetryFiltersMatchIstio is TestTelemetryFiltersMatchIstio
+// for a router: the listener of a Gateway's plaintext HTTP server, under
+// Istio's installed mesh config with a text access log, compared with
+// what Istio's generator gives the gateway (its ListenerClassGateway:
+// the client's side of the metadata exchange, istio.stats not reading the
+// Host header, the listener's own access log).
+func TestGatewayTelemetryFiltersMatchIstio(t *testing.T) {
+	quietIstioLogs(t)
+	servers := []*networkingv1.Server{{
+		Port:  &networkingv1.Port{Number: 80, Name: "http", Protocol: "HTTP"},
+		Hosts: []string{"*"},
+	}}
+	m := mesh.DefaultMeshConfig()
+	m.DefaultProviders = &meshconfig.MeshConfig_DefaultProviders{Metrics: []string{"prometheus"}}
+	m.AccessLogFile = "/dev/stdout"
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	cg := core.NewConfigGenTest(t, core.TestOptions{MeshConfig: m, Configs: []config.Config{{
+		Meta: config.Meta{GroupVersionKind: gvk.Gateway, Name: "gateway", Namespace: gwNs, CreationTimestamp: base},
+		Spec: &networkingv1.Gateway{Selector: gwLabels, Servers: servers},
+	}}})
+	cg.ConfigGen.MeshConfigChanged(m)
+	t.Cleanup(func() { cg.ConfigGen.MeshConfigChanged(m) })
+	proxy := cg.SetupProxy(&model.Proxy{
+		Type: model.Router, ConfigNamespace: gwNs, Labels: gwLabels, ID: "gw.istio-system",
+		Metadata: &model.NodeMetadata{Namespace: gwNs, Labels: gwLabels},
+	})
+	snap, _ := ourGatewayWorld(gwRouteCase{}, servers)
+	tel, err := envoygen.NewTelemetry(envoygen.TelemetryFromMesh(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &envoygen.Generator{TrustDomain: spiffeid.RequireTrustDomainFromString(trustDomain), Telemetry: tel}
+	ours := ourResources(t, g, snap, &envoygen.Proxy{Router: true, Namespace: gwNs, Labels: gwLabels})
+	c := &telemetryComparison{t: t, counts: map[string]int{}, class: "gateway"}
+	c.listeners("gateway", cg.Listeners(proxy), ours.listeners)
+	t.Logf("compared: %v", c.counts)
+	if c.counts["gateway http"] != 1 || c.counts["istio.stats"] != 1 || c.counts["istio.metadata_exchange"] != 1 || c.counts["logged"] != 2 {
+		t.Errorf("compared %v, want one HTTP chain with its two telemetry filters, its log and the listener's", c.counts)
+	}
 }

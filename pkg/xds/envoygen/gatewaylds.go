@@ -86,6 +86,7 @@ func (b *builder) gatewayListener(name string, l *gwListener, policies []*model.
 		Name:             name,
 		Address:          socketAddress("0.0.0.0", l.port),
 		TrafficDirection: core.TrafficDirection_OUTBOUND,
+		AccessLog:        b.g.Telemetry.listenerLogs(),
 	}
 	if b.g.Mesh.GatewayTopology.ProxyProtocol {
 		lf, err := listenerFilter(proxyProtocolFilterName, &proxyprotocol.ProxyProtocol{})
