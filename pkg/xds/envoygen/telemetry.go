@@ -317,8 +317,8 @@ func (t *Telemetry) Metrics() bool { return t != nil && t.cfg.Metrics }
 // first (before authorization, which may read the peer), istio.stats just
 // before the router, and the access log.
 func (t *Telemetry) hcm(m *hcm.HttpConnectionManager, c telemetryClass) {
-	if t == nil {
-		return
+	if t == nil || len(m.HttpFilters) == 0 {
+		return // no router: not a connection manager generation makes
 	}
 	filters := make([]*hcm.HttpFilter, 0, len(m.HttpFilters)+2)
 	filters = append(filters, t.httpMX[c])
