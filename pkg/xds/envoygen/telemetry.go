@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 
 	udpa "github.com/cncf/xds/go/udpa/type/v1"
 	accesslog "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
@@ -114,7 +115,7 @@ func NewTelemetry(c TelemetryConfig) (*Telemetry, error) {
 		}
 		// The server's side and a gateway do not take the destination
 		// service from the Host header.
-		a, err := anypb.New(&stats.PluginConfig{DisableHostHeaderFallback: class != sidecarOutbound})
+		a, err := deterministicAny(&stats.PluginConfig{DisableHostHeaderFallback: class != sidecarOutbound})
 		if err != nil {
 			return nil, fmt.Errorf("stats filter: %w", err)
 		}
@@ -160,9 +161,21 @@ func typedStruct(typeURL string, fields map[string]any) (*anypb.Any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", typeURL, err)
 	}
-	a, err := anypb.New(&udpa.TypedStruct{TypeUrl: typeURL, Value: v})
+	a, err := deterministicAny(&udpa.TypedStruct{TypeUrl: typeURL, Value: v})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", typeURL, err)
+	}
+	return a, nil
+}
+
+// deterministicAny packs m with its map entries in a fixed order, so
+// that equal configurations have equal bytes, whenever built: a
+// resource's version is the hash of its bytes, and one that changes
+// without cause is pushed again to every proxy.
+func deterministicAny(m proto.Message) (*anypb.Any, error) {
+	a := &anypb.Any{}
+	if err := anypb.MarshalFrom(a, m, proto.MarshalOptions{Deterministic: true}); err != nil {
+		return nil, err
 	}
 	return a, nil
 }
@@ -186,13 +199,13 @@ func mxConfig() (*anypb.Any, error) {
 // always sets them: the client's side of the TCP metadata exchange, which
 // begins when the server's sidecar accepts the "istio-peer-exchange" ALPN
 // that outbound mTLS offers first.
-func clusterFilters() ([]*cluster.Filter, error) {
+var clusterFilters = sync.OnceValues(func() ([]*cluster.Filter, error) {
 	a, err := mxConfig()
 	if err != nil {
 		return nil, err
 	}
 	return []*cluster.Filter{{Name: mxFilterName, TypedConfig: a}}, nil
-}
+})
 
 // httpMetadataExchange is the HTTP peer metadata filter: the client sends
 // its own metadata in headers and learns the server's from the response
@@ -299,7 +312,7 @@ func fileAccessLog(c TelemetryConfig) (*accesslog.AccessLog, error) {
 		}
 		format.Formatters = []*core.TypedExtensionConfig{f}
 	}
-	a, err := anypb.New(&fileaccesslog.FileAccessLog{
+	a, err := deterministicAny(&fileaccesslog.FileAccessLog{
 		Path:            c.AccessLogFile,
 		AccessLogFormat: &fileaccesslog.FileAccessLog_LogFormat{LogFormat: format},
 	})

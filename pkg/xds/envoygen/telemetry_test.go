@@ -218,3 +218,33 @@ func checkChainTelemetry(t *testing.T, cfg TelemetryConfig, listenerName string,
 		t.Errorf("%s: %d access logs, want logging %v", where, got.logs, want)
 	}
 }
+
+// TestTelemetryBytesDoNotChangeBetweenBuilds: the filters of equal
+// configurations marshal to equal bytes, maps included (the JSON format,
+// the metadata exchange's Struct), so a mesh config change elsewhere
+// does not change every resource's version.
+func TestTelemetryBytesDoNotChangeBetweenBuilds(t *testing.T) {
+	cfg := TelemetryConfig{Metrics: true, AccessLogFile: "/dev/stdout", AccessLogJSON: true}
+	var first *Telemetry
+	for range 5 {
+		tel, err := NewTelemetry(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first == nil {
+			first = tel
+			continue
+		}
+		if string(tel.accessLogWire) != string(first.accessLogWire) {
+			t.Error("access log bytes differ between builds")
+		}
+		for c := range telemetryClasses {
+			if string(tel.httpMX[c].GetTypedConfig().GetValue()) != string(first.httpMX[c].GetTypedConfig().GetValue()) {
+				t.Errorf("class %d: metadata exchange bytes differ between builds", c)
+			}
+		}
+		if string(tel.tcpMX.GetTypedConfig().GetValue()) != string(first.tcpMX.GetTypedConfig().GetValue()) {
+			t.Error("TCP metadata exchange bytes differ between builds")
+		}
+	}
+}
