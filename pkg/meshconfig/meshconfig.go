@@ -45,6 +45,8 @@ import (
 const (
 	MaxBytes              = 1 << 20
 	MaxTrustDomainAliases = 64
+	// MaxAccessLogFormat bounds accessLogFormat, a line's format.
+	MaxAccessLogFormat = 16 << 10
 )
 
 // Defaults are the values that depend on how istiod runs.
@@ -258,6 +260,9 @@ func Validate(mc *meshv1alpha1.MeshConfig) error {
 		default:
 			return fmt.Errorf("mesh config outboundTrafficPolicy.mode %d: want REGISTRY_ONLY or ALLOW_ANY", p.GetMode())
 		}
+	}
+	if n := len(mc.GetAccessLogFormat()); n > MaxAccessLogFormat {
+		return fmt.Errorf("mesh config accessLogFormat: %d bytes, more than the limit of %d", n, MaxAccessLogFormat)
 	}
 	if addr := mc.GetDefaultConfig().GetDiscoveryAddress(); addr != "" {
 		if err := validateHostPort(addr); err != nil {

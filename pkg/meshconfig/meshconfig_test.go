@@ -161,6 +161,9 @@ func TestParseRejectsBadDocumentsWithAClearReason(t *testing.T) {
 		"a discovery address without a port":    {yaml: "defaultConfig: {discoveryAddress: istiod.istio-system.svc}\n", want: "discoveryAddress"},
 		"a discovery address with port 0":       {yaml: "defaultConfig: {discoveryAddress: \"istiod:0\"}\n", want: "port \"0\""},
 		"a discovery address with a bad host":   {yaml: "defaultConfig: {discoveryAddress: \"is tiod:15012\"}\n", want: "host"},
+		"an access log format over the bound": {
+			yaml: "accessLogFormat: \"" + strings.Repeat("x", MaxAccessLogFormat+1) + "\"\n", want: "accessLogFormat",
+		},
 		"too many aliases": {
 			yaml: "trustDomainAliases: [" + strings.Repeat("a.b,", MaxTrustDomainAliases) + "x.y]\n",
 			want: "", // repeated aliases collapse: only distinct ones count

@@ -77,7 +77,7 @@ func outboundFallback(t *testing.T, r *discovery.DiscoveryResponse) string {
 		}
 		for _, fc := range l.GetFilterChains() {
 			if fc.GetName() == "virtualOutbound-catchall-tcp" {
-				return unmarshal[*tcpproxy.TcpProxy](t, fc.GetFilters()[0].GetTypedConfig(), &tcpproxy.TcpProxy{}).GetCluster()
+				return unmarshal[*tcpproxy.TcpProxy](t, fc.GetFilters()[len(fc.GetFilters())-1].GetTypedConfig(), &tcpproxy.TcpProxy{}).GetCluster()
 			}
 		}
 	}

@@ -91,6 +91,9 @@ func TestPilotAgentEnvoy(t *testing.T) {
 	t.Run("Istio's simulator routes inbound mTLS and outbound HTTP on what the stand-in received", func(t *testing.T) {
 		checkStandinSimulation(t, st, w, svc)
 	})
+	t.Run("Istio's telemetry filters reach the stand-in: metadata exchange and istio.stats on every inbound chain, the exchange on outbound clusters", func(t *testing.T) {
+		checkStandinTelemetry(t, st)
+	})
 	t.Run("istiod's syncz shows the sidecar's stream with every type ACKed", func(t *testing.T) {
 		waitSynced(t, p.MonitoringAddr, w)
 	})

@@ -150,6 +150,8 @@ func originalDst(name string, inbound bool) *cluster.Cluster {
 		c.UpstreamBindConfig = &core.BindConfig{SourceAddress: &core.SocketAddress{
 			Address: inboundBindAddress, PortSpecifier: &core.SocketAddress_PortValue{PortValue: 0},
 		}}
+	} else {
+		c.Filters, _ = clusterFilters() // constant fields always marshal
 	}
 	return c
 }
@@ -392,6 +394,10 @@ func edsClusterShape(upstream upstreamProtocol) (*cluster.Cluster, error) {
 		ConnectTimeout:       connectTimeout,
 		LbPolicy:             cluster.Cluster_LEAST_REQUEST,
 		CircuitBreakers:      unlimited(),
+	}
+	var err error
+	if c.Filters, err = clusterFilters(); err != nil {
+		return nil, err
 	}
 	switch upstream {
 	case upstreamH2:

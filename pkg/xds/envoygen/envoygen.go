@@ -148,6 +148,9 @@ type Generator struct {
 	// in jwt_authn; nil (or a key set not held) gives the issuer's
 	// provider a key set that rejects every token.
 	Keys reqauthn.Keys
+	// Telemetry is the standard telemetry of every proxy (telemetry.go);
+	// nil adds none.
+	Telemetry *Telemetry
 
 	// memo keeps routers' route configurations per snapshot.
 	memo routeMemo

@@ -6,7 +6,6 @@ import (
 
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
-	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/bulwark-mesh/bulwark/pkg/xds/routes"
 )
@@ -47,7 +46,7 @@ func (b *builder) l4Routes(l *gwListener) []routes.Problem {
 		// A route whose chain Envoy would refuse (an SNI name it does
 		// not take) is left out alone, not the listener with it.
 		s.l4 = slices.DeleteFunc(s.l4, func(r routes.L4Route) bool {
-			fc, err := l4Chain(s, r, nil)
+			fc, err := b.g.Telemetry.l4Chain(s, r, nil)
 			if err == nil {
 				err = fc.ValidateAll()
 			}
@@ -66,16 +65,13 @@ func (b *builder) l4Routes(l *gwListener) []routes.Problem {
 // route's SNI names (PASSTHROUGH) or the server's (TLS termination),
 // the server's TLS context when it terminates, then the network RBAC
 // filters of the router's AuthorizationPolicies and tcp_proxy, as Istio
-// builds them for gateways.
-func l4Chain(s *gwServer, r routes.L4Route, rbac []*listener.Filter) (*listener.FilterChain, error) {
-	tp, err := tcpProxyTo(r)
+// builds them for gateways, with the telemetry of t.
+func (t *Telemetry) l4Chain(s *gwServer, r routes.L4Route, rbac []*listener.Filter) (*listener.FilterChain, error) {
+	filters, err := t.tcpFilters(gatewayClass, rbac, tcpProxyTo(r), true)
 	if err != nil {
 		return nil, err
 	}
-	fc := &listener.FilterChain{
-		Filters:                       append(slices.Clone(rbac), tp),
-		TransportSocketConnectTimeout: gatewayChainConnectTimeout,
-	}
+	fc := &listener.FilterChain{Filters: filters, TransportSocketConnectTimeout: gatewayChainConnectTimeout}
 	sni := r.SNIHosts
 	if !passthrough(s.server) {
 		sni = s.sni
@@ -96,7 +92,7 @@ func l4Chain(s *gwServer, r routes.L4Route, rbac []*listener.Filter) (*listener.
 // tcpProxyTo is tcp_proxy to r's destinations: its cluster's stat
 // prefix for one, the VirtualService's "<name>.<namespace>" for several
 // by weight.
-func tcpProxyTo(r routes.L4Route) (*listener.Filter, error) {
+func tcpProxyTo(r routes.L4Route) *tcpproxy.TcpProxy {
 	tp := &tcpproxy.TcpProxy{}
 	if len(r.Destinations) == 1 {
 		tp.StatPrefix = r.Destinations[0].Cluster
@@ -109,9 +105,5 @@ func tcpProxyTo(r routes.L4Route) (*listener.Filter, error) {
 		}
 		tp.ClusterSpecifier = &tcpproxy.TcpProxy_WeightedClusters{WeightedClusters: w}
 	}
-	a, err := anypb.New(tp)
-	if err != nil {
-		return nil, fmt.Errorf("tcp_proxy %s: %w", tp.StatPrefix, err)
-	}
-	return &listener.Filter{Name: tcpProxyFilterName, ConfigType: &listener.Filter_TypedConfig{TypedConfig: a}}, nil
+	return tp
 }

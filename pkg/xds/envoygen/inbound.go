@@ -201,7 +201,7 @@ func (b *builder) buildInbound(specs []chainSpec, policies []*model.Authorizatio
 	if err != nil {
 		return nil, fmt.Errorf("listener %s: %w", virtualInbound, err)
 	}
-	blackhole, err := tcpProxyFilter(blackholeCluster, blackholeCluster)
+	blackhole, err := b.g.Telemetry.tcpChain(sidecarInbound, nil, blackholeCluster, blackholeCluster, false)
 	if err != nil {
 		return nil, err
 	}
@@ -214,8 +214,9 @@ func (b *builder) buildInbound(specs []chainSpec, policies []*model.Authorizatio
 		FilterChains: []*listener.FilterChain{{
 			Name:             "virtualInbound-blackhole",
 			FilterChainMatch: &listener.FilterChainMatch{DestinationPort: wrapperspb.UInt32(virtualInboundPort)},
-			Filters:          []*listener.Filter{blackhole},
+			Filters:          blackhole,
 		}},
+		AccessLog: b.g.Telemetry.listenerLogs(),
 	}
 	for _, s := range specs {
 		fc, err := b.inboundChain(s, httpRBAC, tcpRBAC)
@@ -252,11 +253,11 @@ func (b *builder) inboundChain(s chainSpec, httpRBAC []*hcm.HttpFilter, tcpRBAC 
 		fc.TransportSocket = ts
 	}
 	if !s.http {
-		tcp, err := tcpProxyFilter(s.cluster, s.cluster)
+		filters, err := b.g.Telemetry.tcpChain(sidecarInbound, tcpRBAC, s.cluster, s.cluster, true)
 		if err != nil {
 			return nil, err
 		}
-		fc.Filters = append(slices.Clone(tcpRBAC), tcp)
+		fc.Filters = filters
 		return fc, nil
 	}
 	filters := append(slices.Clone(httpRBAC), routerFilter())
@@ -290,11 +291,12 @@ func (b *builder) inboundChain(s chainSpec, httpRBAC []*hcm.HttpFilter, tcpRBAC 
 		},
 	}
 	commonHCM(m)
+	b.g.Telemetry.hcm(m, sidecarInbound)
 	f, err := hcmFilter(m)
 	if err != nil {
 		return nil, err
 	}
-	fc.Filters = []*listener.Filter{f}
+	fc.Filters = append(b.g.Telemetry.inboundNetwork(), f)
 	return fc, nil
 }
 

@@ -26,10 +26,10 @@ const (
 func (b *builder) listeners() []resource.Resource {
 	out := []resource.Resource{b.virtualOutbound()}
 	for _, e := range b.outboundEntries() {
-		out = append(out, e.listener())
+		out = append(out, e.listener(b.g.Telemetry))
 	}
 	for _, port := range b.httpPorts() {
-		out = append(out, httpListener(port))
+		out = append(out, httpListener(port, b.g.Telemetry))
 	}
 	out = append(out, b.inboundListener())
 	// One listener per name: outboundEntries merged those of one address,
@@ -49,12 +49,12 @@ func (b *builder) namedOutboundListeners(names []string) []resource.Resource {
 	var out []resource.Resource
 	for _, e := range b.outboundEntries() {
 		if want[e.name()] {
-			out = append(out, e.listener())
+			out = append(out, e.listener(b.g.Telemetry))
 		}
 	}
 	for _, port := range b.httpPorts() {
 		if name := listenerName("0.0.0.0", port); want[name] && !slices.ContainsFunc(out, func(r resource.Resource) bool { return r.Name == name }) {
-			out = append(out, httpListener(port))
+			out = append(out, httpListener(port, b.g.Telemetry))
 		}
 	}
 	return out
@@ -88,11 +88,11 @@ func (b *builder) virtualOutbound() resource.Resource {
 		fallback = blackholeCluster
 	}
 	return resource.Resource{Name: virtualOutbound, Key: key("lds", virtualOutbound, fallback), Build: func() (proto.Message, error) {
-		loop, err := tcpProxyFilter(blackholeCluster, blackholeCluster)
+		loop, err := b.g.Telemetry.tcpChain(sidecarOutbound, nil, blackholeCluster, blackholeCluster, false)
 		if err != nil {
 			return nil, err
 		}
-		catchAll, err := tcpProxyFilter(fallback, fallback)
+		catchAll, err := b.g.Telemetry.tcpChain(sidecarOutbound, nil, fallback, fallback, true)
 		if err != nil {
 			return nil, err
 		}
@@ -105,25 +105,26 @@ func (b *builder) virtualOutbound() resource.Resource {
 				{
 					Name:             "virtualOutbound-blackhole",
 					FilterChainMatch: &listener.FilterChainMatch{DestinationPort: wrapperspb.UInt32(virtualOutboundPort)},
-					Filters:          []*listener.Filter{loop},
+					Filters:          loop,
 				},
-				{Name: "virtualOutbound-catchall-tcp", Filters: []*listener.Filter{catchAll}},
+				{Name: "virtualOutbound-catchall-tcp", Filters: catchAll},
 			},
+			AccessLog: b.g.Telemetry.listenerLogs(),
 		}, nil
 	}}
 }
 
 // httpListener routes HTTP to port by RDS route "<port>"; what is not
 // plaintext HTTP passes through.
-func httpListener(port uint32) resource.Resource {
+func httpListener(port uint32, t *Telemetry) resource.Resource {
 	name := listenerName("0.0.0.0", port)
 	routeName := strconv.FormatUint(uint64(port), 10)
 	return resource.Resource{Name: name, Key: key("lds", name), Build: func() (proto.Message, error) {
-		f, err := outboundHCM(name, routeName)
+		f, err := outboundHCM(name, routeName, t)
 		if err != nil {
 			return nil, err
 		}
-		pass, err := tcpProxyFilter(passthroughCluster, passthroughCluster)
+		pass, err := t.tcpChain(sidecarOutbound, nil, passthroughCluster, passthroughCluster, true)
 		if err != nil {
 			return nil, err
 		}
@@ -139,7 +140,7 @@ func httpListener(port uint32) resource.Resource {
 				FilterChainMatch: &listener.FilterChainMatch{TransportProtocol: transportRaw, ApplicationProtocols: plainHTTPALPNs},
 				Filters:          []*listener.Filter{f},
 			}},
-			DefaultFilterChain:               &listener.FilterChain{Name: "PassthroughFilterChain", Filters: []*listener.Filter{pass}},
+			DefaultFilterChain:               &listener.FilterChain{Name: "PassthroughFilterChain", Filters: pass},
 			ListenerFilters:                  []*listener.ListenerFilter{inspector},
 			ListenerFiltersTimeout:           durationpb.New(0),
 			ContinueOnListenerFiltersTimeout: true,
@@ -150,7 +151,7 @@ func httpListener(port uint32) resource.Resource {
 
 // outboundHCM is the HTTP connection manager of the outbound listener
 // name, routing by the RDS route routeName.
-func outboundHCM(name, routeName string) (*listener.Filter, error) {
+func outboundHCM(name, routeName string, t *Telemetry) (*listener.Filter, error) {
 	m := &hcm.HttpConnectionManager{
 		StatPrefix: "outbound_" + name,
 		RouteSpecifier: &hcm.HttpConnectionManager_Rds{Rds: &hcm.Rds{
@@ -159,6 +160,7 @@ func outboundHCM(name, routeName string) (*listener.Filter, error) {
 		HttpFilters: []*hcm.HttpFilter{alpnFilter(), routerFilter()},
 	}
 	commonHCM(m)
+	t.hcm(m, sidecarOutbound)
 	return hcmFilter(m)
 }
 
@@ -186,25 +188,36 @@ var tcpListenerShape = sync.OnceValues(func() (resource.Preencoded, error) {
 })
 
 // tcpListenerWire encodes the outbound listener name of a TCP service
-// port at addr:port, which proxies to cluster (see wire.go).
-func tcpListenerWire(name, addr string, port uint32, cluster string) ([]byte, error) {
+// port at addr:port, which proxies to cluster (see wire.go), with t's
+// istio.stats before tcp_proxy and its access log on it.
+func tcpListenerWire(name, addr string, port uint32, cluster string, t *Telemetry) ([]byte, error) {
 	shape, err := tcpListenerShape()
 	if err != nil {
 		return nil, err
 	}
 	var a, sa, fc, f, tc, v int
-	w := append(make(wire, 0, len(shape)+len(name)+len(addr)+2*len(cluster)+len(tcpProxyType)+64), shape...)
+	var statsFilter, accessLog []byte
+	if t != nil {
+		statsFilter, accessLog = t.outboundStatsWire, t.accessLogWire
+	}
+	w := append(make(wire, 0, len(shape)+len(name)+len(addr)+2*len(cluster)+len(tcpProxyType)+len(statsFilter)+len(accessLog)+72), shape...)
 	w = w.str(listenerNameField, name)
 	w, a = w.open(listenerAddress)
 	w, sa = w.open(addressSocketAddress)
 	w = w.str(socketAddressAddress, addr).varint(socketAddressPort, uint64(port)).close(sa).close(a)
 	w, fc = w.open(listenerFilterChains)
+	if statsFilter != nil {
+		w = w.message(filterChainFilters, statsFilter)
+	}
 	w, f = w.open(filterChainFilters)
 	w = w.str(filterName, tcpProxyFilterName)
 	w, tc = w.open(filterTypedConfig)
 	w = w.str(anyTypeURL, tcpProxyType)
 	w, v = w.open(anyValue)
 	w = w.str(tcpProxyStatPrefix, cluster).str(tcpProxyCluster, cluster)
+	if accessLog != nil {
+		w = w.message(tcpProxyAccessLog, accessLog)
+	}
 	return w.close(v).close(tc).close(f).close(fc), nil
 }
 
@@ -218,6 +231,7 @@ const (
 	filterTypedConfig    = 4 // Filter.typed_config
 	tcpProxyStatPrefix   = 1 // TcpProxy.stat_prefix
 	tcpProxyCluster      = 2 // TcpProxy.cluster
+	tcpProxyAccessLog    = 5 // TcpProxy.access_log
 )
 
 const tcpProxyType = "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy"

@@ -134,23 +134,23 @@ func sniffedRouteName(host string, port uint32) string {
 // listener is the entry's Listener: the tcp_proxy chain alone, or, when
 // sniffed, the HTTP chain for what the HTTP inspector calls plaintext
 // HTTP and the tcp_proxy chain as the default for everything else.
-func (e *outboundEntry) listener() resource.Resource {
+func (e *outboundEntry) listener(t *Telemetry) resource.Resource {
 	name, addr, port, cluster, route := e.name(), e.addr, e.port, e.cluster, e.route
 	if route == "" {
 		// One per TCP service port of the mesh: encoded directly.
 		return resource.Resource{Name: name, Key: key("lds", name, cluster), Encode: func() ([]byte, error) {
-			return tcpListenerWire(name, addr, port, cluster)
+			return tcpListenerWire(name, addr, port, cluster, t)
 		}}
 	}
 	return resource.Resource{Name: name, Key: key("lds", name, cluster, route), Build: func() (proto.Message, error) {
-		tcp, err := tcpProxyFilter(cluster, cluster)
+		tcp, err := t.tcpChain(sidecarOutbound, nil, cluster, cluster, true)
 		if err != nil {
 			return nil, err
 		}
 		l := outboundListenerShape()
 		l.Name, l.Address = name, socketAddress(addr, port)
-		tcpChain := &listener.FilterChain{Filters: []*listener.Filter{tcp}}
-		f, err := outboundHCM(name, route)
+		tcpChain := &listener.FilterChain{Filters: tcp}
+		f, err := outboundHCM(name, route, t)
 		if err != nil {
 			return nil, err
 		}

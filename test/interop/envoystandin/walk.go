@@ -12,7 +12,10 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	// Every extension type Envoy knows must resolve when an Any names
-	// it: Istio's list of the extensions of istio-proxy's Envoy.
+	// it: Istio's list of the extensions of istio-proxy's Envoy, and the
+	// configuration of istio-proxy's own istio.stats filter, which that
+	// list leaves out.
+	_ "istio.io/api/envoy/extensions/stats"
 	_ "istio.io/istio/pkg/config/xds"
 )
 
