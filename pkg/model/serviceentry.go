@@ -90,7 +90,9 @@ func entryServices(entries []*ServiceEntry, taken func(string) bool, workloads [
 		}
 		addrs := entryAddresses(spec.GetAddresses())
 		for _, host := range spec.GetHosts() {
-			if seen[host] || taken(host) {
+			// "*" would claim every name: Envoy takes one such domain per
+			// route, and Istio's validation refuses it.
+			if host == "" || host == "*" || seen[host] || taken(host) {
 				continue
 			}
 			seen[host] = true
@@ -196,3 +198,11 @@ func (s *Snapshot) ServiceEntries() []*ServiceEntry { return s.res.ServiceEntrie
 // Parts of a ServiceEntry count its creation time: of several entries
 // for one host, the oldest applies.
 func (e *ServiceEntry) Parts() (Meta, proto.Message) { return createdParts(e.Meta, e.Created), e.Spec }
+
+// GetTargetPorts returns e's TargetPorts; nil for a nil Entry.
+func (e *Entry) GetTargetPorts() map[uint32]uint32 {
+	if e == nil {
+		return nil
+	}
+	return e.TargetPorts
+}

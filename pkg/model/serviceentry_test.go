@@ -144,7 +144,9 @@ func TestDiffOfServiceEntries(t *testing.T) {
 			endpoints: []string{"vm.internal"},
 		},
 		"the location": {
-			edit:     func(s string) string { return strings.Replace(s, "location: MESH_EXTERNAL", "location: MESH_INTERNAL", 1) },
+			edit: func(s string) string {
+				return strings.Replace(s, "location: MESH_EXTERNAL", "location: MESH_INTERNAL", 1)
+			},
 			services: []string{"*.wild.example.com", "api.example.com"},
 		},
 		"the resolution": {
@@ -156,7 +158,9 @@ func TestDiffOfServiceEntries(t *testing.T) {
 			services: []string{"db.internal"},
 		},
 		"a host added": {
-			edit:     func(s string) string { return strings.Replace(s, "hosts: [db.internal]", "hosts: [db.internal, db2.internal]", 1) },
+			edit: func(s string) string {
+				return strings.Replace(s, "hosts: [db.internal]", "hosts: [db.internal, db2.internal]", 1)
+			},
 			services: []string{"db2.internal"},
 		},
 		"the older entry recreated after the other": {

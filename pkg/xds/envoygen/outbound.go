@@ -29,7 +29,7 @@ func (b *builder) listeners() []resource.Resource {
 		out = append(out, e.listener())
 	}
 	for _, port := range b.httpPorts() {
-		out = append(out, httpListener(port))
+		out = append(out, httpListener(port, b.fallbackCluster()))
 	}
 	out = append(out, b.inboundListener())
 	// One listener per name: outboundEntries merged those of one address,
@@ -54,7 +54,7 @@ func (b *builder) namedOutboundListeners(names []string) []resource.Resource {
 	}
 	for _, port := range b.httpPorts() {
 		if name := listenerName("0.0.0.0", port); want[name] && !slices.ContainsFunc(out, func(r resource.Resource) bool { return r.Name == name }) {
-			out = append(out, httpListener(port))
+			out = append(out, httpListener(port, b.fallbackCluster()))
 		}
 	}
 	return out
@@ -83,10 +83,7 @@ func listenerName(ip string, port uint32) string {
 // original destination; what no listener takes goes out unchanged, or
 // nowhere under REGISTRY_ONLY.
 func (b *builder) virtualOutbound() resource.Resource {
-	fallback := passthroughCluster
-	if b.g.Mesh.RegistryOnly {
-		fallback = blackholeCluster
-	}
+	fallback := b.fallbackCluster()
 	return resource.Resource{Name: virtualOutbound, Key: key("lds", virtualOutbound, fallback), Build: func() (proto.Message, error) {
 		loop, err := tcpProxyFilter(blackholeCluster, blackholeCluster)
 		if err != nil {
@@ -114,16 +111,17 @@ func (b *builder) virtualOutbound() resource.Resource {
 }
 
 // httpListener routes HTTP to port by RDS route "<port>"; what is not
-// plaintext HTTP passes through.
-func httpListener(port uint32) resource.Resource {
+// plaintext HTTP goes to fallback: out unchanged, or nowhere under
+// REGISTRY_ONLY (Istio's buildOutboundCatchAllNetworkFiltersOnly).
+func httpListener(port uint32, fallback string) resource.Resource {
 	name := listenerName("0.0.0.0", port)
 	routeName := strconv.FormatUint(uint64(port), 10)
-	return resource.Resource{Name: name, Key: key("lds", name), Build: func() (proto.Message, error) {
+	return resource.Resource{Name: name, Key: key("lds", name, fallback), Build: func() (proto.Message, error) {
 		f, err := outboundHCM(name, routeName)
 		if err != nil {
 			return nil, err
 		}
-		pass, err := tcpProxyFilter(passthroughCluster, passthroughCluster)
+		pass, err := tcpProxyFilter(fallback, fallback)
 		if err != nil {
 			return nil, err
 		}
