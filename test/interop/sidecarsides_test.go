@@ -128,6 +128,7 @@ func ourSnapshot(t testing.TB, objects []runtime.Object, istioYAML string) *mode
 		GroupVersion: "networking.istio.io/v1",
 		APIResources: []metav1.APIResource{
 			{Name: "destinationrules", Namespaced: true, Kind: "DestinationRule"},
+			{Name: "serviceentries", Namespaced: true, Kind: "ServiceEntry"},
 		},
 	}}
 	istio := istiofake.NewSimpleClientset(decodeIstio(t, istioYAML)...)

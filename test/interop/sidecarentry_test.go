@@ -1,0 +1,294 @@
+package interop
+
+import (
+	"fmt"
+	"testing"
+
+	"istio.io/istio/pilot/pkg/simulation"
+)
+
+// entryScenario is a sidecar scenario with ServiceEntries, and the
+// connections that reach their hosts.
+type entryScenario struct {
+	sidecarScenario
+	calls []entryCall
+}
+
+// entryCall is an outbound connection of the client and, where the
+// scenario is about it, the cluster both generators must pick: the two
+// agreeing on a wrong cluster fails too.
+type entryCall struct {
+	name string
+	call simulation.Call
+	want string // "" when only agreement is checked
+}
+
+func httpTo(host string, port int, want string) entryCall {
+	return entryCall{
+		name: fmt.Sprintf("http to %s:%d Host %s", unknownIP, port, host),
+		call: simulation.Call{Address: unknownIP, Port: port, Protocol: simulation.HTTP, HostHeader: host},
+		want: want,
+	}
+}
+
+func tlsTo(addr string, port int, sni, want string) entryCall {
+	return entryCall{
+		name: fmt.Sprintf("TLS to %s:%d SNI %s", addr, port, sni),
+		call: simulation.Call{Address: addr, Port: port, Protocol: simulation.TCP, TLS: simulation.TLS, Sni: sni},
+		want: want,
+	}
+}
+
+func tcpTo(addr string, port int, want string) entryCall {
+	return entryCall{
+		name: fmt.Sprintf("TCP to %s:%d", addr, port),
+		call: simulation.Call{Address: addr, Port: port, Protocol: simulation.TCP},
+		want: want,
+	}
+}
+
+const (
+	blackHole   = "BlackHoleCluster"
+	passthrough = "PassthroughCluster"
+)
+
+// entry is a ServiceEntry of namespace app named name with spec.
+func entry(name, spec string) string {
+	return fmt.Sprintf("---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: %s, namespace: app}\nspec:\n%s", name, spec)
+}
+
+const (
+	apiEntryDNS = `  hosts: [api.example.com]
+  location: MESH_EXTERNAL
+  resolution: DNS
+  ports: [{name: http, number: 80, protocol: HTTP}]
+`
+	tlsEntriesDNS = `  hosts: [secure.example.com, pay.example.com]
+  location: MESH_EXTERNAL
+  resolution: DNS
+  ports: [{name: tls, number: 443, protocol: TLS}]
+`
+	dbEntryStatic = `  hosts: [db.example.com]
+  addresses: [240.240.0.1]
+  location: MESH_EXTERNAL
+  resolution: STATIC
+  ports: [{name: tcp-pg, number: 5432, protocol: TCP}]
+  endpoints: [{address: 192.0.2.21}, {address: 192.0.2.22}]
+`
+)
+
+// sleepOnly is the client of the entries' scenarios.
+var sleepOnly = []string{"app/sleep-1"}
+
+// entryScenarios are ServiceEntries and mesh outboundTrafficPolicy
+// REGISTRY_ONLY as Istio's generator and ours make them.
+var entryScenarios = []entryScenario{{
+	sidecarScenario: sidecarScenario{name: "DNS MESH_EXTERNAL HTTP host", istio: entry("api", apiEntryDNS), pods: sleepOnly},
+	calls: []entryCall{
+		httpTo("api.example.com", 80, "outbound|80||api.example.com"),
+		httpTo("api.example.com:80", 80, "outbound|80||api.example.com"),
+		httpTo(unknownHostName, 80, passthrough),
+	},
+}, {
+	sidecarScenario: sidecarScenario{name: "DNS entry with endpoints and a target port", pods: sleepOnly, istio: entry("ext", `  hosts: [ext.example.com]
+  location: MESH_EXTERNAL
+  resolution: DNS
+  ports: [{name: http, number: 8080, protocol: HTTP, targetPort: 80}]
+  endpoints: [{address: a.example.net}, {address: 192.0.2.11, ports: {http: 8081}}]
+`)},
+	calls: []entryCall{httpTo("ext.example.com", 8080, "outbound|8080||ext.example.com")},
+}, {
+	sidecarScenario: sidecarScenario{name: "DNS_ROUND_ROBIN entry", pods: sleepOnly, istio: entry("rr", `  hosts: [rr.example.com]
+  location: MESH_EXTERNAL
+  resolution: DNS_ROUND_ROBIN
+  ports: [{name: http, number: 80, protocol: HTTP}]
+  endpoints: [{address: first.example.net, ports: {http: 8080}}]
+`)},
+	calls: []entryCall{httpTo("rr.example.com", 80, "outbound|80||rr.example.com")},
+}, {
+	sidecarScenario: sidecarScenario{name: "TLS entries without addresses chosen by SNI", istio: entry("tls", tlsEntriesDNS), pods: sleepOnly},
+	calls: []entryCall{
+		tlsTo(unknownIP, 443, "secure.example.com", "outbound|443||secure.example.com"),
+		tlsTo(unknownIP, 443, "pay.example.com", "outbound|443||pay.example.com"),
+		tlsTo(unknownIP, 443, unknownHostName, passthrough),
+		tcpTo(unknownIP, 443, passthrough),
+	},
+}, {
+	sidecarScenario: sidecarScenario{name: "HTTPS entry without address, DNS_ROUND_ROBIN", pods: sleepOnly, istio: entry("https", `  hosts: [www.example.org]
+  location: MESH_EXTERNAL
+  resolution: DNS_ROUND_ROBIN
+  ports: [{name: https, number: 8443, protocol: HTTPS}]
+`)},
+	calls: []entryCall{tlsTo(unknownIP, 8443, "www.example.org", "outbound|8443||www.example.org")},
+}, {
+	sidecarScenario: sidecarScenario{name: "STATIC entry with an address, TCP", istio: entry("db", dbEntryStatic), pods: sleepOnly},
+	calls: []entryCall{
+		tcpTo("240.240.0.1", 5432, "outbound|5432||db.example.com"),
+		tcpTo(unknownIP, 5432, passthrough),
+	},
+}, {
+	sidecarScenario: sidecarScenario{name: "NONE wildcard TLS entry", pods: sleepOnly, istio: entry("wild", `  hosts: ["*.wild.example.com"]
+  location: MESH_EXTERNAL
+  resolution: NONE
+  ports: [{name: tls, number: 9443, protocol: TLS}]
+`)},
+	calls: []entryCall{tlsTo(unknownIP, 9443, "a.wild.example.com", "outbound|9443||*.wild.example.com")},
+}, {
+	sidecarScenario: sidecarScenario{name: "NONE TCP entry without address, with a target port", pods: sleepOnly, istio: entry("raw", `  hosts: [raw.example.com]
+  location: MESH_EXTERNAL
+  resolution: NONE
+  ports: [{name: tcp, number: 6000, protocol: TCP, targetPort: 6001}]
+`)},
+	calls: []entryCall{tcpTo(unknownIP, 6000, "outbound|6000||raw.example.com")},
+}, {
+	sidecarScenario: sidecarScenario{name: "NONE MESH_INTERNAL entry with an address", pods: sleepOnly, istio: entry("vip", `  hosts: [vip.internal]
+  addresses: [240.240.0.9]
+  location: MESH_INTERNAL
+  resolution: NONE
+  ports: [{name: tcp, number: 7100, protocol: TCP}]
+`)},
+	calls: []entryCall{tcpTo("240.240.0.9", 7100, "outbound|7100||vip.internal")},
+}, {
+	sidecarScenario: sidecarScenario{name: "MESH_INTERNAL STATIC entry: auto-mTLS to endpoints with a sidecar, SANs", pods: sleepOnly, istio: entry("vms", `  hosts: [vm.internal]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  subjectAltNames: [spiffe://cluster.local/ns/app/sa/vm-extra]
+  ports: [{name: http, number: 80, protocol: HTTP}, {name: tcp-db, number: 5433, protocol: TCP}]
+  addresses: [240.240.0.5]
+  endpoints:
+  - {address: 10.3.0.1, serviceAccount: vm}
+  - {address: 10.3.0.2, labels: {security.istio.io/tlsMode: istio}}
+  - {address: 10.3.0.3}
+`)},
+	calls: []entryCall{
+		httpTo("vm.internal", 80, "outbound|80||vm.internal"),
+		tcpTo("240.240.0.5", 5433, "outbound|5433||vm.internal"),
+		tlsTo("240.240.0.5", 5433, "vm.internal", "outbound|5433||vm.internal"),
+	},
+}, {
+	sidecarScenario: sidecarScenario{name: "MESH_INTERNAL DNS entry with a sidecar endpoint", pods: sleepOnly, istio: entry("mesh-dns", `  hosts: [meshdns.internal]
+  location: MESH_INTERNAL
+  resolution: DNS
+  ports: [{name: http, number: 80, protocol: HTTP}]
+  endpoints: [{address: vm1.meshdns.internal, serviceAccount: vm}, {address: vm2.meshdns.internal}]
+`)},
+	calls: []entryCall{httpTo("meshdns.internal", 80, "outbound|80||meshdns.internal")},
+}, {
+	sidecarScenario: sidecarScenario{name: "MESH_EXTERNAL STATIC entry: no auto-mTLS even to a sidecar endpoint", pods: sleepOnly, istio: entry("ext-static", `  hosts: [static.example.com]
+  location: MESH_EXTERNAL
+  resolution: STATIC
+  ports: [{name: http, number: 80, protocol: HTTP}]
+  endpoints: [{address: 192.0.2.30, serviceAccount: ext, labels: {security.istio.io/tlsMode: istio}}]
+`)},
+	calls: []entryCall{httpTo("static.example.com", 80, "outbound|80||static.example.com")},
+}, {
+	sidecarScenario: sidecarScenario{name: "workloadSelector entry selecting pods", pods: sleepOnly, istio: entry("echo-vms", `  hosts: [echo.vms.internal]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports: [{name: http, number: 8088, protocol: HTTP, targetPort: 8080}]
+  workloadSelector: {labels: {app: echo}}
+`)},
+	calls: []entryCall{httpTo("echo.vms.internal", 8088, "outbound|8088||echo.vms.internal")},
+}, {
+	sidecarScenario: sidecarScenario{name: "DestinationRule SIMPLE TLS origination to a DNS entry", pods: sleepOnly, istio: entry("api", apiEntryDNS) + `---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: api, namespace: app}
+spec:
+  host: api.example.com
+  trafficPolicy:
+    tls: {mode: SIMPLE, sni: api.example.com, caCertificates: /etc/certs/ca.pem, subjectAltNames: [api.example.com]}
+`},
+	calls: []entryCall{httpTo("api.example.com", 80, "outbound|80||api.example.com")},
+}, {
+	sidecarScenario: sidecarScenario{name: "DestinationRule ISTIO_MUTUAL to a MESH_EXTERNAL entry", pods: sleepOnly, istio: entry("db", dbEntryStatic) + `---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: db, namespace: app}
+spec:
+  host: db.example.com
+  trafficPolicy:
+    tls: {mode: ISTIO_MUTUAL}
+`},
+	calls: []entryCall{tcpTo("240.240.0.1", 5432, "outbound|5432||db.example.com")},
+}, {
+	sidecarScenario: sidecarScenario{name: "REGISTRY_ONLY allows an HTTP entry and blocks unknown hosts", registryOnly: true, pods: sleepOnly,
+		istio: entry("api", apiEntryDNS)},
+	calls: []entryCall{
+		httpTo("api.example.com", 80, "outbound|80||api.example.com"),
+		httpTo(unknownHostName, 80, ""),
+		httpTo(unknownHostName, undeclaredPort, blackHole),
+		tcpTo(unknownIP, 80, blackHole),
+	},
+}, {
+	sidecarScenario: sidecarScenario{name: "REGISTRY_ONLY allows TLS entries by SNI and blocks unknown names", registryOnly: true, pods: sleepOnly,
+		istio: entry("tls", tlsEntriesDNS)},
+	calls: []entryCall{
+		tlsTo(unknownIP, 443, "secure.example.com", "outbound|443||secure.example.com"),
+		tlsTo(unknownIP, 443, unknownHostName, blackHole),
+		tlsTo(unknownIP, undeclaredPort, unknownHostName, blackHole),
+	},
+}, {
+	sidecarScenario: sidecarScenario{name: "REGISTRY_ONLY allows a TCP entry's address and blocks others", registryOnly: true, pods: sleepOnly,
+		istio: entry("db", dbEntryStatic)},
+	calls: []entryCall{
+		tcpTo("240.240.0.1", 5432, "outbound|5432||db.example.com"),
+		tcpTo(unknownIP, 5432, blackHole),
+		tcpTo(unknownIP, undeclaredPort, blackHole),
+	},
+}}
+
+// TestSidecarServiceEntrySimulation is TestSidecarSimulation for
+// ServiceEntries and REGISTRY_ONLY: Istio's simulator on Istio's
+// generator's configuration and on ours for the same objects, call by
+// call (the mesh's own calls and each scenario's calls to the entries'
+// hosts, some of which must reach a named cluster on both sides), and
+// the names of the resources, each cluster's type and upstream TLS (its
+// SANs and SNI among it, compareClusterTLS), and the endpoints and their
+// auto-mTLS marks, compared.
+func TestSidecarServiceEntrySimulation(t *testing.T) {
+	quietIstioLogs(t)
+	w := newMeshObjects(t)
+	used := map[int]bool{}
+	if len(entryScenarios) < 15 {
+		t.Fatalf("%d scenarios", len(entryScenarios))
+	}
+	for _, sc := range entryScenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			s := istioServer(t, sc.sidecarScenario)
+			ours := ourSide(t, w, sc.sidecarScenario)
+			for _, key := range sc.pods {
+				pod := w.pod(t, key)
+				t.Run(pod.Name, func(t *testing.T) {
+					proxy := istioProxy(s, pod)
+					istioSim := simulation.NewSimulation(t, s, proxy)
+					ourSim := *istioSim
+					ourSim.Listeners, ourSim.Clusters, ourSim.Routes = ours[key].listeners, ours[key].clusters, ours[key].routes
+					d := &differences{t: t, scenario: sc.name, used: used, list: entryAllowedDifferences}
+					compareResourceNames(d, istioSim, &ourSim)
+					compareClusterTLS(d, istioSim, &ourSim)
+					compareEndpoints(d, s.Endpoints(proxy), ours[key].endpoints)
+					for _, c := range outboundCalls(w, pod) {
+						want, got := simulate(istioSim, c.call), simulate(&ourSim, c.call)
+						d.check("call "+c.name, want.String(), got.String(),
+							fmt.Sprintf("\n  istio details: %s\n  ours details:  %s", want.details(), got.details()))
+					}
+					for _, c := range sc.calls {
+						c.call.CallMode = simulation.CallModeOutbound
+						want, got := simulate(istioSim, c.call), simulate(&ourSim, c.call)
+						d.check("call "+c.name, want.String(), got.String(),
+							fmt.Sprintf("\n  istio details: %s\n  ours details:  %s", want.details(), got.details()))
+						if c.want != "" && (want.Cluster != c.want || got.Cluster != c.want) {
+							t.Errorf("call %s: clusters istio %q, ours %q, want %q", c.name, want.Cluster, got.Cluster, c.want)
+						}
+					}
+					d.logAllowed()
+				})
+			}
+		})
+	}
+}
+
+// entryAllowedDifferences are the intended differences of the entries'
+// scenarios.
+var entryAllowedDifferences = []allowedDifference{}
