@@ -81,6 +81,12 @@ func (g *Generator) endpointTLS(snap *model.Snapshot, svc *model.Service, port m
 			auto = true
 		}
 	}
+	if e := svc.Entry; e != nil {
+		// A ServiceEntry's subjectAltNames are its servers' identities
+		// too; auto-mTLS never applies outside the mesh.
+		sans = append(sans, e.SubjectAltNames...)
+		auto = auto && !e.External
+	}
 	slices.Sort(sans)
 	return slices.Compact(sans), auto
 }
