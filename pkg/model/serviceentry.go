@@ -206,3 +206,27 @@ func (e *Entry) GetTargetPorts() map[uint32]uint32 {
 	}
 	return e.TargetPorts
 }
+
+// VisibleTo reports whether clients in namespace see svc, as Istio's
+// exportTo decides for a ServiceEntry: its exportTo, else
+// defaultExportTo (mesh config defaultServiceExportTo), else everywhere;
+// "." is the entry's own namespace, "*" every one, "~" none. A Kubernetes
+// service is visible everywhere.
+func (svc *Service) VisibleTo(namespace string, defaultExportTo []string) bool {
+	if svc.Entry == nil {
+		return true
+	}
+	exportTo := svc.Entry.ExportTo
+	if len(exportTo) == 0 {
+		exportTo = defaultExportTo
+	}
+	if len(exportTo) == 0 {
+		return true
+	}
+	for _, e := range exportTo {
+		if e == "*" || e == namespace || (e == "." && svc.Namespace == namespace) {
+			return true
+		}
+	}
+	return false
+}

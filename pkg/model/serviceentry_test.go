@@ -212,3 +212,28 @@ func loadString(t *testing.T, manifests string) (*model.Snapshot, error) {
 	}
 	return model.LoadDir(dir, model.Options{})
 }
+
+func TestVisibleTo(t *testing.T) {
+	entry := func(ns string, exportTo ...string) *model.Service {
+		return &model.Service{Meta: model.Meta{Name: "e", Namespace: ns}, Entry: &model.Entry{ExportTo: exportTo}}
+	}
+	for name, tc := range map[string]struct {
+		svc       *model.Service
+		namespace string
+		mesh      []string
+		want      bool
+	}{
+		"a Kubernetes service":            {svc: &model.Service{}, namespace: "a", mesh: []string{"~"}, want: true},
+		"no exportTo, no mesh default":    {svc: entry("b"), namespace: "a", want: true},
+		"no exportTo, the mesh default .": {svc: entry("b"), namespace: "a", mesh: []string{"."}},
+		"the mesh default . at home":      {svc: entry("b"), namespace: "b", mesh: []string{"."}, want: true},
+		"exportTo . wins over the mesh":   {svc: entry("b", "."), namespace: "a", mesh: []string{"*"}},
+		"exportTo a namespace":            {svc: entry("b", "c", "a"), namespace: "a", want: true},
+		"exportTo ~":                      {svc: entry("b", "~"), namespace: "b"},
+		"exportTo *":                      {svc: entry("b", "*"), namespace: "z", want: true},
+	} {
+		if got := tc.svc.VisibleTo(tc.namespace, tc.mesh); got != tc.want {
+			t.Errorf("%s: %t, want %t", name, got, tc.want)
+		}
+	}
+}

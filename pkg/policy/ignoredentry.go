@@ -16,9 +16,6 @@ var (
 
 func ignoredInServiceEntry(_ map[string]string, spec map[string]any) []string {
 	out := unknownFields("spec", spec, serviceEntryFields)
-	if _, ok := spec["exportTo"]; ok {
-		out = append(out, "spec.exportTo: not read yet; the entry is visible to every namespace")
-	}
 	if spec["resolution"] == "DYNAMIC_DNS" {
 		out = append(out, "spec.resolution: DYNAMIC_DNS is not served; the hosts get clusters without endpoints")
 	}

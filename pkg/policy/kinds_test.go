@@ -61,7 +61,6 @@ func TestIgnoredFields(t *testing.T) {
 			spec: `{"hosts":["*.example.com"],"addresses":["10.0.0.0/16"],"resolution":"DYNAMIC_DNS","exportTo":["."],
 				"ports":[{"number":80,"name":"http","protocol":"HTTP","tls":{}}],"endpoints":[{"address":"10.0.0.1","network":"n2"}]}`,
 			want: []string{
-				"spec.exportTo: not read yet; the entry is visible to every namespace",
 				"spec.resolution: DYNAMIC_DNS is not served; the hosts get clusters without endpoints",
 				"spec.addresses[0]: a CIDR range is not listened on; only addresses are",
 				"spec.ports[0].tls: ignored, not generated",

@@ -95,7 +95,8 @@ func envoyMesh(mc *meshv1alpha1.MeshConfig) envoygen.Mesh {
 			CipherSuites:       mc.GetTlsDefaults().GetCipherSuites(),
 			MinProtocolVersion: minTLSVersion(mc.GetTlsDefaults().GetMinProtocolVersion()),
 		},
-		GatewayTopology: gatewayTopology(mc.GetDefaultConfig().GetGatewayTopology()),
+		GatewayTopology:        gatewayTopology(mc.GetDefaultConfig().GetGatewayTopology()),
+		DefaultServiceExportTo: mc.GetDefaultServiceExportTo(),
 	}
 }
 

@@ -48,7 +48,7 @@ type outboundCluster struct {
 // or HTTP service port, and each subset of its DestinationRule.
 func (b *builder) outboundClusters() []outboundCluster {
 	var out []outboundCluster
-	for _, svc := range b.snap.Services() {
+	for _, svc := range b.services() {
 		dr := b.snap.DestinationRuleFor(svc.Hostname, b.p.Namespace, b.p.Labels)
 		for _, port := range svc.Ports {
 			if protocolOf(port) == protoUDP {
@@ -76,7 +76,7 @@ func (b *builder) outboundClusterNamed(name string) (outboundCluster, bool) {
 		return outboundCluster{}, false
 	}
 	svc := b.snap.Service(host)
-	if svc == nil {
+	if svc == nil || !b.sees(svc) {
 		return outboundCluster{}, false
 	}
 	i := slices.IndexFunc(svc.Ports, func(p model.Port) bool { return p.Port == port && protocolOf(p) != protoUDP })

@@ -235,3 +235,30 @@ func (b *builder) fallbackCluster() string {
 	}
 	return passthroughCluster
 }
+
+// services are the services the proxy sees, sorted by hostname: every
+// Kubernetes service, and the ServiceEntry hosts exported to its
+// namespace.
+func (b *builder) services() []*model.Service {
+	if b.visible != nil {
+		return *b.visible
+	}
+	all := b.snap.Services()
+	out := all
+	if len(b.snap.ServiceEntries()) > 0 {
+		out = make([]*model.Service, 0, len(all))
+		for _, svc := range all {
+			if b.sees(svc) {
+				out = append(out, svc)
+			}
+		}
+	}
+	b.visible = &out
+	return out
+}
+
+// sees reports whether the proxy's namespace sees svc (a ServiceEntry's
+// exportTo, else the mesh's defaultServiceExportTo).
+func (b *builder) sees(svc *model.Service) bool {
+	return svc.VisibleTo(b.p.Namespace, b.g.Mesh.DefaultServiceExportTo)
+}

@@ -8,6 +8,7 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
 
 const entries = `
@@ -190,4 +191,57 @@ func upstreamTLSOfMatch(t *testing.T, cl *cluster.Cluster) *tlsv3.UpstreamTlsCon
 		t.Fatal(err)
 	}
 	return up
+}
+
+// TestServiceEntryExportTo: an entry is seen by the namespaces its
+// exportTo names ("." its own), else by those of the mesh's
+// defaultServiceExportTo, else by every one.
+func TestServiceEntryExportTo(t *testing.T) {
+	exported := func(exportTo string) string {
+		return manifests + `
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: api, namespace: web}
+spec:
+  hosts: [api.example.com]
+  resolution: DNS
+  ports: [{name: http, number: 80, protocol: HTTP}, {name: tls, number: 443, protocol: TLS}]
+` + exportTo
+	}
+	for name, tc := range map[string]struct {
+		exportTo    string
+		meshDefault []string
+		namespace   string
+		sees        bool
+	}{
+		"no exportTo: everywhere":                   {namespace: "app", sees: true},
+		"exportTo . from another namespace":         {exportTo: `  exportTo: ["."]`, namespace: "app"},
+		"exportTo . from its own":                   {exportTo: `  exportTo: ["."]`, namespace: "web", sees: true},
+		"exportTo the client's namespace":           {exportTo: `  exportTo: [app]`, namespace: "app", sees: true},
+		"exportTo ~":                                {exportTo: `  exportTo: ["~"]`, namespace: "web"},
+		"exportTo *":                                {exportTo: `  exportTo: ["*"]`, namespace: "app", sees: true, meshDefault: []string{"."}},
+		"the mesh default . from another namespace": {meshDefault: []string{"."}, namespace: "app"},
+		"the mesh default . from its own":           {meshDefault: []string{"."}, namespace: "web", sees: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			snap := modeltest.Load(t, exported(tc.exportTo))
+			p := &Proxy{Namespace: tc.namespace, IPs: []string{"10.0.0.9"}}
+			c := generate(t, &Generator{TrustDomain: td, Mesh: Mesh{DefaultServiceExportTo: tc.meshDefault}}, snap, p)
+			_, cluster := c.clusters["outbound|80||api.example.com"]
+			_, sni := c.listeners["0.0.0.0_443"]
+			vhost := false
+			for _, vh := range c.routes["80"].GetVirtualHosts() {
+				vhost = vhost || slices.Contains(vh.GetDomains(), "api.example.com")
+			}
+			if cluster != tc.sees || sni != tc.sees || vhost != tc.sees {
+				t.Errorf("cluster %t, listener %t, virtual host %t; want %t", cluster, sni, vhost, tc.sees)
+			}
+			named := (&Generator{TrustDomain: td, Mesh: Mesh{DefaultServiceExportTo: tc.meshDefault}}).Generate(snap, p, resource.ClusterType,
+				[]string{"outbound|80||api.example.com"}, false)
+			if (len(named) == 1) != tc.sees {
+				t.Errorf("asked by name: %d clusters", len(named))
+			}
+		})
+	}
 }

@@ -107,6 +107,10 @@ type Mesh struct {
 	// GatewayTopology is mesh config defaultConfig.gatewayTopology, read
 	// by routers' HTTP connection managers.
 	GatewayTopology GatewayTopology
+	// DefaultServiceExportTo (mesh config defaultServiceExportTo) is
+	// where a ServiceEntry without exportTo is visible: ".", "*", "~" or
+	// namespaces; empty is everywhere.
+	DefaultServiceExportTo []string
 }
 
 // TLSDefaults are mesh config tlsDefaults.
@@ -268,8 +272,9 @@ type builder struct {
 	g       *Generator
 	snap    *model.Snapshot
 	p       *Proxy
-	targets *[]inboundTarget // inboundTargets, once computed
-	gw      *mergedGateway   // merged, once computed
+	targets *[]inboundTarget  // inboundTargets, once computed
+	gw      *mergedGateway    // merged, once computed
+	visible *[]*model.Service // services, once computed
 
 	mu         sync.Mutex
 	identities map[*model.Service][]string // serviceIdentities, once per service

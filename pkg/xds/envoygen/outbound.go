@@ -64,7 +64,7 @@ func (b *builder) namedOutboundListeners(names []string) []resource.Resource {
 // listener "0.0.0.0_<port>" and the route "<port>".
 func (b *builder) httpPorts() []uint32 {
 	ports := map[uint32]bool{}
-	for _, svc := range b.snap.Services() {
+	for _, svc := range b.services() {
 		for _, sp := range svc.Ports {
 			if protocolOf(sp).isHTTP() {
 				ports[sp.Port] = true

@@ -22,7 +22,7 @@ import (
 func (b *builder) routes(sniffed bool) []resource.Resource {
 	httpPorts := b.httpPorts()
 	byPort := map[uint32][]*model.Service{}
-	for _, svc := range b.snap.Services() {
+	for _, svc := range b.services() {
 		for _, sp := range svc.Ports {
 			if p := protocolOf(sp); (p.isHTTP() || p == protoAuto) && slices.Contains(httpPorts, sp.Port) {
 				byPort[sp.Port] = append(byPort[sp.Port], svc)

@@ -69,3 +69,40 @@ func TestServiceEntriesReachProxylessClients(t *testing.T) {
 		t.Error("a MESH_EXTERNAL entry gets auto-mTLS")
 	}
 }
+
+// TestServiceEntryExportToProxyless: an entry exported to its own
+// namespace alone is not served to a client of another.
+func TestServiceEntryExportToProxyless(t *testing.T) {
+	snap := load(t, `
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: private, namespace: web}
+spec:
+  hosts: [private.example.com]
+  resolution: STATIC
+  exportTo: ["."]
+  ports: [{name: grpc, number: 7070, protocol: GRPC}]
+  endpoints: [{address: 10.4.0.1}]
+`)
+	g := &Generator{TrustDomain: td}
+	for _, tc := range []struct {
+		namespace string
+		sees      bool
+	}{{"app", false}, {"web", true}} {
+		p := &Proxy{Namespace: tc.namespace}
+		for _, typeURL := range []string{ListenerType, ClusterType, EndpointType} {
+			name := "private.example.com:7070"
+			if typeURL != ListenerType {
+				name = "outbound|7070||private.example.com"
+			}
+			if got := len(g.Generate(snap, p, typeURL, []string{name}, false)) == 1; got != tc.sees {
+				t.Errorf("%s in %s: served %t, want %t", name, tc.namespace, got, tc.sees)
+			}
+			all := g.Generate(snap, p, typeURL, nil, true)
+			if got := slices.ContainsFunc(all, func(r Resource) bool { return r.Name == name }); got != tc.sees {
+				t.Errorf("%s in %s by wildcard: served %t, want %t", name, tc.namespace, got, tc.sees)
+			}
+		}
+	}
+}

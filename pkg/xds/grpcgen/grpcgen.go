@@ -69,6 +69,7 @@ func (g *Generator) Generate(snap *model.Snapshot, p *Proxy, typeURL string, nam
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)
+	names = slices.DeleteFunc(names, func(n string) bool { return !visible(snap, p, typeURL, n) })
 	var out []Resource
 	for _, n := range names {
 		var r *Resource
