@@ -208,15 +208,16 @@ func (e *Entry) GetTargetPorts() map[uint32]uint32 {
 }
 
 // VisibleTo reports whether clients in namespace see svc, as Istio's
-// exportTo decides for a ServiceEntry: its exportTo, else
-// defaultExportTo (mesh config defaultServiceExportTo), else everywhere;
-// "." is the entry's own namespace, "*" every one, "~" none. A Kubernetes
-// service is visible everywhere.
+// exportTo decides: a ServiceEntry's exportTo, else defaultExportTo (mesh
+// config defaultServiceExportTo), else everywhere; "." is the service's
+// own namespace, "*" every one, "~" none. A Kubernetes service follows
+// defaultExportTo (its networking.istio.io/exportTo annotation is not
+// read).
 func (svc *Service) VisibleTo(namespace string, defaultExportTo []string) bool {
-	if svc.Entry == nil {
-		return true
+	var exportTo []string
+	if svc.Entry != nil {
+		exportTo = svc.Entry.ExportTo
 	}
-	exportTo := svc.Entry.ExportTo
 	if len(exportTo) == 0 {
 		exportTo = defaultExportTo
 	}

@@ -223,14 +223,16 @@ func TestVisibleTo(t *testing.T) {
 		mesh      []string
 		want      bool
 	}{
-		"a Kubernetes service":            {svc: &model.Service{}, namespace: "a", mesh: []string{"~"}, want: true},
-		"no exportTo, no mesh default":    {svc: entry("b"), namespace: "a", want: true},
-		"no exportTo, the mesh default .": {svc: entry("b"), namespace: "a", mesh: []string{"."}},
-		"the mesh default . at home":      {svc: entry("b"), namespace: "b", mesh: []string{"."}, want: true},
-		"exportTo . wins over the mesh":   {svc: entry("b", "."), namespace: "a", mesh: []string{"*"}},
-		"exportTo a namespace":            {svc: entry("b", "c", "a"), namespace: "a", want: true},
-		"exportTo ~":                      {svc: entry("b", "~"), namespace: "b"},
-		"exportTo *":                      {svc: entry("b", "*"), namespace: "z", want: true},
+		"a Kubernetes service":              {svc: &model.Service{Meta: model.Meta{Namespace: "b"}}, namespace: "a", want: true},
+		"a Kubernetes service, mesh .":      {svc: &model.Service{Meta: model.Meta{Namespace: "b"}}, namespace: "a", mesh: []string{"."}},
+		"a Kubernetes service, mesh . home": {svc: &model.Service{Meta: model.Meta{Namespace: "b"}}, namespace: "b", mesh: []string{"."}, want: true},
+		"no exportTo, no mesh default":      {svc: entry("b"), namespace: "a", want: true},
+		"no exportTo, the mesh default .":   {svc: entry("b"), namespace: "a", mesh: []string{"."}},
+		"the mesh default . at home":        {svc: entry("b"), namespace: "b", mesh: []string{"."}, want: true},
+		"exportTo . wins over the mesh":     {svc: entry("b", "."), namespace: "a", mesh: []string{"*"}},
+		"exportTo a namespace":              {svc: entry("b", "c", "a"), namespace: "a", want: true},
+		"exportTo ~":                        {svc: entry("b", "~"), namespace: "b"},
+		"exportTo *":                        {svc: entry("b", "*"), namespace: "z", want: true},
 	} {
 		if got := tc.svc.VisibleTo(tc.namespace, tc.mesh); got != tc.want {
 			t.Errorf("%s: %t, want %t", name, got, tc.want)

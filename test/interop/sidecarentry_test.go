@@ -236,6 +236,28 @@ spec:
 		tcpTo(unknownIP, 5432, blackHole),
 		tcpTo(unknownIP, undeclaredPort, blackHole),
 	},
+}, {
+	sidecarScenario: sidecarScenario{name: "exportTo . keeps an entry from other namespaces", pods: []string{"app/sleep-1", "other/backend-1"},
+		istio: entry("private", `  hosts: [private.example.com]
+  location: MESH_EXTERNAL
+  resolution: DNS
+  exportTo: ["."]
+  ports: [{name: http, number: 80, protocol: HTTP}, {name: tls, number: 443, protocol: TLS}]
+`)},
+	calls: []entryCall{httpTo("private.example.com", 80, ""), tlsTo(unknownIP, 443, "private.example.com", "")},
+}, {
+	sidecarScenario: sidecarScenario{name: "exportTo a namespace, under REGISTRY_ONLY", registryOnly: true, pods: []string{"app/sleep-1", "other/backend-1"},
+		istio: entry("partner", `  hosts: [partner.example.com]
+  location: MESH_EXTERNAL
+  resolution: DNS
+  exportTo: [other]
+  ports: [{name: http, number: 80, protocol: HTTP}]
+`)},
+	calls: []entryCall{httpTo("partner.example.com", 80, "")},
+}, {
+	sidecarScenario: sidecarScenario{name: "mesh defaultServiceExportTo . and an entry without exportTo", defaultServiceExportTo: []string{"."},
+		pods: []string{"app/sleep-1", "other/backend-1"}, istio: entry("api", apiEntryDNS) + entry("tls", tlsEntriesDNS)},
+	calls: []entryCall{httpTo("api.example.com", 80, ""), tlsTo(unknownIP, 443, "secure.example.com", "")},
 }}
 
 // TestSidecarServiceEntrySimulation is TestSidecarSimulation for

@@ -52,8 +52,11 @@ func istioServer(t *testing.T, sc sidecarScenario) *xds.FakeDiscoveryServer {
 		cfgs[i].Domain = "cluster.local"
 	}
 	opts := xds.FakeOptions{Configs: cfgs, KubernetesObjectString: sidecarWorld}
-	if sc.registryOnly || sc.tlsDefaults[0] != nil || sc.tlsDefaults[1] != nil {
+	if sc.registryOnly || sc.tlsDefaults[0] != nil || sc.tlsDefaults[1] != nil || sc.defaultServiceExportTo != nil {
 		m := mesh.DefaultMeshConfig()
+		if sc.defaultServiceExportTo != nil {
+			m.DefaultServiceExportTo = sc.defaultServiceExportTo
+		}
 		if sc.registryOnly {
 			m.OutboundTrafficPolicy = &meshconfig.MeshConfig_OutboundTrafficPolicy{
 				Mode: meshconfig.MeshConfig_OutboundTrafficPolicy_REGISTRY_ONLY,
@@ -179,7 +182,8 @@ func ourConfig(t *testing.T, snap *model.Snapshot, sc sidecarScenario, pod *core
 	g := &envoygen.Generator{
 		TrustDomain: spiffeid.RequireTrustDomainFromString(trustDomain),
 		Mesh: envoygen.Mesh{RegistryOnly: sc.registryOnly, AllowInsecureSkipVerify: sc.allowInsecureSkipVerify,
-			TLSDefaults: envoygen.TLSDefaults{ECDHCurves: sc.tlsDefaults[0], CipherSuites: sc.tlsDefaults[1]}},
+			DefaultServiceExportTo: sc.defaultServiceExportTo,
+			TLSDefaults:            envoygen.TLSDefaults{ECDHCurves: sc.tlsDefaults[0], CipherSuites: sc.tlsDefaults[1]}},
 	}
 	p := &envoygen.Proxy{Namespace: pod.Namespace, Labels: pod.Labels, IPs: []string{pod.Status.PodIP}}
 	return ourResources(t, g, snap, p)

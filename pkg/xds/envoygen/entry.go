@@ -236,16 +236,15 @@ func (b *builder) fallbackCluster() string {
 	return passthroughCluster
 }
 
-// services are the services the proxy sees, sorted by hostname: every
-// Kubernetes service, and the ServiceEntry hosts exported to its
-// namespace.
+// services are the services the proxy sees, sorted by hostname: those
+// exported to its namespace (model.Service.VisibleTo).
 func (b *builder) services() []*model.Service {
 	if b.visible != nil {
 		return *b.visible
 	}
 	all := b.snap.Services()
 	out := all
-	if len(b.snap.ServiceEntries()) > 0 {
+	if len(b.snap.ServiceEntries()) > 0 || len(b.g.Mesh.DefaultServiceExportTo) > 0 {
 		out = make([]*model.Service, 0, len(all))
 		for _, svc := range all {
 			if b.sees(svc) {
@@ -258,7 +257,8 @@ func (b *builder) services() []*model.Service {
 }
 
 // sees reports whether the proxy's namespace sees svc (a ServiceEntry's
-// exportTo, else the mesh's defaultServiceExportTo).
+// exportTo, else the mesh's defaultServiceExportTo, which applies to
+// Kubernetes services too).
 func (b *builder) sees(svc *model.Service) bool {
 	return svc.VisibleTo(b.p.Namespace, b.g.Mesh.DefaultServiceExportTo)
 }

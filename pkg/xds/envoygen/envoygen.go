@@ -272,8 +272,9 @@ type builder struct {
 	g       *Generator
 	snap    *model.Snapshot
 	p       *Proxy
-	targets *[]inboundTarget  // inboundTargets, once computed
-	gw      *mergedGateway    // merged, once computed
+	targets *[]inboundTarget // inboundTargets, once computed
+	gw      *mergedGateway   // merged, once computed
+
 	visible *[]*model.Service // services, once computed
 
 	mu         sync.Mutex
