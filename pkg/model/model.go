@@ -291,11 +291,7 @@ func assemble(version string, opts Options, res Resources, prev *Snapshot) *Snap
 	}
 	all := res.Services
 	if len(res.ServiceEntries) > 0 {
-		names := make(map[string]bool, len(res.Services))
-		for _, svc := range res.Services {
-			names[svc.Hostname] = true
-		}
-		entries := entryServices(res.ServiceEntries, func(h string) bool { return names[h] }, res.Workloads, res.Pods)
+		entries := entryServices(res.ServiceEntries, res.Services, opts.Domain, res.Workloads, res.Pods)
 		all = append(slices.Clip(res.Services), entries...)
 	}
 	s.hosts = indexHosts(all, prevHosts)

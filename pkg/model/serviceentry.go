@@ -4,7 +4,9 @@ import (
 	"cmp"
 	"maps"
 	"net/netip"
+	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -57,17 +59,33 @@ func sameEntry(a, b *Entry) bool {
 }
 
 // entryServices converts entries into services, one per host: those whose
-// host a Kubernetes service (taken) or an older entry already names are
-// left out, as the registry holds one service per hostname. Endpoints are
-// the entry's own, else the WorkloadEntries and pods of its namespace its
+// host a Kubernetes service or an older entry already names are left
+// out, as the registry holds one service per hostname. Endpoints are the
+// entry's own, else the WorkloadEntries and pods of its namespace its
 // workloadSelector matches, else, for DNS resolution, the host itself.
-func entryServices(entries []*ServiceEntry, taken func(string) bool, workloads []*Workload, pods []*Pod) []*Service {
+//
+// What Envoy would refuse is left out, so that one entry cannot make the
+// configuration of every sidecar fail (policy.ValidateServiceEntry says
+// why, the webhook refuses it, the reporter reports it): a host that is not
+// a (wildcard) DNS name or that a Kubernetes service answers to (its FQDN,
+// "name.namespace[.svc]" or "name": a route takes a name once), a port
+// out of range or of a number already listed, an address a service or an
+// older entry (or host) already has, an endpoint that is not an IP address
+// where no DNS resolves it.
+func entryServices(entries []*ServiceEntry, k8s []*Service, domain string, workloads []*Workload, pods []*Pod) []*Service {
 	if len(entries) == 0 {
 		return nil
 	}
+	names, addrsTaken := map[string]bool{}, map[string]bool{}
+	for _, svc := range k8s {
+		short := strings.TrimSuffix(svc.Hostname, ".svc."+domain)
+		names[svc.Hostname], names[short], names[short+".svc"], names[svc.Name] = true, true, true, true
+		for _, a := range svc.Addresses {
+			addrsTaken[a] = true
+		}
+	}
 	order := slices.Clone(entries)
 	slices.SortStableFunc(order, func(a, b *ServiceEntry) int { return compareCreated(a.Meta, a.Created, b.Meta, b.Created) })
-	seen := map[string]bool{}
 	var out []*Service
 	for _, se := range order {
 		spec := se.Spec
@@ -90,13 +108,21 @@ func entryServices(entries []*ServiceEntry, taken func(string) bool, workloads [
 		}
 		addrs := entryAddresses(spec.GetAddresses())
 		for _, host := range spec.GetHosts() {
-			// "*" would claim every name: Envoy takes one such domain per
-			// route, and Istio's validation refuses it.
-			if host == "" || host == "*" || seen[host] || taken(host) {
+			// "*" would claim every name, and Istio's validation refuses it.
+			if host == "*" || !validEntryHost(host) || names[host] || names[strings.TrimSuffix(host, ".")] {
 				continue
 			}
-			seen[host] = true
-			svc := &Service{Meta: se.Meta, Hostname: host, Addresses: addrs, Ports: ports, Entry: entry}
+			names[host] = true
+			// The entry's addresses go to its first host: a route names
+			// an address once.
+			var own []string
+			for _, a := range addrs {
+				if !addrsTaken[a] {
+					addrsTaken[a] = true
+					own = append(own, a)
+				}
+			}
+			svc := &Service{Meta: se.Meta, Hostname: host, Addresses: own, Ports: ports, Entry: entry}
 			svc.Endpoints = entryEndpoints(se, host, ports, workloads, pods)
 			SortEndpoints(svc.Endpoints)
 			out = append(out, svc)
@@ -108,10 +134,22 @@ func entryServices(entries []*ServiceEntry, taken func(string) bool, workloads [
 func entryPorts(spec *networkingv1.ServiceEntry) []Port {
 	out := make([]Port, 0, len(spec.GetPorts()))
 	for _, p := range spec.GetPorts() {
-		out = append(out, Port{Name: p.GetName(), Port: p.GetNumber(), TargetPort: p.GetTargetPort(), Protocol: p.GetProtocol()})
+		n := p.GetNumber()
+		if n == 0 || n > maxPort || p.GetTargetPort() > maxPort || slices.ContainsFunc(out, func(q Port) bool { return q.Port == n }) {
+			continue
+		}
+		out = append(out, Port{Name: p.GetName(), Port: n, TargetPort: p.GetTargetPort(), Protocol: p.GetProtocol()})
 	}
 	return out
 }
+
+const maxPort = 65535
+
+// entryHostRE is a DNS name whose first label may be a wildcard ("*",
+// "*foo", "*-foo"), as Istio's ValidateWildcardDomain takes it.
+var entryHostRE = regexp.MustCompile(`^(?:\*|(?:\*|\*-)?[a-zA-Z0-9](?:[-a-zA-Z0-9]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[-a-zA-Z0-9]*[a-zA-Z0-9])?)*\.?$`)
+
+func validEntryHost(h string) bool { return len(h) <= 255 && entryHostRE.MatchString(h) }
 
 // entryAddresses are the IP addresses of an entry, a /32 (or /128) CIDR
 // as its address; other CIDRs are not (yet) listened on.
@@ -133,7 +171,7 @@ func entryEndpoints(se *ServiceEntry, host string, ports []Port, workloads []*Wo
 	spec := se.Spec
 	out := make(map[uint32][]Endpoint, len(ports))
 	target := func(p Port, named map[string]uint32) uint32 {
-		if n, ok := named[p.Name]; ok && n > 0 {
+		if n, ok := named[p.Name]; ok && n > 0 && n <= maxPort {
 			return n
 		}
 		return cmp.Or(p.TargetPort, p.Port)
@@ -142,6 +180,10 @@ func entryEndpoints(se *ServiceEntry, host string, ports []Port, workloads []*Wo
 	switch {
 	case len(spec.GetEndpoints()) > 0:
 		for _, we := range spec.GetEndpoints() {
+			// EDS takes IP addresses alone; DNS resolves names too.
+			if _, err := netip.ParseAddr(we.GetAddress()); err != nil && (!dns || !validEntryHost(we.GetAddress()) || Wildcard(we.GetAddress())) {
+				continue
+			}
 			for _, p := range ports {
 				out[p.Port] = append(out[p.Port], workloadEndpoint(we, se.Namespace, target(p, we.GetPorts())))
 			}

@@ -3,6 +3,7 @@ package model_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -237,5 +238,42 @@ func TestVisibleTo(t *testing.T) {
 		if got := tc.svc.VisibleTo(tc.namespace, tc.mesh); got != tc.want {
 			t.Errorf("%s: %t, want %t", name, got, tc.want)
 		}
+	}
+}
+
+// TestServiceEntriesLeaveOutWhatEnvoyRefuses: hosts that are not names or
+// that a Kubernetes service answers to, ports out of range or listed
+// twice, an address another service has, and, without DNS, endpoints that
+// are not addresses are left out; the rest of the entry is served.
+func TestServiceEntriesLeaveOutWhatEnvoyRefuses(t *testing.T) {
+	snap := modeltest.Load(t, diffBase+`
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: bad, namespace: other}
+spec:
+  hosts: ["bad host", "a*b.example.com", echo.app, echo.app.svc, echo, web.app.svc.cluster.local, ok.example.com, also.example.com]
+  addresses: [10.96.0.10, 240.0.0.7]
+  resolution: STATIC
+  ports: [{name: http, number: 80, protocol: HTTP}, {name: again, number: 80, protocol: HTTP}, {name: big, number: 70000, protocol: TCP}]
+  endpoints: [{address: 10.5.0.1}, {address: not-an-ip.example.com}, {address: 10.5.0.2, ports: {http: 99999}}]
+`)
+	for _, h := range []string{"bad host", "a*b.example.com", "echo.app", "echo.app.svc", "echo"} {
+		if snap.Service(h) != nil {
+			t.Errorf("host %q is served", h)
+		}
+	}
+	if web := snap.Service("web.app.svc.cluster.local"); web == nil || web.Entry != nil {
+		t.Error("the entry took a Kubernetes service's hostname")
+	}
+	ok := snap.Service("ok.example.com")
+	if ok == nil || len(ok.Ports) != 1 || ok.Ports[0].Port != 80 || !slices.Equal(ok.Addresses, []string{"240.0.0.7"}) {
+		t.Fatalf("ok.example.com: %+v", ok)
+	}
+	if eps := ok.Endpoints[80]; len(eps) != 2 || eps[0].Address != "10.5.0.1" || eps[1].Port != 80 {
+		t.Errorf("endpoints %+v", eps)
+	}
+	if also := snap.Service("also.example.com"); also == nil || len(also.Addresses) != 0 {
+		t.Errorf("the second host repeats the first's addresses: %+v", also)
 	}
 }
