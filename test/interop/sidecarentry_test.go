@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"testing"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	"istio.io/istio/pilot/test/xdstest"
+
 	"istio.io/istio/pilot/pkg/simulation"
 )
 
@@ -289,6 +292,7 @@ func TestSidecarServiceEntrySimulation(t *testing.T) {
 					d := &differences{t: t, scenario: sc.name, used: used, list: entryAllowedDifferences}
 					compareResourceNames(d, istioSim, &ourSim)
 					compareClusterTLS(d, istioSim, &ourSim)
+					compareEntryClusters(d, istioSim, &ourSim)
 					compareEndpoints(d, s.Endpoints(proxy), ours[key].endpoints)
 					for _, c := range outboundCalls(w, pod) {
 						want, got := simulate(istioSim, c.call), simulate(&ourSim, c.call)
@@ -314,3 +318,32 @@ func TestSidecarServiceEntrySimulation(t *testing.T) {
 // entryAllowedDifferences are the intended differences of the entries'
 // scenarios.
 var entryAllowedDifferences = []allowedDifference{}
+
+// compareEntryClusters compares what ServiceEntries' clusters hold beyond
+// their type and TLS: a DNS cluster's inline endpoints (and their
+// auto-mTLS marks), lookup family, TTL and refresh; an ORIGINAL_DST
+// cluster's port rewrite.
+func compareEntryClusters(d *differences, istioSim, ourSim *simulation.Simulation) {
+	d.t.Helper()
+	ours := xdstest.ExtractClusters(ourSim.Clusters)
+	for _, ic := range istioSim.Clusters {
+		oc, ok := ours[ic.GetName()]
+		if !ok {
+			continue
+		}
+		d.check("cluster DNS "+ic.GetName(), dnsFields(ic), dnsFields(oc), "")
+		d.check("cluster port override "+ic.GetName(), fmt.Sprint(ic.GetOriginalDstLbConfig().GetUpstreamPortOverride().GetValue()),
+			fmt.Sprint(oc.GetOriginalDstLbConfig().GetUpstreamPortOverride().GetValue()), "")
+	}
+}
+
+func dnsFields(c *clusterv3.Cluster) string {
+	switch c.GetType() {
+	case clusterv3.Cluster_STRICT_DNS, clusterv3.Cluster_LOGICAL_DNS:
+	default:
+		return "-"
+	}
+	//nolint:staticcheck // the fields Istio sets
+	return fmt.Sprintf("family %s, respect TTL %t, refresh %s, resolver %s, endpoints %s", c.GetDnsLookupFamily(), c.GetRespectDnsTtl(),
+		c.GetDnsRefreshRate().AsDuration(), c.GetTypedDnsResolverConfig().GetName(), endpointsString(c.GetLoadAssignment()))
+}
