@@ -122,7 +122,10 @@ func entryServices(entries []*ServiceEntry, k8s []*Service, domain string, workl
 					own = append(own, a)
 				}
 			}
-			svc := &Service{Meta: se.Meta, Hostname: host, Addresses: own, Ports: ports, Entry: entry}
+			// The workloads the selector picks serve the entry's ports, as
+			// a Kubernetes service's pods do theirs.
+			svc := &Service{Meta: se.Meta, Hostname: host, Addresses: own, Ports: ports, Entry: entry,
+				Selector: maps.Clone(spec.GetWorkloadSelector().GetLabels())}
 			svc.Endpoints = entryEndpoints(se, host, ports, workloads, pods)
 			SortEndpoints(svc.Endpoints)
 			out = append(out, svc)

@@ -185,13 +185,22 @@ var entryScenarios = []entryScenario{{
 `)},
 	calls: []entryCall{httpTo("static.example.com", 80, "outbound|80||static.example.com")},
 }, {
-	sidecarScenario: sidecarScenario{name: "workloadSelector entry selecting pods", pods: sleepOnly, istio: entry("echo-vms", `  hosts: [echo.vms.internal]
+	sidecarScenario: sidecarScenario{name: "workloadSelector entry selecting pods", pods: []string{"app/sleep-1", "app/echo-1"}, istio: entry("echo-vms", `  hosts: [echo.vms.internal]
   location: MESH_INTERNAL
   resolution: STATIC
-  ports: [{name: http, number: 8088, protocol: HTTP, targetPort: 8080}]
+  ports: [{name: http, number: 8088, protocol: HTTP, targetPort: 8080}, {name: tcp-extra, number: 9999, protocol: TCP, targetPort: 9998}]
+  addresses: [240.240.0.77]
   workloadSelector: {labels: {app: echo}}
 `)},
-	calls: []entryCall{httpTo("echo.vms.internal", 8088, "outbound|8088||echo.vms.internal")},
+	calls: []entryCall{
+		httpTo("echo.vms.internal", 8088, "outbound|8088||echo.vms.internal"),
+		tcpTo("240.240.0.77", 9999, "outbound|9999||echo.vms.internal"),
+		// The selected pod serves the entry's target ports.
+		{name: "inbound mTLS TCP to 10.0.0.5:9998", call: simulation.Call{CallMode: simulation.CallModeInbound, Address: "10.0.0.5", Port: 9998,
+			Protocol: simulation.TCP, TLS: simulation.MTLS, Alpn: "istio"}},
+		{name: "inbound TCP to 10.0.0.5:9998", call: simulation.Call{CallMode: simulation.CallModeInbound, Address: "10.0.0.5", Port: 9998,
+			Protocol: simulation.TCP}},
+	},
 }, {
 	sidecarScenario: sidecarScenario{name: "DestinationRule SIMPLE TLS origination to a DNS entry", pods: sleepOnly, istio: entry("api", apiEntryDNS) + `---
 apiVersion: networking.istio.io/v1
@@ -300,7 +309,9 @@ func TestSidecarServiceEntrySimulation(t *testing.T) {
 							fmt.Sprintf("\n  istio details: %s\n  ours details:  %s", want.details(), got.details()))
 					}
 					for _, c := range sc.calls {
-						c.call.CallMode = simulation.CallModeOutbound
+						if c.call.CallMode == "" {
+							c.call.CallMode = simulation.CallModeOutbound
+						}
 						want, got := simulate(istioSim, c.call), simulate(&ourSim, c.call)
 						d.check("call "+c.name, want.String(), got.String(),
 							fmt.Sprintf("\n  istio details: %s\n  ours details:  %s", want.details(), got.details()))
