@@ -2,6 +2,7 @@ package interop
 
 import (
 	"fmt"
+	"regexp"
 	"testing"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -270,6 +271,43 @@ spec:
 	sidecarScenario: sidecarScenario{name: "mesh defaultServiceExportTo . and an entry without exportTo", defaultServiceExportTo: []string{"."},
 		pods: []string{"app/sleep-1", "other/backend-1"}, istio: entry("api", apiEntryDNS) + entry("tls", tlsEntriesDNS)},
 	calls: []entryCall{httpTo("api.example.com", 80, ""), tlsTo(unknownIP, 443, "secure.example.com", "")},
+}, {
+	sidecarScenario: sidecarScenario{name: "TCP entry without address on an HTTP port", pods: sleepOnly, istio: entry("tcp80", `  hosts: [tcp80.example.com]
+  location: MESH_EXTERNAL
+  resolution: DNS
+  ports: [{name: tcp, number: 80, protocol: TCP}]
+`)},
+	calls: []entryCall{tcpTo(unknownIP, 80, "outbound|80||tcp80.example.com"), httpTo(unknownHostName, 80, passthrough)},
+}, {
+	sidecarScenario: sidecarScenario{name: "HTTP entry with an address", pods: sleepOnly, istio: entry("httpvip", `  hosts: [httpvip.example.com]
+  addresses: [240.240.1.1]
+  location: MESH_EXTERNAL
+  resolution: DNS
+  ports: [{name: http, number: 8081, protocol: HTTP}]
+`)},
+	calls: []entryCall{
+		httpTo("httpvip.example.com", 8081, "outbound|8081||httpvip.example.com"),
+		{name: "http to 240.240.1.1:8081 Host 240.240.1.1", call: simulation.Call{Address: "240.240.1.1", Port: 8081, Protocol: simulation.HTTP, HostHeader: "240.240.1.1"},
+			want: "outbound|8081||httpvip.example.com"},
+	},
+}, {
+	sidecarScenario: sidecarScenario{name: "undeclared protocol entry without address", pods: sleepOnly, istio: entry("sniff", `  hosts: [sniff.example.com]
+  location: MESH_EXTERNAL
+  resolution: DNS
+  ports: [{name: something, number: 7777}]
+`)},
+	calls: []entryCall{
+		tcpTo(unknownIP, 7777, "outbound|7777||sniff.example.com"),
+		httpTo("sniff.example.com", 7777, "outbound|7777||sniff.example.com"),
+		httpTo(unknownHostName, 7777, passthrough),
+	},
+}, {
+	sidecarScenario: sidecarScenario{name: "entry for a Kubernetes service's host", pods: sleepOnly, istio: entry("shadow", `  hosts: [echo.app.svc.cluster.local]
+  location: MESH_INTERNAL
+  resolution: DNS
+  ports: [{name: http, number: 80, protocol: HTTP}]
+`)},
+	calls: []entryCall{httpTo("echo.app.svc.cluster.local", 80, "outbound|80||echo.app.svc.cluster.local")},
 }}
 
 // TestSidecarServiceEntrySimulation is TestSidecarSimulation for
@@ -287,7 +325,9 @@ func TestSidecarServiceEntrySimulation(t *testing.T) {
 	if len(entryScenarios) < 15 {
 		t.Fatalf("%d scenarios", len(entryScenarios))
 	}
+	ran, want := 0, 0
 	for _, sc := range entryScenarios {
+		want += len(sc.pods)
 		t.Run(sc.name, func(t *testing.T) {
 			s := istioServer(t, sc.sidecarScenario)
 			ours := ourSide(t, w, sc.sidecarScenario)
@@ -298,6 +338,7 @@ func TestSidecarServiceEntrySimulation(t *testing.T) {
 					istioSim := simulation.NewSimulation(t, s, proxy)
 					ourSim := *istioSim
 					ourSim.Listeners, ourSim.Clusters, ourSim.Routes = ours[key].listeners, ours[key].clusters, ours[key].routes
+					ran++
 					d := &differences{t: t, scenario: sc.name, used: used, list: entryAllowedDifferences}
 					compareResourceNames(d, istioSim, &ourSim)
 					compareClusterTLS(d, istioSim, &ourSim)
@@ -324,11 +365,25 @@ func TestSidecarServiceEntrySimulation(t *testing.T) {
 			}
 		})
 	}
+	if ran == want {
+		for i, a := range entryAllowedDifferences {
+			if !used[i] {
+				t.Errorf("allowed difference %d (%s) no longer occurs; delete it", i, a.reason)
+			}
+		}
+	}
 }
 
 // entryAllowedDifferences are the intended differences of the entries'
 // scenarios.
-var entryAllowedDifferences = []allowedDifference{}
+var entryAllowedDifferences = []allowedDifference{{
+	scenario: regexp.MustCompile(`^entry for a Kubernetes service's host$`),
+	subject:  regexp.MustCompile(`^call outbound http to 10\.96\.0\.10:80 Host 10\.96\.0\.10(:80)?$`),
+	istio:    `ok, listener "0.0.0.0_80", chain plaintext/HTTP, cluster "PassthroughCluster"`,
+	ours:     `ok, listener "0.0.0.0_80", chain plaintext/HTTP, cluster "outbound|80||echo.app.svc.cluster.local"`,
+	reason: "a ServiceEntry for a Kubernetes Service's hostname: Istio lets it take the Service's place in the port's " +
+		"virtual host, dropping the Service's cluster IP from its domains; Bulwark leaves the hostname to the Service",
+}}
 
 // compareEntryClusters compares what ServiceEntries' clusters hold beyond
 // their type and TLS: a DNS cluster's inline endpoints (and their

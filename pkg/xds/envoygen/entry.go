@@ -262,3 +262,28 @@ func (b *builder) services() []*model.Service {
 func (b *builder) sees(svc *model.Service) bool {
 	return svc.VisibleTo(b.p.Namespace, b.g.Mesh.DefaultServiceExportTo)
 }
+
+// sniffedOnAnyAddress reports whether sp, of a ServiceEntry without
+// addresses, declares no protocol: Istio sniffs it on "0.0.0.0_<port>",
+// HTTP routed by the port's route, the rest to the entry.
+func sniffedOnAnyAddress(svc *model.Service, sp model.Port) bool {
+	return len(entryListenerAddresses(svc)) > 0 && protocolOf(sp) == protoAuto
+}
+
+// httpDefault is where "0.0.0.0_<port>", an HTTP port's listener, sends
+// what is not plaintext HTTP: the first ServiceEntry (by hostname) without
+// addresses whose TCP or undeclared port it is, as Istio makes that
+// entry's chain the listener's default; else the fallback.
+func (b *builder) httpDefault(port uint32) string {
+	for _, svc := range b.services() {
+		if len(entryListenerAddresses(svc)) == 0 {
+			continue
+		}
+		for _, sp := range svc.Ports {
+			if p := protocolOf(sp); sp.Port == port && (p == protoTCP || p == protoAuto) && !sniChosen(svc, sp) {
+				return resource.ClusterName(svc.Hostname, "", port)
+			}
+		}
+	}
+	return b.fallbackCluster()
+}

@@ -29,7 +29,7 @@ func (b *builder) listeners() []resource.Resource {
 		out = append(out, e.listener())
 	}
 	for _, port := range b.httpPorts() {
-		out = append(out, httpListener(port, b.fallbackCluster()))
+		out = append(out, httpListener(port, b.httpDefault(port)))
 	}
 	out = append(out, b.inboundListener())
 	// One listener per name: outboundEntries merged those of one address,
@@ -54,19 +54,20 @@ func (b *builder) namedOutboundListeners(names []string) []resource.Resource {
 	}
 	for _, port := range b.httpPorts() {
 		if name := listenerName("0.0.0.0", port); want[name] && !slices.ContainsFunc(out, func(r resource.Resource) bool { return r.Name == name }) {
-			out = append(out, httpListener(port, b.fallbackCluster()))
+			out = append(out, httpListener(port, b.httpDefault(port)))
 		}
 	}
 	return out
 }
 
-// httpPorts are the ports some service declares HTTP on: each has the
-// listener "0.0.0.0_<port>" and the route "<port>".
+// httpPorts are the ports some service declares HTTP on (or a
+// ServiceEntry without addresses leaves undeclared, entry.go): each has
+// the listener "0.0.0.0_<port>" and the route "<port>".
 func (b *builder) httpPorts() []uint32 {
 	ports := map[uint32]bool{}
 	for _, svc := range b.services() {
 		for _, sp := range svc.Ports {
-			if protocolOf(sp).isHTTP() {
+			if protocolOf(sp).isHTTP() || sniffedOnAnyAddress(svc, sp) {
 				ports[sp.Port] = true
 			}
 		}
@@ -112,7 +113,8 @@ func (b *builder) virtualOutbound() resource.Resource {
 
 // httpListener routes HTTP to port by RDS route "<port>"; what is not
 // plaintext HTTP goes to fallback: out unchanged, or nowhere under
-// REGISTRY_ONLY (Istio's buildOutboundCatchAllNetworkFiltersOnly).
+// REGISTRY_ONLY (Istio's buildOutboundCatchAllNetworkFiltersOnly), or to
+// a ServiceEntry's TCP port without addresses (httpDefault).
 func httpListener(port uint32, fallback string) resource.Resource {
 	name := listenerName("0.0.0.0", port)
 	routeName := strconv.FormatUint(uint64(port), 10)
