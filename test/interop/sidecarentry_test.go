@@ -308,6 +308,20 @@ spec:
   ports: [{name: http, number: 80, protocol: HTTP}]
 `)},
 	calls: []entryCall{httpTo("echo.app.svc.cluster.local", 80, "outbound|80||echo.app.svc.cluster.local")},
+}, {
+	sidecarScenario: sidecarScenario{name: "one host in two namespaces", pods: []string{"app/sleep-1", "other/backend-1"},
+		istio: entry("dup", `  hosts: [dup.example.com]
+  location: MESH_EXTERNAL
+  resolution: STATIC
+  ports: [{name: http, number: 80, protocol: HTTP}]
+  endpoints: [{address: 192.0.2.51}]
+`) + "---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: dup, namespace: other}\nspec:\n" + `  hosts: [dup.example.com]
+  location: MESH_EXTERNAL
+  resolution: STATIC
+  ports: [{name: http, number: 80, protocol: HTTP}]
+  endpoints: [{address: 192.0.2.52}]
+`},
+	calls: []entryCall{httpTo("dup.example.com", 80, "outbound|80||dup.example.com")},
 }}
 
 // TestSidecarServiceEntrySimulation is TestSidecarSimulation for
@@ -383,6 +397,13 @@ var entryAllowedDifferences = []allowedDifference{{
 	ours:     `ok, listener "0.0.0.0_80", chain plaintext/HTTP, cluster "outbound|80||echo.app.svc.cluster.local"`,
 	reason: "a ServiceEntry for a Kubernetes Service's hostname: Istio lets it take the Service's place in the port's " +
 		"virtual host, dropping the Service's cluster IP from its domains; Bulwark leaves the hostname to the Service",
+}, {
+	scenario: regexp.MustCompile(`^one host in two namespaces$`),
+	subject:  regexp.MustCompile(`^endpoints outbound\|80\|\|dup\.example\.com$`),
+	istio:    "[192.0.2.52:80 tlsMode=-]",
+	ours:     "[192.0.2.51:80 tlsMode=-]",
+	reason: "one host in entries of two namespaces: Istio gives each client its own namespace's entry; " +
+		"Bulwark gives every client the oldest entry (then the first by namespace)",
 }}
 
 // compareEntryClusters compares what ServiceEntries' clusters hold beyond
