@@ -14,8 +14,11 @@ import (
 	"slices"
 	"time"
 
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/bulwark-mesh/bulwark/pkg/bootstrap"
 	"github.com/bulwark-mesh/bulwark/pkg/ca"
+	"github.com/bulwark-mesh/bulwark/pkg/migrate"
 )
 
 // caCommand is `istiod ca rotate|status|reset`: it starts a rotation of
@@ -78,6 +81,9 @@ func caCommand(ctx context.Context, args []string, getenv func(string) string, s
 			return err
 		}
 		printRotation(stdout, r, replicasOf(ctx, authority, r, stderr), time.Now())
+		if cfg.KubernetesMode() {
+			printWithoutPCDS(ctx, stdout, stderr, cfg.Kubeconfig)
+		}
 	}
 	key, err := authority.SigningKey(ctx)
 	if err != nil {
@@ -167,3 +173,34 @@ func printSigningKey(w io.Writer, kube bool, k *ca.SigningKey) {
 		fmt.Fprintf(w, "plugged-in CA: %s is not here to read; if istiod mounts a cacerts Secret there, that set signs instead\n", k.PluggedInDir)
 	}
 }
+
+// printWithoutPCDS names the running pods whose proxy does not take the
+// trust bundle over xDS, which a root rotation reaches only when they
+// restart (Istio's injected pods among them); a failure to list them is
+// written to stderr.
+func printWithoutPCDS(ctx context.Context, stdout, stderr io.Writer, kubeconfig string) {
+	rc, err := restConfig(kubeconfig)
+	var client kubernetes.Interface
+	if err == nil {
+		client, err = kubernetes.NewForConfig(rc)
+	}
+	var pods []migrate.Proxy
+	if err == nil {
+		pods, err = migrate.ListProxies(ctx, client)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "cannot list the pods without PCDS: %v\n", err)
+		return
+	}
+	fmt.Fprintf(stdout, "pods whose proxy does not take the trust bundle over xDS (a root rotation reaches them only when they restart): %d\n", len(pods))
+	for i, p := range pods {
+		if i == maxPodsListed {
+			fmt.Fprintf(stdout, "  … and %d more\n", len(pods)-maxPodsListed)
+			break
+		}
+		fmt.Fprintf(stdout, "  %s\n", p)
+	}
+}
+
+// maxPodsListed bounds the pods ca status names one by one.
+const maxPodsListed = 50

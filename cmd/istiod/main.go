@@ -3,6 +3,8 @@
 //
 //	istiod [discovery] [flags]   run the control plane (the default)
 //	istiod mint-cert [flags]     issue a client certificate from the local CA
+//	istiod ca rotate|status|reset  the CA's root rotation and keys
+//	istiod migrate check [flags] the preflight of a move from Istio's istiod
 //	istiod version               print the version
 package main
 
@@ -54,10 +56,12 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 		err = mintCert(ctx, args, getenv, stdout, stderr)
 	case "ca":
 		err = caCommand(ctx, args, getenv, stdout, stderr)
+	case "migrate":
+		err = migrateCommand(ctx, args, getenv, stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, version)
 	default:
-		fmt.Fprintf(stderr, "istiod: unknown command %q (want discovery, mint-cert, ca or version)\n", cmd)
+		fmt.Fprintf(stderr, "istiod: unknown command %q (want discovery, mint-cert, ca, migrate or version)\n", cmd)
 		return exitUsage
 	}
 	switch {

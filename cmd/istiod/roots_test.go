@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/crypto/x509roots/fallback/bundle"
+
+	"github.com/bulwark-mesh/bulwark/internal/testenv"
 )
 
 // rootsChildEnv marks the run of this test binary that has no system roots.
@@ -30,7 +32,7 @@ func TestMain(m *testing.M) {
 		fmt.Println("the recorded chain verifies with the built-in roots")
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	os.Exit(testenv.Run(m))
 }
 
 // TestBuiltInRootsVerifyAPublicChainWithoutSystemRoots runs this test binary

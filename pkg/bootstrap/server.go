@@ -29,6 +29,7 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/ca/servingcert"
 	"github.com/bulwark-mesh/bulwark/pkg/inject"
 	"github.com/bulwark-mesh/bulwark/pkg/meshconfig"
+	"github.com/bulwark-mesh/bulwark/pkg/migrate"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/sds"
 	"github.com/bulwark-mesh/bulwark/pkg/unsupported"
@@ -59,6 +60,10 @@ type Server struct {
 	kube            *kubeParts // nil in local mode
 	// unsupported reports what of the model's source is not honoured.
 	unsupported unsupportedReporter
+	// withoutPCDS counts the pods whose proxy does not take the trust
+	// bundle over xDS (Istio's injected pods among them); nil in local
+	// mode.
+	withoutPCDS *migrate.Proxies
 }
 
 // unsupportedReporter reports the Istio configuration of the model's
@@ -122,6 +127,10 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	s := &Server{cfg: cfg, log: log, registry: newRegistry(authority), ca: authority, serving: rotator, kube: kube}
 	if kube != nil {
 		kube.monitor = newAPIServerMonitor(kube.client, s.registry, log)
+		if s.withoutPCDS, err = migrate.NewProxies(kube.client, log.With("component", "migrate")); err != nil {
+			return nil, err
+		}
+		s.registry.MustRegister(s.withoutPCDS.Collector())
 	}
 	if s.mesh, err = newMeshWatcher(cfg, log); err != nil {
 		return nil, err
@@ -398,6 +407,9 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if s.unsupported != nil {
 		g.Go(func() error { return s.unsupported.Run(ctx) })
+	}
+	if s.withoutPCDS != nil {
+		g.Go(func() error { return s.withoutPCDS.Run(ctx) })
 	}
 	g.Go(func() error { return s.serveWebhooks(ctx, webhookLn) })
 	err = g.Wait()

@@ -40,6 +40,13 @@ func readCACerts(dir string) (rawSet, bool, error) {
 		}
 		data[name] = b
 	}
+	return pickSet(data)
+}
+
+// pickSet is the set the files in data (by file name) make: Istio's
+// layout, else the TLS layout; none of either's files is no set, and a
+// partial layout is an error.
+func pickSet(data map[string][]byte) (rawSet, bool, error) {
 	istio := []string{FileCACert, FileCAKey, FileCertChain, FileRootCert}
 	tls := []string{FileTLSCert, FileTLSKey, FileTLSCA}
 	switch {

@@ -42,6 +42,36 @@ func (k *SigningKey) KeyID() string {
 // the Store and the RotationStore, and writes nothing: unlike Load, it
 // makes no first root.
 func (c *CA) SigningKey(ctx context.Context) (*SigningKey, error) {
+	var pluggedIn rawSet
+	found := false
+	if c.cfg.CACertsDir != "" {
+		var err error
+		if pluggedIn, found, err = readCACerts(c.cfg.CACertsDir); err != nil {
+			return nil, fmt.Errorf("signing key: %w", err)
+		}
+	}
+	return c.signingKey(ctx, pluggedIn, found, "the plugged-in set in "+c.cfg.CACertsDir)
+}
+
+// SigningKeyOf is SigningKey with the plugged-in set given as the files of
+// the Secret istiod mounts at CACertsDir (cacerts), by file name, as read
+// from outside the cluster; nil or empty means no plugged-in set. Unlike
+// SigningKey it checks the plugged-in set as istiod would load it, so a set
+// istiod would refuse is an error here too.
+func (c *CA) SigningKeyOf(ctx context.Context, cacerts map[string][]byte, where string) (*SigningKey, error) {
+	pluggedIn, found, err := pickSet(cacerts)
+	if err != nil {
+		return nil, fmt.Errorf("signing key: %w", err)
+	}
+	if found {
+		if _, err := newAuthority(pluggedIn, c.cfg.Clock(), sourcePluggedIn); err != nil {
+			return nil, fmt.Errorf("signing key: cacerts: %w", err)
+		}
+	}
+	return c.signingKey(ctx, pluggedIn, found, "the plugged-in set in "+where)
+}
+
+func (c *CA) signingKey(ctx context.Context, pluggedIn rawSet, found bool, pluggedInWhere string) (*SigningKey, error) {
 	var r *Rotation
 	if c.cfg.Rotations != nil {
 		var err error
@@ -53,21 +83,13 @@ func (c *CA) SigningKey(ctx context.Context) (*SigningKey, error) {
 	if r != nil {
 		k.Phase = r.Phase
 	}
-	var pluggedIn rawSet
-	found := false
-	if c.cfg.CACertsDir != "" {
-		var err error
-		if pluggedIn, found, err = readCACerts(c.cfg.CACertsDir); err != nil {
-			return nil, fmt.Errorf("signing key: %w", err)
-		}
-	}
 	m, which := signingSet(r, found)
 	switch {
 	case m != nil:
 		k.Where = fmt.Sprintf("%s, the %s set", describe(c.cfg.Rotations, "the rotation state"), which)
 		return k, k.parse(m.rawSet())
 	case found:
-		k.Where = "the plugged-in set in " + c.cfg.CACertsDir
+		k.Where = pluggedInWhere
 		return k, k.parse(pluggedIn)
 	}
 	stored, err := c.cfg.Store.Load(ctx)

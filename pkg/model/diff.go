@@ -95,6 +95,7 @@ func Diff(old, new *Snapshot) Change {
 func sameService(a, b *Service) bool {
 	return a.Meta == b.Meta && a.Hostname == b.Hostname && a.Headless == b.Headless &&
 		slices.Equal(a.Addresses, b.Addresses) && maps.Equal(a.Selector, b.Selector) && slices.Equal(a.Ports, b.Ports) &&
+		slices.Equal(a.ExportTo, b.ExportTo) &&
 		sameEntry(a.Entry, b.Entry)
 }
 
@@ -226,4 +227,11 @@ func createdParts(m Meta, created time.Time) Meta {
 
 func (p *AuthorizationPolicy) Parts() (Meta, proto.Message)   { return p.Meta, p.Spec }
 func (p *RequestAuthentication) Parts() (Meta, proto.Message) { return p.Meta, p.Spec }
-func (p *DestinationRule) Parts() (Meta, proto.Message)       { return p.Meta, p.Spec }
+
+// Parts of a DestinationRule count its creation time as part of its name:
+// it decides which of several rules' traffic policy applies.
+func (p *DestinationRule) Parts() (Meta, proto.Message) {
+	m := p.Meta
+	m.Name += "@" + p.Created.UTC().Format(time.RFC3339Nano)
+	return m, p.Spec
+}

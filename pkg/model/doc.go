@@ -27,8 +27,9 @@
 //     none, "None" for a headless Service, whose clients connect to its
 //     endpoints' addresses) and spec.ports (name, port, targetPort as a number,
 //     appProtocol; the protocol follows Istio: appProtocol, else the name's
-//     prefix). Its hostname is <name>.<namespace>.svc.<domain> (domain
-//     defaults to cluster.local).
+//     prefix), and the annotation networking.istio.io/exportTo (the
+//     namespaces that see it; see ParseExportTo). Its hostname is
+//     <name>.<namespace>.svc.<domain> (domain defaults to cluster.local).
 //   - networking.istio.io/v1 WorkloadEntry: one workload instance. spec
 //     (istio.io/api networking/v1) gives address, ports (service port name →
 //     the workload's port), labels, serviceAccount, locality and weight. A
@@ -38,9 +39,11 @@
 //   - security.istio.io/v1 PeerAuthentication, AuthorizationPolicy and
 //     RequestAuthentication (read by the Envoy generator only, as
 //     proxyless gRPC has no JWT filter).
-//   - networking.istio.io/v1 DestinationRule (host, workloadSelector,
-//     subsets, and the TLS of trafficPolicy and its portLevelSettings;
-//     workloadSelector is read by the Envoy generator only).
+//   - networking.istio.io/v1 DestinationRule (host, wildcards included,
+//     exportTo, workloadSelector, subsets, and the TLS of trafficPolicy and
+//     its portLevelSettings; metadata.creationTimestamp orders several
+//     rules for one host). Which one applies to a client is
+//     Snapshot.DestinationRuleFor's choice, for every generator.
 //   - networking.istio.io/v1 Gateway and VirtualService, with
 //     metadata.creationTimestamp when given (of conflicting ones the
 //     oldest applies, as in Istio). Snapshot.GatewaysFor selects a gateway

@@ -240,7 +240,7 @@ func decodeDocument(js []byte, res *Resources) error {
 		if err := decodeSpec(env, spec); err != nil {
 			return err
 		}
-		res.DestinationRules = append(res.DestinationRules, &DestinationRule{Meta: meta, Spec: spec})
+		res.DestinationRules = append(res.DestinationRules, &DestinationRule{Meta: meta, Created: env.Metadata.CreationTimestamp, Spec: spec})
 	case "networking.istio.io/v1/Gateway":
 		spec := &networkingv1.Gateway{}
 		if err := decodeSpec(env, spec); err != nil {
@@ -288,7 +288,7 @@ func decodeService(js []byte, meta Meta) (*Service, error) {
 	if err := dec.Decode(&k); err != nil {
 		return nil, fmt.Errorf("Service %s: %w: %w", meta.Name, ErrInvalid, err)
 	}
-	svc := &Service{Meta: meta, Selector: k.Spec.Selector}
+	svc := &Service{Meta: meta, Selector: k.Spec.Selector, ExportTo: ParseExportTo(k.Annotations[ExportToAnnotation])}
 	ips := k.Spec.ClusterIPs
 	if len(ips) == 0 && k.Spec.ClusterIP != "" {
 		ips = []string{k.Spec.ClusterIP}

@@ -37,6 +37,10 @@ type Service struct {
 	Headless bool
 	Selector map[string]string
 	Ports    []Port
+	// ExportTo are the namespaces that see the service (its
+	// networking.istio.io/exportTo annotation, see ParseExportTo); nil
+	// leaves the mesh's defaultServiceExportTo in force.
+	ExportTo []string
 	// Endpoints are the service's workload instances by service port
 	// number. A source may supply them (Kubernetes EndpointSlices); Build
 	// adds the WorkloadEntries the selector matches and sorts them.
@@ -102,7 +106,15 @@ type AuthorizationPolicy struct {
 // DestinationRule is a named DestinationRule.
 type DestinationRule struct {
 	Meta
-	Spec *networkingv1.DestinationRule
+	// Created is its creation time: of several rules for one host in one
+	// namespace, the oldest one's traffic policy applies. Zero when the
+	// source has none.
+	Created time.Time
+	Spec    *networkingv1.DestinationRule
+	// From are the rules merged into this one, in order, when
+	// DestinationRuleFor merged several rules for one host (Spec is then
+	// the merge, Meta the first's); nil for a rule as written.
+	From []Meta
 }
 
 // Gateway is a networking.istio.io Gateway: the servers a gateway pod
@@ -160,6 +172,12 @@ type Resources struct {
 type Options struct {
 	Domain        string // DNS domain of service hostnames
 	RootNamespace string // namespace of mesh-wide policies
+	// DefaultServiceExportTo and DefaultDestinationRuleExportTo are the
+	// mesh's defaultServiceExportTo and defaultDestinationRuleExportTo,
+	// comma-separated; empty is Istio's default, "*". Set them with
+	// WithExportDefaults.
+	DefaultServiceExportTo         string
+	DefaultDestinationRuleExportTo string
 }
 
 // Snapshot is an immutable view of the mesh. Callers must not modify it or
@@ -174,6 +192,10 @@ type Snapshot struct {
 	res      Resources  // Pods sorted by namespace and name
 	// clientSelected: a DestinationRule has a workloadSelector.
 	clientSelected bool
+	// rules index the DestinationRules under Options, once asked for.
+	rules *lazyRules
+	// exporting: a service has its own exportTo.
+	exporting bool
 }
 
 // Services returns the services sorted by hostname.
@@ -236,11 +258,6 @@ func (s *Snapshot) Pod(namespace, name string) *Pod {
 	return nil
 }
 
-// SelectsClients reports whether a DestinationRule has a workloadSelector:
-// then which rule applies to a client depends on its labels, not only on
-// its namespace.
-func (s *Snapshot) SelectsClients() bool { return s.clientSelected }
-
 // Resources returns the snapshot's inputs.
 func (s *Snapshot) Resources() *Resources { return &s.res }
 
@@ -281,7 +298,7 @@ func BuildShared(version string, opts Options, res Resources, prev *Snapshot) *S
 }
 
 func assemble(version string, opts Options, res Resources, prev *Snapshot) *Snapshot {
-	s := &Snapshot{Version: version, Options: opts, res: res}
+	s := &Snapshot{Version: version, Options: opts, res: res, rules: &lazyRules{}}
 	s.clientSelected = slices.ContainsFunc(res.DestinationRules, func(dr *DestinationRule) bool {
 		return dr.Spec.GetWorkloadSelector() != nil
 	})
@@ -294,6 +311,7 @@ func assemble(version string, opts Options, res Resources, prev *Snapshot) *Snap
 		entries := entryServices(res.ServiceEntries, res.Services, opts.Domain, res.Workloads, res.Pods)
 		all = append(slices.Clip(res.Services), entries...)
 	}
+	s.exporting = slices.ContainsFunc(all, func(svc *Service) bool { return len(svc.ExportTo) > 0 })
 	s.hosts = indexHosts(all, prevHosts)
 	s.services = make([]*Service, len(all))
 	for i, k := range s.hosts.order {
@@ -326,6 +344,7 @@ func (s *Snapshot) WithRootNamespace(ns string) *Snapshot {
 	}
 	c := *s
 	c.Options.RootNamespace = ns
+	c.rules = &lazyRules{}
 	if s.Version != "" {
 		c.Version = s.Version + "+root:" + ns
 	}

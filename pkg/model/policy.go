@@ -3,7 +3,6 @@ package model
 import (
 	"cmp"
 	"slices"
-	"strings"
 
 	securityv1 "istio.io/api/security/v1"
 	betav1 "istio.io/api/security/v1beta1"
@@ -163,87 +162,4 @@ func scopeOf(meta Meta, spec workloadSelected) PolicyScope {
 // selector (if any) matches.
 func (p PolicyScope) Selects(root, namespace string, labels map[string]string) bool {
 	return !p.Attached && (p.Namespace == namespace || p.Namespace == root) && Matches(p.Selector, labels)
-}
-
-// DestinationRule returns the rule for hostname seen from clientNamespace:
-// a rule of the client's namespace first, then of the service's, then of
-// the root namespace. A rule's host is the FQDN or a short name resolved in
-// the rule's namespace. Wildcard hosts are not supported. A rule's
-// workloadSelector is not read (proxyless gRPC); DestinationRuleFor reads
-// it.
-func (s *Snapshot) DestinationRule(hostname, clientNamespace string) *DestinationRule {
-	svc := s.Service(hostname)
-	order := []string{clientNamespace}
-	if svc != nil {
-		order = append(order, svc.Namespace)
-	}
-	order = append(order, s.Options.RootNamespace)
-	for _, ns := range order {
-		for _, dr := range s.res.DestinationRules {
-			if dr.Namespace == ns && s.resolveHost(dr.Spec.GetHost(), dr.Namespace) == hostname {
-				return dr
-			}
-		}
-	}
-	return nil
-}
-
-// DestinationRuleFor is the rule for hostname seen from a workload with
-// labels in clientNamespace, as Istio's sidecar scope picks it: the first
-// namespace of DestinationRule's order with a rule for hostname decides;
-// in it, a rule of the client's own namespace whose workloadSelector
-// matches labels wins, else the one without a selector, else none. A rule
-// with a selector never applies to clients of another namespace.
-func (s *Snapshot) DestinationRuleFor(hostname, clientNamespace string, labels map[string]string) *DestinationRule {
-	svc := s.Service(hostname)
-	order := []string{clientNamespace}
-	if svc != nil {
-		order = append(order, svc.Namespace)
-	}
-	order = append(order, s.Options.RootNamespace)
-	for _, ns := range order {
-		var found bool
-		var catchAll *DestinationRule
-		for _, dr := range s.res.DestinationRules {
-			if dr.Namespace != ns || s.resolveHost(dr.Spec.GetHost(), dr.Namespace) != hostname {
-				continue
-			}
-			found = true
-			sel := dr.Spec.GetWorkloadSelector()
-			switch {
-			case sel == nil:
-				if catchAll == nil {
-					catchAll = dr
-				}
-			case ns == clientNamespace && Matches(sel.GetMatchLabels(), labels):
-				return dr
-			}
-		}
-		if found {
-			return catchAll
-		}
-	}
-	return nil
-}
-
-// DestinationRulesOf returns the rules of any namespace whose host is
-// hostname: those that some client may see for it.
-func (s *Snapshot) DestinationRulesOf(hostname string) []*DestinationRule {
-	var out []*DestinationRule
-	for _, dr := range s.res.DestinationRules {
-		if s.resolveHost(dr.Spec.GetHost(), dr.Namespace) == hostname {
-			out = append(out, dr)
-		}
-	}
-	return out
-}
-
-// resolveHost expands a short host name, one without a dot, to the FQDN in
-// namespace, as Istio does; "svc.ns" is taken as written, so it names no
-// Kubernetes service.
-func (s *Snapshot) resolveHost(host, namespace string) string {
-	if !strings.Contains(host, ".") {
-		return host + "." + namespace + ".svc." + s.Options.Domain
-	}
-	return host
 }

@@ -37,11 +37,9 @@ type Entry struct {
 	// DNS_ROUND_ROBIN (the first name's, one at a time).
 	Resolution networkingv1.ServiceEntry_Resolution
 	// SubjectAltNames are the identities its servers may present, beside
-	// those of its endpoints' service accounts.
+	// those of its endpoints' service accounts. (Its exportTo is the
+	// service's ExportTo.)
 	SubjectAltNames []string
-	// ExportTo are the namespaces it is visible to ("." its own, "*"
-	// all); none means the mesh's default.
-	ExportTo []string
 	// TargetPorts are the ports' targetPorts by port number, for a NONE
 	// entry: the port the original destination is rewritten to.
 	TargetPorts map[uint32]uint32
@@ -55,7 +53,7 @@ func sameEntry(a, b *Entry) bool {
 		return a == b
 	}
 	return a.External == b.External && a.Resolution == b.Resolution && slices.Equal(a.SubjectAltNames, b.SubjectAltNames) &&
-		slices.Equal(a.ExportTo, b.ExportTo) && maps.Equal(a.TargetPorts, b.TargetPorts)
+		maps.Equal(a.TargetPorts, b.TargetPorts)
 }
 
 // entryServices converts entries into services, one per host: those whose
@@ -94,7 +92,6 @@ func entryServices(entries []*ServiceEntry, k8s []*Service, domain string, workl
 			External:        spec.GetLocation() == networkingv1.ServiceEntry_MESH_EXTERNAL,
 			Resolution:      spec.GetResolution(),
 			SubjectAltNames: slices.Clone(spec.GetSubjectAltNames()),
-			ExportTo:        slices.Clone(spec.GetExportTo()),
 		}
 		if entry.Resolution == networkingv1.ServiceEntry_NONE {
 			for _, p := range spec.GetPorts() {
@@ -125,7 +122,7 @@ func entryServices(entries []*ServiceEntry, k8s []*Service, domain string, workl
 			// The workloads the selector picks serve the entry's ports, as
 			// a Kubernetes service's pods do theirs.
 			svc := &Service{Meta: se.Meta, Hostname: host, Addresses: own, Ports: ports, Entry: entry,
-				Selector: maps.Clone(spec.GetWorkloadSelector().GetLabels())}
+				Selector: maps.Clone(spec.GetWorkloadSelector().GetLabels()), ExportTo: slices.Clone(spec.GetExportTo())}
 			svc.Endpoints = entryEndpoints(se, host, ports, workloads, pods)
 			SortEndpoints(svc.Endpoints)
 			out = append(out, svc)
@@ -250,29 +247,4 @@ func (e *Entry) GetTargetPorts() map[uint32]uint32 {
 		return nil
 	}
 	return e.TargetPorts
-}
-
-// VisibleTo reports whether clients in namespace see svc, as Istio's
-// exportTo decides: a ServiceEntry's exportTo, else defaultExportTo (mesh
-// config defaultServiceExportTo), else everywhere; "." is the service's
-// own namespace, "*" every one, "~" none. A Kubernetes service follows
-// defaultExportTo (its networking.istio.io/exportTo annotation is not
-// read).
-func (svc *Service) VisibleTo(namespace string, defaultExportTo []string) bool {
-	var exportTo []string
-	if svc.Entry != nil {
-		exportTo = svc.Entry.ExportTo
-	}
-	if len(exportTo) == 0 {
-		exportTo = defaultExportTo
-	}
-	if len(exportTo) == 0 {
-		return true
-	}
-	for _, e := range exportTo {
-		if e == "*" || e == namespace || (e == "." && svc.Namespace == namespace) {
-			return true
-		}
-	}
-	return false
 }

@@ -90,7 +90,7 @@ func TestServiceEntriesAreServices(t *testing.T) {
 	}
 	db := snap.Service("db.internal")
 	if db == nil || db.Entry.External || len(db.Addresses) != 2 || db.Addresses[1] != "240.0.0.2" ||
-		len(db.Entry.SubjectAltNames) != 1 || db.Entry.ExportTo[0] != "." {
+		len(db.Entry.SubjectAltNames) != 1 || db.ExportTo[0] != "." {
 		t.Fatalf("db.internal: %+v", db)
 	}
 	eps := db.Endpoints[5432]
@@ -214,30 +214,23 @@ func loadString(t *testing.T, manifests string) (*model.Snapshot, error) {
 	return model.LoadDir(dir, model.Options{})
 }
 
-func TestVisibleTo(t *testing.T) {
-	entry := func(ns string, exportTo ...string) *model.Service {
-		return &model.Service{Meta: model.Meta{Name: "e", Namespace: ns}, Entry: &model.Entry{ExportTo: exportTo}}
+// TestServiceEntryExportTo: an entry's exportTo is its services', read as
+// a Service's exportTo annotation, the mesh default applying without it.
+func TestServiceEntryExportTo(t *testing.T) {
+	snap := modeltest.Load(t, diffBase+"---"+entryManifests)
+	db, api := snap.Service("db.internal"), snap.Service("api.example.com")
+	if !snap.ServiceVisible(db, "app") || snap.ServiceVisible(db, "other") {
+		t.Error("exportTo . is not the entry's namespace alone")
 	}
-	for name, tc := range map[string]struct {
-		svc       *model.Service
-		namespace string
-		mesh      []string
-		want      bool
-	}{
-		"a Kubernetes service":              {svc: &model.Service{Meta: model.Meta{Namespace: "b"}}, namespace: "a", want: true},
-		"a Kubernetes service, mesh .":      {svc: &model.Service{Meta: model.Meta{Namespace: "b"}}, namespace: "a", mesh: []string{"."}},
-		"a Kubernetes service, mesh . home": {svc: &model.Service{Meta: model.Meta{Namespace: "b"}}, namespace: "b", mesh: []string{"."}, want: true},
-		"no exportTo, no mesh default":      {svc: entry("b"), namespace: "a", want: true},
-		"no exportTo, the mesh default .":   {svc: entry("b"), namespace: "a", mesh: []string{"."}},
-		"the mesh default . at home":        {svc: entry("b"), namespace: "b", mesh: []string{"."}, want: true},
-		"exportTo . wins over the mesh":     {svc: entry("b", "."), namespace: "a", mesh: []string{"*"}},
-		"exportTo a namespace":              {svc: entry("b", "c", "a"), namespace: "a", want: true},
-		"exportTo ~":                        {svc: entry("b", "~"), namespace: "b"},
-		"exportTo *":                        {svc: entry("b", "*"), namespace: "z", want: true},
-	} {
-		if got := tc.svc.VisibleTo(tc.namespace, tc.mesh); got != tc.want {
-			t.Errorf("%s: %t, want %t", name, got, tc.want)
-		}
+	if !snap.ServiceVisible(api, "other") {
+		t.Error("an entry without exportTo is not visible everywhere")
+	}
+	private := snap.WithExportDefaults([]string{"."}, nil)
+	if private.ServiceVisible(private.Service("api.example.com"), "other") || !private.ServiceVisible(private.Service("api.example.com"), "app") {
+		t.Error("the mesh default does not apply to an entry without exportTo")
+	}
+	if got := snap.ServicesVisibleTo("other"); slices.ContainsFunc(got, func(s *model.Service) bool { return s.Hostname == "db.internal" }) {
+		t.Error("ServicesVisibleTo lists an entry not exported to the namespace")
 	}
 }
 

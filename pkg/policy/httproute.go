@@ -549,24 +549,7 @@ func checkAuthorityRewrites(f *Findings, p string, r *networking.HTTPRoute) {
 }
 
 func checkHTTPDestinations(f *Findings, p string, ds []*networking.HTTPRouteDestination) {
-	var total int64
-	for i, d := range ds {
-		dp := at(p, i)
-		if d == nil {
-			f.errorf(dp, "must not be null")
-			continue
-		}
-		if d.GetDestination() == nil {
-			f.errorf(dp+".destination", "must be set")
-		}
+	checkWeighted(f, p, ds, func(dp string, d *networking.HTTPRouteDestination) {
 		checkHeaderOps(f, dp+".headers", d.GetHeaders())
-		checkDestination(f, dp+".destination", d.GetDestination())
-		if d.GetWeight() < 0 {
-			f.errorf(dp+".weight", "%d is negative", d.GetWeight())
-		}
-		total += int64(d.GetWeight())
-	}
-	if len(ds) > 1 && total == 0 {
-		f.errorf(p, "the destinations' weights add up to 0")
-	}
+	})
 }

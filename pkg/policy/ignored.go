@@ -11,7 +11,7 @@ import (
 // these objects is reported as ignored, so that a field Istio adds later
 // is reported too rather than dropped silently.
 var (
-	destinationRuleFields = set("host", "subsets", "trafficPolicy", "workloadSelector")
+	destinationRuleFields = set("host", "exportTo", "subsets", "trafficPolicy", "workloadSelector")
 	subsetFields          = set("name", "labels", "trafficPolicy")
 	trafficPolicyFields   = set("tls", "portLevelSettings")
 	portPolicyFields      = set("port", "tls")

@@ -1,22 +1,22 @@
 package policy
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
-// What the gateway generators will read of a Gateway and of a
-// VirtualService (issue 21's scope): any other field is reported as
-// ignored, by its path, once these kinds are read. Until then they are
-// not honoured and every object is reported whole; the kinds carry these
-// functions so that reading them is the one change of their entry in
-// kinds (Support Partly, no unread) and the reporter then reads their
-// specs (Kind.NeedsSpec).
+// What routers read of a Gateway and of a VirtualService: the router
+// generator (pkg/xds/envoygen gateway*.go) and the VirtualService
+// translation (pkg/xds/routes). Any other field is reported as ignored,
+// by its path.
 var (
 	gatewayFields        = set("selector", "servers")
 	serverFields         = set("port", "hosts", "tls", "name")
 	serverPortFields     = set("number", "name", "protocol")
-	serverTLSFields      = set("httpsRedirect", "mode", "serverCertificate", "privateKey", "caCertificates", "caCrl", "credentialName", "credentialNames", "tlsCertificates", "subjectAltNames", "verifyCertificateSpki", "verifyCertificateHash", "minProtocolVersion", "maxProtocolVersion", "cipherSuites", "caCertCredentialName")
+	serverTLSFields      = set("httpsRedirect", "mode", "serverCertificate", "privateKey", "caCertificates", "caCrl", "credentialName", "credentialNames", "tlsCertificates", "subjectAltNames", "verifyCertificateSpki", "verifyCertificateHash", "minProtocolVersion", "maxProtocolVersion", "cipherSuites", "caCertCredentialName", "insecureSkipVerify")
 	virtualServiceFields = set("hosts", "gateways", "http", "tls", "tcp", "exportTo")
-	httpRouteFields      = set("name", "match", "route", "redirect", "directResponse", "rewrite", "timeout", "retries", "corsPolicy", "mirror", "mirrors", "mirrorPercentage", "headers")
-	httpMatchFields      = set("name", "uri", "headers", "withoutHeaders", "queryParams", "method", "port", "ignoreUriCase", "gateways")
+	httpRouteFields      = set("name", "match", "route", "redirect", "directResponse", "delegate", "rewrite", "timeout", "retries", "fault", "corsPolicy", "mirror", "mirrors", "mirrorPercent", "mirrorPercentage", "headers")
+	httpMatchFields      = set("name", "uri", "scheme", "method", "authority", "headers", "withoutHeaders", "queryParams", "port", "ignoreUriCase", "gateways", "sourceLabels", "sourceNamespace", "statPrefix")
 	httpDestFields       = set("destination", "weight", "headers")
 	tlsMatchFields       = set("sniHosts", "port", "gateways")
 	tcpMatchFields       = set("port", "gateways")
@@ -41,6 +41,16 @@ func ignoredInGateway(_ map[string]string, spec map[string]any) []string {
 
 func ignoredInVirtualService(_ map[string]string, spec map[string]any) []string {
 	out := unknownFields("spec", spec, virtualServiceFields)
+	// Sidecars read the http routes of a VirtualService bound to "mesh"
+	// (explicitly, or by naming no gateway), not its tls and tcp routes.
+	gws := list(spec["gateways"])
+	if _, root := spec["hosts"]; root && (len(gws) == 0 || slices.Contains(gws, any("mesh"))) {
+		for _, l4 := range []string{"tls", "tcp"} {
+			if len(list(spec[l4])) > 0 {
+				out = append(out, "spec."+l4+": not applied by sidecars (mesh); gateways apply them")
+			}
+		}
+	}
 	for i, r := range list(spec["http"]) {
 		p := fmt.Sprintf("spec.http[%d]", i)
 		route := object(r)

@@ -42,6 +42,8 @@ type Kind struct {
 const (
 	sectionUnread = "#what-bulwark-does-not-read"
 	sectionXDS    = "#xds-sds-and-mtls-between-services"
+	// sectionGateways is the README's "Gateways".
+	sectionGateways = "#gateways"
 )
 
 const (
@@ -62,10 +64,10 @@ var kinds = []Kind{
 	{Group: groupNetworking, Resource: "destinationrules", Name: "DestinationRule", Namespaced: true, Support: Partly, Section: sectionXDS, ignored: ignoredInDestinationRule},
 	{Group: groupNetworking, Resource: "serviceentries", Name: "ServiceEntry", Namespaced: true, Support: Partly, Section: sectionXDS, ignored: ignoredInServiceEntry},
 	{Group: groupNetworking, Resource: "workloadentries", Name: "WorkloadEntry", Namespaced: true, Support: Partly, Section: sectionUnread, unread: "WorkloadEntries are read from --configDir only, not from the API server"},
-	// Not honoured yet, each object reported whole; their fields are
-	// listed (ignoredrouting.go) for when the gateway generators read them.
-	{Group: groupNetworking, Resource: "virtualservices", Name: "VirtualService", Namespaced: true, Support: Not, Section: sectionUnread, unread: notRead, ignored: ignoredInVirtualService},
-	{Group: groupNetworking, Resource: "gateways", Name: "Gateway", Namespaced: true, Support: Not, Section: sectionUnread, unread: notRead, ignored: ignoredInGateway},
+	// Read by routers (ingress gateways); what they leave out is
+	// reported by path (ignoredrouting.go).
+	{Group: groupNetworking, Resource: "virtualservices", Name: "VirtualService", Namespaced: true, Support: Partly, Section: sectionGateways, ignored: ignoredInVirtualService},
+	{Group: groupNetworking, Resource: "gateways", Name: "Gateway", Namespaced: true, Support: Partly, Section: sectionGateways, ignored: ignoredInGateway},
 	{Group: groupNetworking, Resource: "sidecars", Name: "Sidecar", Namespaced: true, Support: Not, Section: sectionUnread, unread: notRead},
 	{Group: groupNetworking, Resource: "workloadgroups", Name: "WorkloadGroup", Namespaced: true, Support: Not, Section: sectionUnread, unread: notRead},
 	{Group: groupNetworking, Resource: "envoyfilters", Name: "EnvoyFilter", Namespaced: true, Support: Not, Section: sectionUnread, unread: notRead},

@@ -39,11 +39,10 @@ func TestIgnoredFields(t *testing.T) {
 		},
 		"load balancing, pools and outlier detection are reported by path": {
 			group: groupNetworking, kind: "DestinationRule",
-			spec: `{"host":"a","exportTo":["."],"trafficPolicy":{"loadBalancer":{"simple":"LEAST_REQUEST"},"outlierDetection":{},
+			spec: `{"host":"*.a.svc.cluster.local","exportTo":["."],"trafficPolicy":{"loadBalancer":{"simple":"LEAST_REQUEST"},"outlierDetection":{},
 				"portLevelSettings":[{"port":{"number":80},"connectionPool":{}}]},
 				"subsets":[{"name":"v1","trafficPolicy":{"tunnel":{}}}]}`,
 			want: []string{
-				"spec.exportTo: ignored, not generated",
 				"spec.trafficPolicy.loadBalancer: ignored, not generated",
 				"spec.trafficPolicy.outlierDetection: ignored, not generated",
 				"spec.trafficPolicy.portLevelSettings[0].connectionPool: ignored, not generated",

@@ -166,38 +166,33 @@ func TestRoutingFindingsNameTheField(t *testing.T) {
 	}
 }
 
-// TestRoutingFieldsOnceRead: Gateways and VirtualServices are reported
-// whole today; the same kinds, once read, report by path what the
-// generators leave out.
-func TestRoutingFieldsOnceRead(t *testing.T) {
-	for _, name := range []string{"Gateway", "VirtualService"} {
-		k := mustLookup(t, groupNetworking, name)
-		if k.NeedsSpec() || !slices.Equal(k.Ignored(nil, nil), []string{"the whole object: " + notRead}) {
-			t.Errorf("%s: not read today, yet needs its spec or is not reported whole", name)
-		}
-	}
-	read := func(name string) Kind {
-		k := mustLookup(t, groupNetworking, name)
-		k.unread, k.Support = "", Partly
-		if !k.NeedsSpec() {
-			t.Fatalf("%s read: the reporter would not read its spec", name)
-		}
-		return k
-	}
+// TestRoutingFieldsRead: routers read Gateways and VirtualServices; what
+// they leave out is reported by path.
+func TestRoutingFieldsRead(t *testing.T) {
 	for name, tc := range map[string]struct {
 		kind, spec string
 		want       []string
 	}{
-		"a Gateway of the generators' fields": {kind: "Gateway", spec: `{"selector":{"istio":"ingressgateway"},"servers":[{"port":{"number":443,"name":"https","protocol":"HTTPS"},"hosts":["a"],"tls":{"mode":"MUTUAL","credentialName":"c","subjectAltNames":["x"],"minProtocolVersion":"TLSV1_2"}}]}`},
-		"a bind and AUTO_PASSTHROUGH": {kind: "Gateway", spec: `{"servers":[{"port":{"number":15443,"name":"tls","protocol":"TLS"},"bind":"10.0.0.1","hosts":["*.local"],"tls":{"mode":"AUTO_PASSTHROUGH"}}]}`,
-			want: []string{"spec.servers[0].bind: ignored, not generated", "spec.servers[0].tls.mode: AUTO_PASSTHROUGH is for east-west gateways of several clusters, not served"}},
-		"a VirtualService of the generators' fields": {kind: "VirtualService", spec: `{"hosts":["a"],"gateways":["gw"],"http":[{"match":[{"uri":{"prefix":"/"},"ignoreUriCase":true}],"route":[{"destination":{"host":"a"},"weight":100}],"mirror":{"host":"b"},"retries":{"attempts":2}}],"tls":[{"match":[{"sniHosts":["a"]}],"route":[{"destination":{"host":"a"}}]}]}`},
-		"fault, authority and L4 source matches are reported": {kind: "VirtualService", spec: `{"hosts":["a"],"http":[{"fault":{"abort":{"httpStatus":500}},"match":[{"authority":{"exact":"a"},"sourceLabels":{"app":"x"}}],"route":[{"destination":{"host":"a"}}]}],"tcp":[{"match":[{"port":5432,"destinationSubnets":["10.0.0.0/8"]}],"route":[{"destination":{"host":"a"}}]}]}`,
-			want: []string{"spec.http[0].fault: ignored, not generated", "spec.http[0].match[0].authority: ignored, not generated",
-				"spec.http[0].match[0].sourceLabels: ignored, not generated", "spec.tcp[0].match[0].destinationSubnets: ignored, not generated"}},
+		"a Gateway of the generator's fields": {kind: "Gateway", spec: `{"selector":{"istio":"ingressgateway"},"servers":[{"port":{"number":443,"name":"https","protocol":"HTTPS"},"name":"s","hosts":["a"],"tls":{"mode":"MUTUAL","credentialName":"c","subjectAltNames":["x"],"minProtocolVersion":"TLSV1_2","insecureSkipVerify":true}}]}`},
+		"a bind, a default endpoint and AUTO_PASSTHROUGH": {kind: "Gateway", spec: `{"servers":[{"port":{"number":15443,"name":"tls","protocol":"TLS","targetPort":15443},"bind":"10.0.0.1","defaultEndpoint":"127.0.0.1:8080","hosts":["*.local"],"tls":{"mode":"AUTO_PASSTHROUGH"}}]}`,
+			want: []string{"spec.servers[0].bind: ignored, not generated", "spec.servers[0].defaultEndpoint: ignored, not generated",
+				"spec.servers[0].port.targetPort: ignored, not generated", "spec.servers[0].tls.mode: AUTO_PASSTHROUGH is for east-west gateways of several clusters, not served"}},
+		"a VirtualService of the translation's fields": {kind: "VirtualService", spec: `{"hosts":["a"],"gateways":["gw"],"exportTo":["."],"http":[{"name":"r","match":[{"uri":{"prefix":"/"},"ignoreUriCase":true,"authority":{"exact":"a"},"sourceLabels":{"app":"x"},"queryParams":{"q":{"exact":"1"}}}],"route":[{"destination":{"host":"a"},"weight":100,"headers":{"request":{"set":{"x":"y"}}}}],"mirror":{"host":"b"},"mirrorPercentage":{"value":5},"retries":{"attempts":2},"fault":{"abort":{"httpStatus":500}},"corsPolicy":{},"timeout":"1s"}],"tls":[{"match":[{"sniHosts":["a"],"port":443}],"route":[{"destination":{"host":"a"}}]}],"tcp":[{"match":[{"port":5432}],"route":[{"destination":{"host":"a"},"weight":100}]}]}`},
+		"a delegate's http rules":                      {kind: "VirtualService", spec: `{"http":[{"match":[{"uri":{"prefix":"/a"}}],"route":[{"destination":{"host":"a"}}]}]}`},
+		"L4 source and subnet matches are reported": {kind: "VirtualService", spec: `{"hosts":["a"],"gateways":["gw"],"tcp":[{"match":[{"port":5432,"destinationSubnets":["10.0.0.0/8"],"sourceLabels":{"a":"b"}}],"route":[{"destination":{"host":"a"}}]}],"tls":[{"match":[{"sniHosts":["a"],"sourceNamespace":"x"}],"route":[{"destination":{"host":"a"}}]}]}`,
+			want: []string{"spec.tls[0].match[0].sourceNamespace: ignored, not generated",
+				"spec.tcp[0].match[0].destinationSubnets: ignored, not generated", "spec.tcp[0].match[0].sourceLabels: ignored, not generated"}},
+		"a VirtualService for sidecars and a gateway":       {kind: "VirtualService", spec: `{"hosts":["a"],"gateways":["gw","mesh"],"http":[{"route":[{"destination":{"host":"a"}}]}]}`},
+		"a VirtualService without gateways is for sidecars": {kind: "VirtualService", spec: `{"hosts":["a"],"http":[{"route":[{"destination":{"host":"a"}}]}]}`},
+		"sidecars do not apply tls and tcp routes": {kind: "VirtualService", spec: `{"hosts":["a"],"tcp":[{"route":[{"destination":{"host":"a"}}]}],"tls":[{"match":[{"sniHosts":["a"]}],"route":[{"destination":{"host":"a"}}]}]}`,
+			want: []string{"spec.tls: not applied by sidecars (mesh); gateways apply them", "spec.tcp: not applied by sidecars (mesh); gateways apply them"}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if got := read(tc.kind).Ignored(nil, spec(t, tc.spec)); !slices.Equal(got, tc.want) {
+			k := mustLookup(t, groupNetworking, tc.kind)
+			if k.Support != Partly || !k.NeedsSpec() {
+				t.Fatalf("%s: support %s, needs its spec %v; want partly, read", tc.kind, k.Support, k.NeedsSpec())
+			}
+			if got := k.Ignored(nil, spec(t, tc.spec)); !slices.Equal(got, tc.want) {
 				t.Errorf("ignored\n got %q\nwant %q", got, tc.want)
 			}
 		})

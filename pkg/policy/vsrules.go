@@ -295,15 +295,29 @@ func checkL4(f *Findings, p string, subnets []string, port uint32, labels map[st
 }
 
 func checkRouteDestinations(f *Findings, p string, ds []*networking.RouteDestination) {
+	checkWeighted(f, p, ds, nil)
+}
+
+// checkWeighted checks the weighted destinations of an HTTP, TLS or TCP
+// route, and each with more when given.
+func checkWeighted[D interface {
+	comparable
+	GetDestination() *networking.Destination
+	GetWeight() int32
+}](f *Findings, p string, ds []D, more func(dp string, d D)) {
 	var total int64
+	var null D
 	for i, d := range ds {
 		dp := at(p, i)
-		if d == nil {
+		if d == null {
 			f.errorf(dp, "must not be null")
 			continue
 		}
 		if d.GetDestination() == nil {
 			f.errorf(dp+".destination", "must be set")
+		}
+		if more != nil {
+			more(dp, d)
 		}
 		checkDestination(f, dp+".destination", d.GetDestination())
 		if d.GetWeight() < 0 {

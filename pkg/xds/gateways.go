@@ -3,11 +3,13 @@ package xds
 import (
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/envoygen"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/routes"
 )
 
 // gatewayProblems are the Gateway servers not served to the routers
-// connected, once per distinct router scope, in snap.
-func (s *Server) gatewayProblems(snap *model.Snapshot) []envoygen.GatewayProblem {
+// connected, and the parts of VirtualServices their routes leave out,
+// once per distinct router scope, in snap.
+func (s *Server) gatewayProblems(snap *model.Snapshot) ([]envoygen.GatewayProblem, []routes.Problem) {
 	s.mu.Lock()
 	var routers []*nodeWorkload
 	for _, p := range s.streams {
@@ -19,12 +21,13 @@ func (s *Server) gatewayProblems(snap *model.Snapshot) []envoygen.GatewayProblem
 	}
 	s.mu.Unlock()
 	if len(routers) == 0 {
-		return nil
+		return nil, nil
 	}
 	ms := s.mesh.Load()
 	snap = ms.derive(snap)
 	seen := map[string]bool{}
 	var out []envoygen.GatewayProblem
+	var vs []routes.Problem
 	for _, w := range routers {
 		labels, ips := w.in(snap)
 		p := &envoygen.Proxy{Namespace: w.namespace, Labels: labels, IPs: ips, Router: true, Unprivileged: w.unprivileged}
@@ -34,14 +37,16 @@ func (s *Server) gatewayProblems(snap *model.Snapshot) []envoygen.GatewayProblem
 		}
 		seen[scope] = true
 		out = append(out, ms.envoy.GatewayProblems(snap, p)...)
+		vs = append(vs, ms.envoy.RouteProblems(snap, p)...)
 	}
-	return out
+	return out, vs
 }
 
 // reportGateways logs each Gateway problem once while it lasts and
 // counts them by kind.
 func (s *Server) reportGateways(snap *model.Snapshot, closed failClosed, current map[string]bool) {
-	for _, p := range s.gatewayProblems(snap) {
+	servers, vss := s.gatewayProblems(snap)
+	for _, p := range servers {
 		closed.add("Gateway", "server_"+p.Kind())
 		msg := p.String()
 		if current[msg] {
@@ -50,6 +55,17 @@ func (s *Server) reportGateways(snap *model.Snapshot, closed failClosed, current
 		current[msg] = true
 		if !s.reported[msg] {
 			s.log.Warn("gateway server not served", "gateway", p.Namespace+"/"+p.Name, "port", p.Port, "problem", p.Reason)
+		}
+	}
+	for _, p := range vss {
+		closed.add(p.Kind, "route_left_out")
+		msg := p.String()
+		if current[msg] {
+			continue
+		}
+		current[msg] = true
+		if !s.reported[msg] {
+			s.log.Warn("virtual service not routed as written", "kind", p.Kind, "name", p.Namespace+"/"+p.Name, "problem", p.Reason)
 		}
 	}
 }

@@ -131,7 +131,7 @@ func (w *nodeWorkload) scopeIn(s *Server, snap *model.Snapshot, ms *meshState) (
 	if !w.envoy {
 		gp := &grpcgen.Proxy{Namespace: w.namespace, Labels: labels}
 		return "grpc\x00" + labelsKey(w.namespace, labels), func(snap *model.Snapshot, typeURL string, names []string, wildcard bool) []resource.Resource {
-			return s.gen.Generate(snap, gp, typeURL, names, wildcard)
+			return ms.grpc.Generate(snap, gp, typeURL, names, wildcard)
 		}
 	}
 	ep := &envoygen.Proxy{Namespace: w.namespace, Labels: labels, IPs: ips, Router: w.router, Unprivileged: w.unprivileged}

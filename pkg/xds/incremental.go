@@ -4,8 +4,6 @@ import (
 	"slices"
 	"sync"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/envoygen"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
@@ -129,17 +127,6 @@ func (w *nodeWorkload) fullAfter(typeURL string, c endpointChanges) bool {
 	return w.router && (typeURL == typeListener || typeURL == typeRoute) && (c.authz || len(c.services) > 0 || len(c.pods) > 0)
 }
 
-// gatewaysChanged reports whether the Gateways or VirtualServices of
-// two snapshots differ: routers then generate everything again.
-func gatewaysChanged(old, new *model.Snapshot) bool {
-	o, n := old.Resources(), new.Resources()
-	return !slices.EqualFunc(o.Gateways, n.Gateways, func(a, b *model.Gateway) bool {
-		return a == b || (a.Meta == b.Meta && a.Created.Equal(b.Created) && proto.Equal(a.Spec, b.Spec))
-	}) || !slices.EqualFunc(o.VirtualServices, n.VirtualServices, func(a, b *model.VirtualService) bool {
-		return a == b || (a.Meta == b.Meta && a.Created.Equal(b.Created) && proto.Equal(a.Spec, b.Spec))
-	})
-}
-
 // history is the changes of the last historyLen pushes.
 type history struct {
 	mu   sync.Mutex
@@ -185,7 +172,7 @@ func (h *history) since(from, to uint64) (endpointChanges, bool) {
 func (s *Server) prompt(snap *model.Snapshot) bool {
 	prev := s.state.Load().snap
 	d := model.Diff(prev, s.mesh.Load().derive(snap))
-	return prev.Version != "" && !d.Config && len(d.Services) == 0 && !gatewaysChanged(prev, snap)
+	return prev.Version != "" && !d.Config && len(d.Services) == 0
 }
 
 func (s *Server) classify(prev, st *pushState) change {
@@ -194,7 +181,7 @@ func (s *Server) classify(prev, st *pushState) change {
 		return c
 	}
 	d := model.Diff(prev.snap, st.snap)
-	if d.Config || gatewaysChanged(prev.snap, st.snap) {
+	if d.Config { // Gateways and VirtualServices too: routers' listeners and routes
 		return c
 	}
 	// An endpoint change that more than load assignments read is a change

@@ -41,6 +41,7 @@ type randomMesh struct {
 	jwt      bool                    // a RequestAuthentication selects svc-2
 	drTLS    string                  // svc-0's DestinationRule TLS mode
 	v2Label  string                  // the label value of svc-0's subset v2
+	vs       int                     // which of virtualServices the mesh has
 }
 
 type meshService struct {
@@ -48,6 +49,7 @@ type meshService struct {
 	headless bool
 	target   uint32 // the http port's target port
 	vip      string
+	private  bool // exported to its own namespace only
 }
 
 type meshPod struct {
@@ -146,7 +148,10 @@ func (m *randomMesh) authorizationChange() string {
 // otherChange changes something else than endpoints, or endpoints in a
 // way other resources read.
 func (m *randomMesh) otherChange() string {
-	switch m.rnd.IntN(8) {
+	switch m.rnd.IntN(11) {
+	case 9, 10:
+		m.vs = m.rnd.IntN(len(virtualServices))
+		return fmt.Sprintf("virtual services %d", m.vs)
 	case 0:
 		ns := []string{"a", "b"}[m.rnd.IntN(2)]
 		m.next++
@@ -184,6 +189,11 @@ func (m *randomMesh) otherChange() string {
 		if p, ok := pick(m.rnd, m.pods, func(p *meshPod) bool { return p.proxy }); ok {
 			return m.relabel(p) // the proxy's own scope changes
 		}
+	case 8:
+		if svc, ok := pick(m.rnd, m.services, anyOf); ok {
+			svc.private = !svc.private
+			return fmt.Sprintf("export %s to its namespace only %t", svc.name, svc.private)
+		}
 	}
 	return "nothing"
 }
@@ -206,6 +216,9 @@ func (m *randomMesh) snapshot(t *testing.T) *model.Snapshot {
 		}
 		if !s.headless {
 			svc.Addresses = []string{s.vip}
+		}
+		if s.private {
+			svc.ExportTo = []string{"."}
 		}
 		for _, pk := range slices.Sorted(maps.Keys(m.pods)) {
 			p := m.pods[pk]
@@ -245,13 +258,53 @@ spec:
   host: svc-0.a.svc.cluster.local
   trafficPolicy: {tls: {mode: %s}}
   subsets: [{name: v1, labels: {version: v1}}, {name: v2, labels: {version: %s}}]
-%s`, m.mtls, m.allowNS, m.drTLS, m.v2Label, m.requestAuthentication())).Resources()
+%s%s`, m.mtls, m.allowNS, m.drTLS, m.v2Label, m.requestAuthentication(), virtualServices[m.vs])).Resources()
 	res.PeerAuthentications = policies.PeerAuthentications
 	res.AuthorizationPolicies = policies.AuthorizationPolicies
 	res.RequestAuthentications = policies.RequestAuthentications
 	res.DestinationRules = policies.DestinationRules
+	res.VirtualServices = policies.VirtualServices
 	return model.Build(fmt.Sprintf("random-%d", m.version), model.Options{}, res)
 }
+
+// virtualServices are the sets of VirtualServices the random mesh moves
+// between: none; a weighted split of svc-0 between its subsets; svc-0
+// private to namespace a, its first rule for clients labelled version v1
+// alone; svc-1 and every service of namespace a by a wildcard, with a
+// timeout and a consistent hash.
+var virtualServices = []string{"", `---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: svc-0, namespace: a}
+spec:
+  hosts: [svc-0]
+  http:
+  - route:
+    - {destination: {host: svc-0, subset: v1}, weight: 80}
+    - {destination: {host: svc-0, subset: v2}, weight: 20}
+`, `---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: svc-0, namespace: a}
+spec:
+  hosts: [svc-0]
+  exportTo: ["."]
+  http:
+  - match: [{sourceLabels: {version: v1}}]
+    route: [{destination: {host: svc-0, subset: v1}}]
+  - route: [{destination: {host: svc-1.b.svc.cluster.local}}]
+`, `---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: wide, namespace: b}
+spec:
+  hosts: [svc-1.b.svc.cluster.local, "*.a.svc.cluster.local"]
+  http:
+  - match: [{uri: {prefix: /slow}}]
+    timeout: 3s
+    route: [{destination: {host: svc-1.b.svc.cluster.local}}]
+  - route: [{destination: {host: svc-0.a.svc.cluster.local, subset: v2}}]
+`}
 
 func (m *randomMesh) requestAuthentication() string {
 	if !m.jwt {

@@ -10,6 +10,8 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/authn/keyfetch"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/envoygen"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/routes"
 )
 
 // MeshSource is the mesh configuration (Istio's MeshConfig, the istio
@@ -26,6 +28,7 @@ type meshState struct {
 	cfg   *meshv1alpha1.MeshConfig // nil: Istio's defaults
 	keys  *keyfetch.JWKSSnapshot   // RequestAuthentication key sets; nil: none fetched
 	envoy *envoygen.Generator
+	grpc  *grpcgen.Generator // proxyless gRPC's, with the same route settings
 }
 
 func (s *Server) newMeshState(mc *meshv1alpha1.MeshConfig, keys *keyfetch.JWKSSnapshot) *meshState {
@@ -36,7 +39,7 @@ func (s *Server) newMeshState(mc *meshv1alpha1.MeshConfig, keys *keyfetch.JWKSSn
 	if keys != nil {
 		g.Keys = keys
 	}
-	return &meshState{cfg: mc, keys: keys, envoy: g}
+	return &meshState{cfg: mc, keys: keys, envoy: g, grpc: &grpcgen.Generator{TrustDomain: s.cfg.TrustDomain, Routes: m.Routes}}
 }
 
 // applyMesh makes mc the mesh configuration the next push is built with.
@@ -95,8 +98,11 @@ func envoyMesh(mc *meshv1alpha1.MeshConfig) envoygen.Mesh {
 			CipherSuites:       mc.GetTlsDefaults().GetCipherSuites(),
 			MinProtocolVersion: minTLSVersion(mc.GetTlsDefaults().GetMinProtocolVersion()),
 		},
-		GatewayTopology:        gatewayTopology(mc.GetDefaultConfig().GetGatewayTopology()),
-		DefaultServiceExportTo: mc.GetDefaultServiceExportTo(),
+		GatewayTopology: gatewayTopology(mc.GetDefaultConfig().GetGatewayTopology()),
+		Routes: routes.Options{
+			DefaultRetry:    mc.GetDefaultHttpRetryPolicy(),
+			DefaultExportTo: mc.GetDefaultVirtualServiceExportTo(),
+		},
 	}
 }
 
@@ -129,9 +135,12 @@ func gatewayTopology(t *meshv1alpha1.Topology) envoygen.GatewayTopology {
 }
 
 // derive is snap as generation sees it under m: mesh-wide policies are
-// those of m's root namespace (the model's own when m names none).
+// those of m's root namespace (the model's own when m names none), and
+// Services and DestinationRules without exportTo are exported as m's
+// defaultServiceExportTo and defaultDestinationRuleExportTo say.
 func (m *meshState) derive(snap *model.Snapshot) *model.Snapshot {
-	return snap.WithRootNamespace(m.cfg.GetRootNamespace())
+	return snap.WithRootNamespace(m.cfg.GetRootNamespace()).
+		WithExportDefaults(m.cfg.GetDefaultServiceExportTo(), m.cfg.GetDefaultDestinationRuleExportTo())
 }
 
 // meshOf is the meshState st was built with; a push state made without

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"fmt"
 	"google.golang.org/protobuf/encoding/prototext"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -269,5 +271,54 @@ func TestEnvoyMeshCarriesTLSDefaults(t *testing.T) {
 	}
 	if m := envoyMesh(nil); m.TLSDefaults.ECDHCurves != nil || m.TLSDefaults.CipherSuites != nil {
 		t.Errorf("no mesh configuration: TLS defaults %+v", m.TLSDefaults)
+	}
+}
+
+// TestMeshConfigRetryPolicyReachesRoutes: the mesh's
+// defaultHttpRetryPolicy replaces Istio's default retries on a connected
+// sidecar's default routes, and attempts 0 removes them.
+func TestMeshConfigRetryPolicyReachesRoutes(t *testing.T) {
+	watcher, write := meshFile(t, "")
+	h := newHarness(t, modeltest.Load(t, envoyManifests), func(c *Config) { c.Mesh = watcher })
+	st := h.stream(clientID)
+	if err := st.Send(&discovery.DiscoveryRequest{Node: envoyNode("app", "client", "10.0.0.9"), TypeUrl: resource.RouteType, ResourceNames: []string{"80"}}); err != nil {
+		t.Fatal(err)
+	}
+	retries := func(r *discovery.DiscoveryResponse) []string {
+		t.Helper()
+		var out []string
+		for _, a := range r.GetResources() {
+			rc := &routev3.RouteConfiguration{}
+			if err := a.UnmarshalTo(rc); err != nil {
+				t.Fatal(err)
+			}
+			for _, vh := range rc.GetVirtualHosts() {
+				if vh.GetName() == "web.app.svc.cluster.local:80" {
+					p := vh.GetRoutes()[0].GetRoute().GetRetryPolicy()
+					out = append(out, fmt.Sprintf("%d %s", p.GetNumRetries().GetValue(), p.GetRetryOn()))
+				}
+			}
+		}
+		return out
+	}
+	ackRDS := func(r *discovery.DiscoveryResponse) {
+		t.Helper()
+		if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: r.GetTypeUrl(), ResourceNames: []string{"80"}, VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := recv(t, st)
+	if got := retries(r); !slices.Equal(got, []string{"2 connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes"}) {
+		t.Fatalf("default retries %q, want Istio's", got)
+	}
+	ackRDS(r)
+	write("defaultHttpRetryPolicy: {attempts: 4, retryOn: 5xx}\n")
+	if r = recv(t, st); !slices.Equal(retries(r), []string{"4 5xx"}) {
+		t.Fatalf("after the mesh's policy: %q (%s, %d resources)", retries(r), r.GetTypeUrl(), len(r.GetResources()))
+	}
+	ackRDS(r)
+	write("defaultHttpRetryPolicy: {attempts: 0}\n")
+	if r = recv(t, st); !slices.Equal(retries(r), []string{"0 "}) {
+		t.Fatalf("after retries turned off: %q", retries(r))
 	}
 }

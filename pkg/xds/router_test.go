@@ -8,6 +8,7 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -296,4 +297,68 @@ spec:
 	if r := recv(t, st); !hasRBAC(r) {
 		t.Fatal("the policy selecting the gateway did not reach its chains")
 	}
+}
+
+// TestVirtualServiceChangesReachRouters: a VirtualService bound to a
+// router's Gateway changes its routes; one whose regex Envoy would
+// refuse is left out, counted and logged, and the rest keeps serving.
+func TestVirtualServiceChangesReachRouters(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	rec, log := logtest.New(t)
+	public := ingressGateway("public", start, &networkingv1.Server{Port: &networkingv1.Port{Number: 80, Name: "http", Protocol: "HTTP"}, Hosts: []string{"*"}})
+	snapWith := func(version string, vss ...*model.VirtualService) *model.Snapshot {
+		res := *gatewaySnapshot(t, version, public).Resources()
+		res.VirtualServices = vss
+		return model.Build(version, model.Options{}, res)
+	}
+	vs := func(name, host, regex string) *model.VirtualService {
+		route := &networkingv1.HTTPRoute{Route: []*networkingv1.HTTPRouteDestination{{Destination: &networkingv1.Destination{Host: "web.app.svc.cluster.local"}}}}
+		if regex != "" {
+			route.Match = []*networkingv1.HTTPMatchRequest{{Uri: &networkingv1.StringMatch{MatchType: &networkingv1.StringMatch_Regex{Regex: regex}}}}
+		}
+		return &model.VirtualService{Meta: model.Meta{Namespace: "gw", Name: name}, Created: start,
+			Spec: &networkingv1.VirtualService{Hosts: []string{host}, Gateways: []string{"public"}, Http: []*networkingv1.HTTPRoute{route}}}
+	}
+	h := newHarness(t, snapWith("v1"), func(c *Config) { c.Logger = log })
+	st := h.stream(ingressIdentity)
+	if err := st.Send(&discovery.DiscoveryRequest{Node: routerNode("gw", "ingress", "10.0.3.1", nil, nil), TypeUrl: resource.RouteType, ResourceNames: []string{"http.80"}}); err != nil {
+		t.Fatal(err)
+	}
+	domains := func(r *discovery.DiscoveryResponse) []string {
+		t.Helper()
+		var out []string
+		for _, a := range r.GetResources() {
+			for _, vh := range unmarshal(t, a, &route.RouteConfiguration{}).GetVirtualHosts() {
+				out = append(out, vh.GetDomains()...)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	ack := func(r *discovery.DiscoveryResponse) {
+		t.Helper()
+		if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: resource.RouteType, ResourceNames: []string{"http.80"}, VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := recv(t, st)
+	if got := domains(r); !slices.Equal(got, []string{"*"}) {
+		t.Fatalf("domains %v without VirtualServices, want the blackhole's", got)
+	}
+	ack(r)
+	h.store.Publish(snapWith("v2", vs("shop", "shop.example.com", "")))
+	r = recv(t, st)
+	if got := domains(r); !slices.Equal(got, []string{"shop.example.com"}) {
+		t.Fatalf("domains %v after a VirtualService was added", got)
+	}
+	ack(r)
+	h.store.Publish(snapWith("v3", vs("shop", "shop.example.com", ""), vs("bad", "bad.example.com", "(a")))
+	waitFor(t, "the VirtualService left out counted", func() bool {
+		return testutil.ToFloat64(h.srv.metrics.failClosed.WithLabelValues("VirtualService", "route_left_out")) == 1
+	})
+	if n := rec.Count("virtual service not routed as written"); n != 1 {
+		t.Errorf("left-out VirtualService logged %d times, want once", n)
+	}
+	// Nothing changed for the router: no response beyond the probe's.
+	noResponse(t, st, resource.ClusterType)
 }

@@ -429,6 +429,16 @@ func (s *Server) reportPolicies(snap *model.Snapshot) {
 		}
 	}
 	s.reportGateways(snap, closed, current)
+	// Rules for one host merge as Istio merges them (the selection every
+	// generator reads); what that leaves unused is said once.
+	for _, n := range snap.DestinationRuleMergeNotes() {
+		msg := n.String()
+		current[msg] = true
+		if !s.reported[msg] {
+			s.log.Warn("destination rule merged with another", "rule", n.Rule.Namespace+"/"+n.Rule.Name, "problem", msg)
+		}
+	}
+	s.reportMeshRoutes(snap, closed, current)
 	s.reported = current
 }
 

@@ -57,7 +57,9 @@ func TestRBACGrantsWhatIstiodNeeds(t *testing.T) {
 		}
 	}
 	clusterDenied := []grant{
-		// Secrets are read cluster-wide for gateways, never written.
+		// Secrets are read cluster-wide for credentialName through
+		// informers (list, watch), never got by name, never written.
+		{"", "secrets", "get", ""}, {"", "secrets", "get", "istio-ca-secret"},
 		{"", "secrets", "create", ""}, {"", "secrets", "update", ""}, {"", "secrets", "patch", ""}, {"", "secrets", "delete", ""},
 		{"", "configmaps", "patch", ""}, {"", "configmaps", "delete", ""},
 		{"", "pods", "create", ""},
@@ -193,5 +195,52 @@ func TestCRDs(t *testing.T) {
 	slices.Sort(names)
 	if !slices.Equal(names, want) {
 		t.Errorf("CRDs %v, want %v", names, want)
+	}
+}
+
+// Outside istiod's namespace, Secrets are read for credentialName only
+// (gateway servers and DestinationRules, pkg/sds): list and watch, through
+// informers, as docs/rbac.md says. A rendered chart whose rules on Secrets
+// go further, in any values case, fails here: another verb (get, a write,
+// "*"), a rule of another group or resource wildcard that reaches
+// Secrets, an aggregated ClusterRole, or a Role or RoleBinding outside the
+// release's namespace.
+func TestSecretReadsOnlyAsWideAsCredentialsNeed(t *testing.T) {
+	reaches := func(r rbacv1.PolicyRule) bool {
+		return (slices.Contains(r.APIGroups, "") || slices.Contains(r.APIGroups, "*")) &&
+			(slices.Contains(r.Resources, "secrets") || slices.Contains(r.Resources, "*"))
+	}
+	for name, tc := range renderCases {
+		t.Run(name, func(t *testing.T) {
+			r := mustRender(t, tc.opts)
+			ns := or(tc.opts.Namespace, DefaultNamespace)
+			var verbs []string
+			for _, u := range ofKind(r, "ClusterRole") {
+				obj, err := toTyped(u)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cr := obj.(*rbacv1.ClusterRole)
+				if cr.AggregationRule != nil {
+					t.Errorf("ClusterRole %s aggregates other ClusterRoles: its rules are not the chart's to check", cr.Name)
+				}
+				for _, rule := range cr.Rules {
+					if reaches(rule) {
+						verbs = append(verbs, rule.Verbs...)
+					}
+				}
+			}
+			slices.Sort(verbs)
+			if verbs = slices.Compact(verbs); !slices.Equal(verbs, []string{"list", "watch"}) {
+				t.Errorf("the ClusterRoles grant %v on Secrets in every namespace, want [list watch] (docs/rbac.md, Secrets)", verbs)
+			}
+			for _, kind := range []string{"Role", "RoleBinding"} {
+				for _, u := range ofKind(r, kind) {
+					if u.GetNamespace() != ns {
+						t.Errorf("%s %s/%s: outside the release's namespace %s", kind, u.GetNamespace(), u.GetName(), ns)
+					}
+				}
+			}
+		})
 	}
 }

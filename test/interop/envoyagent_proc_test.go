@@ -40,6 +40,18 @@ var istioBootstrapTemplate = sync.OnceValues(func() (string, error) {
 // rootFile, with token as the pod's projected istio-token.
 func startEnvoyAgent(t *testing.T, bins peers, w workload, token, rootFile, discoveryAddr string) *envoyAgent {
 	t.Helper()
+	return startEnvoyAgentMode(t, bins, w, token, rootFile, discoveryAddr, "sidecar",
+		"ISTIO_META_POD_PORTS="+`[{"name":"http","containerPort":`+fmt.Sprint(envoyTargetPort)+`,"protocol":"TCP"}]`,
+		"ISTIO_META_APP_CONTAINERS=app",
+		"ISTIO_META_OWNER=kubernetes://apis/apps/v1/namespaces/"+w.Namespace+"/statefulsets/"+w.Labels["app"],
+	)
+}
+
+// startEnvoyAgentMode runs `pilot-agent proxy <mode>` (sidecar or router)
+// for w with the stand-in as Envoy, adding env to the environment every
+// injected istio-proxy container has.
+func startEnvoyAgentMode(t *testing.T, bins peers, w workload, token, rootFile, discoveryAddr, mode string, env ...string) *envoyAgent {
+	t.Helper()
 	// Short, not t.TempDir's test-named path: the xDS socket's absolute path
 	// must fit a sockaddr_un. Removed after the agent stops (cleanups run
 	// last in, first out).
@@ -92,16 +104,14 @@ func startEnvoyAgent(t *testing.T, bins peers, w workload, token, rootFile, disc
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bins.pilotAgent, "proxy", "sidecar", "--domain", w.Namespace+".svc.cluster.local")
+	cmd := exec.Command(bins.pilotAgent, "proxy", mode, "--domain", w.Namespace+".svc.cluster.local")
 	cmd.Dir = dir
 	cmd.Env = append(agentEnv(t, w, discoveryAddr, rootFile, proxyConfig),
-		"ISTIO_META_POD_PORTS="+`[{"name":"http","containerPort":`+fmt.Sprint(envoyTargetPort)+`,"protocol":"TCP"}]`,
-		"ISTIO_META_APP_CONTAINERS=app",
 		"ISTIO_META_WORKLOAD_NAME="+w.Labels["app"],
-		"ISTIO_META_OWNER=kubernetes://apis/apps/v1/namespaces/"+w.Namespace+"/statefulsets/"+w.Labels["app"],
 		"ISTIO_META_MESH_ID="+trustDomain,
 	)
-	a.proc = startProcess(t, "pilot-agent (sidecar) "+w.Name, cmd)
+	cmd.Env = append(cmd.Env, env...)
+	a.proc = startProcess(t, "pilot-agent ("+mode+") "+w.Name, cmd)
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("stand-in of %s: %s", w.Name, a.summary())

@@ -89,7 +89,8 @@ func fleetMeshConfig(b *testing.B, root string) (meshFile, networksFile string) 
 
 // startFleetCP starts the control plane of the given kind for a round and
 // waits until it is ready; it is stopped when b ends, if not before.
-func startFleetCP(b *testing.B, kind, bin string, env *testenv.Env, root, meshFile, networksFile string, round int) *fleetCP {
+// extraEnv is added to its environment.
+func startFleetCP(b *testing.B, kind, bin string, env *testenv.Env, root, meshFile, networksFile string, round int, extraEnv ...string) *fleetCP {
 	b.Helper()
 	dir := b.TempDir()
 	addrs := freeAddrs(b, 6)
@@ -121,6 +122,7 @@ func startFleetCP(b *testing.B, kind, bin string, env *testenv.Env, root, meshFi
 	default:
 		b.Fatalf("unknown control plane %q", kind)
 	}
+	env2 = append(env2, extraEnv...)
 	logFile, err := os.Create(c.log)
 	if err != nil {
 		b.Fatal(err)

@@ -31,11 +31,48 @@ func benchGateways(n int) string {
 	return b.String()
 }
 
+// benchVirtualServices are one Gateway's HTTP server for every host and n
+// VirtualServices bound to it, each for its own host, with a header and
+// a regex match, weights, retries, a header operation and a mirror: a
+// busy ingress.
+func benchVirtualServices(n int) string {
+	var b strings.Builder
+	b.WriteString(istioGateway("gateway", "default", plainServer(80, "*")))
+	for i := range n {
+		b.WriteString(virtualService(fmt.Sprintf("vs-%04d", i), "default", fmt.Sprintf(`
+hosts: [app-%d.example.com]
+gateways: [gateway]
+http:
+- name: api
+  match: [{uri: {prefix: /api/}, headers: {x-version: {exact: v2}}}]
+  route:
+  - {destination: {host: %[2]s, port: {number: 80}}, weight: 90}
+  - {destination: {host: %[3]s, port: {number: 80}}, weight: 10}
+  retries: {attempts: 3, perTryTimeout: 2s, retryOn: "5xx,503"}
+- name: static
+  match: [{uri: {regex: "/static/[a-z0-9]+\\.(css|js)"}}]
+  route: [{destination: {host: %[4]s}}]
+  headers: {response: {set: {cache-control: max-age=60}}}
+- name: default
+  route: [{destination: {host: %[2]s, port: {number: 80}}}]
+  mirror: {host: %[4]s}
+  mirrorPercentage: {value: 5}
+  timeout: 10s`, i, vsEcho, vsLegacy, vsSleep)))
+	}
+	return b.String()
+}
+
 // BenchmarkGatewayGeneration is the listeners and routes (LDS, then RDS
 // of every route they name) of the ingress gateway that n Gateways
 // select, by Istio's generator and by envoygen, on the same objects; as
 // BenchmarkSidecarGeneration, each push starts from nothing built.
-// (Without VirtualServices: every route is a server's blackhole one.)
+// Cases "gateways=n" have no VirtualService (every route is a server's
+// blackhole one); "vs=n" are benchVirtualServices(n); "replicas=r" push
+// to r pods of the gateway at once (one Deployment's replicas): Istio
+// generates for each, as it caches no gateway listener or route; ours
+// marshal each resource once per push and key, as pkg/xds's push state
+// does (pushState.resource), so replicas share it. bytes/push is one
+// replica's.
 func BenchmarkGatewayGeneration(b *testing.B) {
 	objects := decodeKube(b, gatewayWorld)
 	var pod *corev1.Pod
@@ -44,19 +81,34 @@ func BenchmarkGatewayGeneration(b *testing.B) {
 			pod = p
 		}
 	}
-	for _, n := range []int{100, 500} {
-		cfgs, _, err := crd.ParseInputs(benchGateways(n))
+	vs1000 := benchVirtualServices(1000)
+	for _, bc := range []struct {
+		name     string
+		config   string
+		replicas int
+	}{
+		{"gateways=100", benchGateways(100), 1},
+		{"gateways=500", benchGateways(500), 1},
+		{"vs=1000", vs1000, 1},
+		{"vs=1000/replicas=10", vs1000, 10},
+	} {
+		cfgs, _, err := crd.ParseInputs(bc.config)
 		if err != nil {
 			b.Fatal(err)
 		}
 		for i := range cfgs {
 			cfgs[i].Domain = "cluster.local"
 		}
-		b.Run(fmt.Sprintf("istio/gateways=%d", n), func(b *testing.B) {
+		b.Run("istio/"+bc.name, func(b *testing.B) {
 			silenceIstioLogs(b)
 			s := xds.NewFakeDiscoveryServer(b, xds.FakeOptions{Configs: cfgs, KubernetesObjectString: gatewayWorld, MeshConfig: gatewayMeshConfig()})
-			proxy := istioRouter(s, pod, false)
-			routes := xdstest.ExtractRoutesFromListeners(s.Listeners(proxy))
+			var proxies []*istiomodel.Proxy
+			for i := range bc.replicas {
+				replica := pod.DeepCopy()
+				replica.Name = fmt.Sprintf("%s-%d", pod.Name, i)
+				proxies = append(proxies, istioRouter(s, replica, false))
+			}
+			routes := xdstest.ExtractRoutesFromListeners(s.Listeners(proxies[0]))
 			watched := map[string]*istiomodel.WatchedResource{
 				v3.RouteType: {TypeUrl: v3.RouteType, ResourceNames: sets.New(routes...)},
 			}
@@ -65,37 +117,51 @@ func BenchmarkGatewayGeneration(b *testing.B) {
 				s.Discovery.Cache.ClearAll()
 				b.StartTimer()
 				size := 0
-				for _, typeURL := range []string{v3.ListenerType, v3.RouteType} {
-					res, _, err := s.Discovery.Generators[typeURL].Generate(proxy, watched[typeURL], &istiomodel.PushRequest{Push: s.PushContext(), Forced: true})
-					if err != nil || len(res) == 0 {
-						b.Fatalf("%s: %d resources, %v", typeURL, len(res), err)
-					}
-					for _, r := range res {
-						size += len(r.GetResource().GetValue())
+				for i, proxy := range proxies {
+					for _, typeURL := range []string{v3.ListenerType, v3.RouteType} {
+						res, _, err := s.Discovery.Generators[typeURL].Generate(proxy, watched[typeURL], &istiomodel.PushRequest{Push: s.PushContext(), Forced: true})
+						if err != nil || len(res) == 0 {
+							b.Fatalf("%s: %d resources, %v", typeURL, len(res), err)
+						}
+						for _, r := range res {
+							if i == 0 {
+								size += len(r.GetResource().GetValue())
+							}
+						}
 					}
 				}
 				b.ReportMetric(float64(size), "bytes/push")
 			}
 		})
-		b.Run(fmt.Sprintf("bulwark/gateways=%d", n), func(b *testing.B) {
-			base := ourSnapshot(b, objects, "")
-			ours := gatewayCase{}
-			snap, g, p := ourRouterSetup(base, cfgs, ours, pod)
+		b.Run("bulwark/"+bc.name, func(b *testing.B) {
+			snap := ourSnapshot(b, objects, bc.config)
 			var version [sha256.Size]byte
 			for b.Loop() {
+				// A generator of its own each push: routes are kept per
+				// snapshot, and each push here starts from nothing built.
+				g, p := ourRouterSetup(gatewayCase{}, pod)
 				size := 0
-				for _, typeURL := range []string{resource.ListenerType, resource.RouteType} {
-					res := g.Generate(snap, p, typeURL, nil, true)
-					if len(res) == 0 {
-						b.Fatalf("%s: no resources", typeURL)
-					}
-					for _, r := range res {
-						raw, err := r.Marshal()
-						if err != nil {
-							b.Fatal(err)
+				marshalled := map[string][]byte{}
+				for i := range bc.replicas {
+					for _, typeURL := range []string{resource.ListenerType, resource.RouteType} {
+						res := g.Generate(snap, p, typeURL, nil, true)
+						if len(res) == 0 {
+							b.Fatalf("%s: no resources", typeURL)
 						}
-						version = sha256.Sum256(raw)
-						size += len(raw)
+						for _, r := range res {
+							raw, ok := marshalled[r.Key]
+							if !ok {
+								var err error
+								if raw, err = r.Marshal(); err != nil {
+									b.Fatal(err)
+								}
+								marshalled[r.Key] = raw
+								version = sha256.Sum256(raw)
+							}
+							if i == 0 {
+								size += len(raw)
+							}
+						}
 					}
 				}
 				b.ReportMetric(float64(size), "bytes/push")

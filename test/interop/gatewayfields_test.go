@@ -10,6 +10,7 @@ import (
 	jwtauthn "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
 	rbachttp "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/encoding/prototext"
 	"istio.io/istio/pilot/pkg/simulation"
@@ -49,6 +50,9 @@ func compareGatewayListeners(d *gatewayDiffs, istioSim, ourSim *simulation.Simul
 			d.check("TLS context of "+subject, downstreamContext(ifc), downstreamContext(ofc), "")
 			d.check("connection manager of "+subject, hcmSecurity(d, ifc), hcmSecurity(d, ofc), "")
 			d.check("security filters of "+subject, securityFilters(d, ifc), securityFilters(d, ofc), "")
+			if strings.HasPrefix(key, "tcp") {
+				d.check("network filters of "+subject, networkFilters(ifc), networkFilters(ofc), "")
+			}
 		}
 	}
 }
@@ -155,7 +159,40 @@ func compareGatewayRoutes(d *gatewayDiffs, istioSim, ourSim *simulation.Simulati
 		}
 		d.check("route settings "+ir.GetName(), routeSettings(ir), routeSettings(or), "")
 		d.check("virtual hosts "+ir.GetName(), virtualHosts(ir), virtualHosts(or), "")
+		d.check("routes of "+ir.GetName(), routesText(ir), routesText(or), "")
 	}
+}
+
+// routesText is every virtual host of r with its routes, field by field
+// (matches on headers, weights, redirects: what the simulator ignores),
+// normalized as TestGatewayRoutesMatchIstio normalizes them.
+func routesText(r *routev3.RouteConfiguration) string {
+	vhs := normalizeVirtualHosts(r.GetVirtualHosts())
+	slices.SortFunc(vhs, func(a, b *routev3.VirtualHost) int { return strings.Compare(a.GetName(), b.GetName()) })
+	var out []string
+	for _, vh := range vhs {
+		out = append(out, prototext.MarshalOptions{Multiline: true}.Format(vh))
+	}
+	return strings.Join(out, "\n")
+}
+
+// networkFilters are the filters of a chain that does not speak HTTP,
+// in order, with tcp_proxy's destinations.
+func networkFilters(fc *listenerv3.FilterChain) string {
+	var out []string
+	for _, f := range fc.GetFilters() {
+		s := f.GetName()
+		if f.GetTypedConfig().GetTypeUrl() == "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy" {
+			tp := &tcpproxyv3.TcpProxy{}
+			if err := f.GetTypedConfig().UnmarshalTo(tp); err != nil {
+				s += " undecodable: " + err.Error()
+			} else {
+				s += " " + prototext.MarshalOptions{}.Format(&tcpproxyv3.TcpProxy{ClusterSpecifier: tp.GetClusterSpecifier()})
+			}
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, ", ")
 }
 
 func routeSettings(r *routev3.RouteConfiguration) string {

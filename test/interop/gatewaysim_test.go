@@ -3,13 +3,11 @@ package interop
 import (
 	"fmt"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	meshconfig "istio.io/api/mesh/v1alpha1"
-	networking "istio.io/api/networking/v1alpha3"
 	"istio.io/istio/pilot/pkg/config/kube/crd"
 	istiomodel "istio.io/istio/pilot/pkg/model"
 	"istio.io/istio/pilot/pkg/simulation"
@@ -156,7 +154,8 @@ func quoteAll(hosts []string) string {
 
 // gatewayCases mirror Istio's gateway simulation tests for Gateways no
 // VirtualService is bound to, across the TLS modes and host and SNI
-// matching. (Cases with VirtualServices come with their translation.)
+// matching; gatewayVSCases (gatewaysimvs_test.go) add those with
+// VirtualServices.
 var gatewayCases = []gatewayCase{{
 	name:   "TestHTTPGateway/no virtual services",
 	config: istioGateway("gateway", "default", plainServer(80, "foo.bar")),
@@ -292,9 +291,15 @@ spec:
 // routes and clusters, each cluster's TLS and load assignment, Istio's
 // validators on our configuration, and what
 // the simulator does not judge: each terminating chain's
-// DownstreamTlsContext, SNI match and connection manager, field by field.
+// DownstreamTlsContext, SNI match and connection manager, each TCP
+// chain's network filters and tcp_proxy destinations (weights), and
+// every virtual host's routes (header matches, weights, redirects),
+// field by field.
 func TestGatewaySimulation(t *testing.T) {
 	quietIstioLogs(t)
+	if len(gatewayCases) < 30 {
+		t.Fatalf("%d gateway cases, want at least 30", len(gatewayCases))
+	}
 	objects := decodeKube(t, gatewayWorld)
 	var gwPod *corev1.Pod
 	for _, o := range objects {
@@ -302,7 +307,6 @@ func TestGatewaySimulation(t *testing.T) {
 			gwPod = p
 		}
 	}
-	base := ourSnapshot(t, objects, "")
 	used := map[int]bool{}
 	ran := 0
 	for _, gc := range gatewayCases {
@@ -318,11 +322,7 @@ func TestGatewaySimulation(t *testing.T) {
 			s := xds.NewFakeDiscoveryServer(t, xds.FakeOptions{Configs: cfgs, KubernetesObjectString: gatewayWorld, MeshConfig: gatewayMeshConfig()})
 			proxy := istioRouter(s, gwPod, gc.unprivileged)
 			istioSim := simulation.NewSimulation(t, s, proxy)
-			snap := base
-			if gc.policies != "" {
-				snap = ourSnapshot(t, objects, gc.policies)
-			}
-			ours := ourRouterResources(t, snap, cfgs, gc, gwPod)
+			ours := ourRouterResources(t, ourSnapshot(t, objects, gc.config+gc.policies), gc, gwPod)
 			ourSim := *istioSim
 			ourSim.Listeners, ourSim.Clusters, ourSim.Routes = ours.listeners, ours.clusters, ours.routes
 
@@ -391,34 +391,17 @@ func istioRouter(s *xds.FakeDiscoveryServer, pod *corev1.Pod, unprivileged bool)
 	})
 }
 
-// ourRouterResources is what envoygen gives the gateway pod, on base
-// (kubesource's snapshot of gatewayWorld) with the case's Gateways.
-//
-// TODO(model): kubesource reads Gateways once the model's sources do;
-// until then they are added to its snapshot here, from the Istio
-// objects Istio's side reads.
-func ourRouterResources(t *testing.T, base *model.Snapshot, cfgs []istioconfig, gc gatewayCase, pod *corev1.Pod) *sidecarResources {
+// ourRouterResources is what envoygen gives the gateway pod in snap
+// (kubesource's snapshot of gatewayWorld and the case's Istio objects).
+func ourRouterResources(t *testing.T, snap *model.Snapshot, gc gatewayCase, pod *corev1.Pod) *sidecarResources {
 	t.Helper()
-	snap, g, p := ourRouterSetup(base, cfgs, gc, pod)
+	g, p := ourRouterSetup(gc, pod)
 	return ourResources(t, g, snap, p)
 }
 
-// ourRouterSetup is base with the Gateways of cfgs, the generator of the
-// case and the gateway pod's router proxy.
-func ourRouterSetup(base *model.Snapshot, cfgs []istioconfig, gc gatewayCase, pod *corev1.Pod) (*model.Snapshot, *envoygen.Generator, *envoygen.Proxy) {
-	res := *base.Resources()
-	res.Gateways = nil
-	for _, c := range cfgs {
-		gw, ok := c.Spec.(*networking.Gateway)
-		if !ok {
-			continue
-		}
-		res.Gateways = append(res.Gateways, &model.Gateway{Meta: model.Meta{Name: c.Name, Namespace: c.Namespace}, Created: c.CreationTimestamp, Spec: gw})
-	}
-	slices.SortFunc(res.Gateways, func(a, b *model.Gateway) int {
-		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
-	})
-	snap := model.BuildShared(base.Version+"+gateways", base.Options, res, nil)
+// ourRouterSetup is the generator of the case, with the mesh settings
+// gatewayMeshConfig gives Istio, and the gateway pod's router proxy.
+func ourRouterSetup(gc gatewayCase, pod *corev1.Pod) (*envoygen.Generator, *envoygen.Proxy) {
 	g := &envoygen.Generator{
 		TrustDomain: spiffeid.RequireTrustDomainFromString(trustDomain),
 		Mesh: envoygen.Mesh{
@@ -428,7 +411,7 @@ func ourRouterSetup(base *model.Snapshot, cfgs []istioconfig, gc gatewayCase, po
 		},
 	}
 	p := &envoygen.Proxy{Namespace: pod.Namespace, Labels: pod.Labels, IPs: []string{pod.Status.PodIP}, Router: true, Unprivileged: gc.unprivileged}
-	return snap, g, p
+	return g, p
 }
 
 // gatewayAllowedDifferences are the gateway cases' intended differences

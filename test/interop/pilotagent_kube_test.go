@@ -248,7 +248,7 @@ func serverPolicy(m meshModel, name string, action securityv1beta1.Authorization
 
 // istioClient is a clientset for the Istio resources, as the admin.
 // NewForConfig copies the config it is given.
-func istioClient(t *testing.T, env *testenv.Env) versioned.Interface {
+func istioClient(t testing.TB, env *testenv.Env) versioned.Interface {
 	t.Helper()
 	c, err := versioned.NewForConfig(env.Config)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	meshconfig "istio.io/api/mesh/v1alpha1"
+	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	istiofake "istio.io/client-go/pkg/clientset/versioned/fake"
 	"istio.io/istio/pilot/pkg/config/kube/crd"
 	istiomodel "istio.io/istio/pilot/pkg/model"
@@ -22,6 +23,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -132,9 +134,25 @@ func ourSnapshot(t testing.TB, objects []runtime.Object, istioYAML string) *mode
 		APIResources: []metav1.APIResource{
 			{Name: "destinationrules", Namespaced: true, Kind: "DestinationRule"},
 			{Name: "serviceentries", Namespaced: true, Kind: "ServiceEntry"},
+			{Name: "gateways", Namespaced: true, Kind: "Gateway"},
+			{Name: "virtualservices", Namespaced: true, Kind: "VirtualService"},
 		},
 	}}
-	istio := istiofake.NewSimpleClientset(decodeIstio(t, istioYAML)...)
+	istio := istiofake.NewSimpleClientset()
+	for _, o := range decodeIstio(t, istioYAML) {
+		// The fake's Add guesses a kind's resource by its English plural,
+		// "gatewaies" for Gateway; the resource is named here.
+		if gw, ok := o.(*istionetworkingv1.Gateway); ok {
+			gvr := schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1", Resource: "gateways"}
+			if err := istio.Tracker().Create(gvr, gw, gw.Namespace); err != nil {
+				t.Fatalf("add Gateway %s/%s: %v", gw.Namespace, gw.Name, err)
+			}
+			continue
+		}
+		if err := istio.Tracker().Add(o); err != nil {
+			t.Fatalf("add %T: %v", o, err)
+		}
+	}
 	// Istio's fake clientset does not implement watch-list, which
 	// client-go's informers try first; refusing it makes them list and
 	// watch.
@@ -182,8 +200,7 @@ func ourConfig(t *testing.T, snap *model.Snapshot, sc sidecarScenario, pod *core
 	g := &envoygen.Generator{
 		TrustDomain: spiffeid.RequireTrustDomainFromString(trustDomain),
 		Mesh: envoygen.Mesh{RegistryOnly: sc.registryOnly, AllowInsecureSkipVerify: sc.allowInsecureSkipVerify,
-			DefaultServiceExportTo: sc.defaultServiceExportTo,
-			TLSDefaults:            envoygen.TLSDefaults{ECDHCurves: sc.tlsDefaults[0], CipherSuites: sc.tlsDefaults[1]}},
+			TLSDefaults: envoygen.TLSDefaults{ECDHCurves: sc.tlsDefaults[0], CipherSuites: sc.tlsDefaults[1]}},
 	}
 	p := &envoygen.Proxy{Namespace: pod.Namespace, Labels: pod.Labels, IPs: []string{pod.Status.PodIP}}
 	return ourResources(t, g, snap, p)
@@ -246,7 +263,7 @@ func shortType(typeURL string) string {
 // ourSide is our generator's configuration of every pod of a scenario.
 func ourSide(t *testing.T, w *meshObjects, sc sidecarScenario) map[string]*sidecarResources {
 	t.Helper()
-	snap := ourSnapshot(t, w.objects, sc.istio)
+	snap := ourSnapshot(t, w.objects, sc.istio).WithExportDefaults(sc.defaultServiceExportTo, nil)
 	out := map[string]*sidecarResources{}
 	for _, key := range sc.pods {
 		out[key] = ourConfig(t, snap, sc, w.pod(t, key))

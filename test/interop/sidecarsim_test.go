@@ -26,8 +26,10 @@ import (
 // filter chain (TLS terminated, client certificate required, HTTP or TCP)
 // and the cluster. Filter chain, virtual host and route names are printed
 // but not compared. It also compares the names of listeners, clusters and
-// routes, each cluster's type and upstream TLS, and each
-// ClusterLoadAssignment's endpoints and their auto-mTLS marks. As a
+// routes, every route configuration field by field (compareRouteConfigs:
+// default routes with their retry policy and timeouts), each cluster's
+// type and upstream TLS, and each ClusterLoadAssignment's endpoints and
+// their auto-mTLS marks. As a
 // control, the checks of TestSidecarConfigValid and
 // TestSidecarConfigSecurity run on Istio's configuration, which they must
 // pass, and on copies of it with faults injected, which they must find.
@@ -76,6 +78,12 @@ func TestSidecarSimulation(t *testing.T) {
 						d := &differences{t: t, scenario: sc.name, used: used}
 						compareResourceNames(d, istioSim, &ourSim)
 						d.logAllowed()
+					})
+					// Route configurations field by field: default
+					// routes (retry policy, timeouts, hash policy) and
+					// virtual hosts as Istio's.
+					t.Run("routes", func(t *testing.T) {
+						compareRouteConfigs(t, istioSim.Routes, ourSim.Routes)
 					})
 					t.Run("clusters", func(t *testing.T) {
 						ran++

@@ -43,8 +43,8 @@ func TestUnsupportedConfigIsReportedWithoutAPush(t *testing.T) {
 
 	objects := []struct{ group, kind, name string }{
 		{"networking.istio.io", "EnvoyFilter", "add-header"},
-		{"networking.istio.io", "VirtualService", "reviews"},
-		{"networking.istio.io", "ServiceEntry", "external"},
+		{"networking.istio.io", "Sidecar", "egress"},
+		{"extensions.istio.io", "WasmPlugin", "plugin"},
 		{"telemetry.istio.io", "Telemetry", "mesh-logs"},
 		{"gateway.networking.k8s.io", "HTTPRoute", "route"},
 	}

@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
+
+	"github.com/bulwark-mesh/bulwark/pkg/ca/catest"
 )
 
 func namespace(name string) *corev1.Namespace {
@@ -334,5 +336,49 @@ func TestALeaderThatCannotRenewStopsBeforeTheLeaseExpires(t *testing.T) {
 	// another replica may take it LeaseDuration after it saw that renewal.
 	if took >= cfg.LeaseDuration {
 		t.Errorf("still leading %v after the last renewal could have happened; the Lease expires after %v", took, cfg.LeaseDuration)
+	}
+}
+
+// Istio's istiod, beside Bulwark during a move, writes the same roots in
+// its own bytes (a plugged-in root file as the operator gave it): the
+// ConfigMap is left as it is, or the two would rewrite it after each
+// other without end. Other roots, one root more, or a block that is not
+// a certificate are repaired.
+func TestTheSameRootsInOtherBytesAreNotRewritten(t *testing.T) {
+	root, other := catest.NewRoot(t), catest.NewRoot(t)
+	ours := string(root.CertPEM)
+	for name, tc := range map[string]struct {
+		data    string
+		rewrite bool
+	}{
+		"a comment before the root":  {data: "# the mesh's root, from the security team\n" + ours},
+		"the root twice":             {data: ours + ours},
+		"another root":               {data: string(other.CertPEM), rewrite: true},
+		"the root and another":       {data: ours + string(other.CertPEM), rewrite: true},
+		"the root and a key":         {data: ours + string(root.KeyPEM), rewrite: true},
+		"text without a certificate": {data: "not a certificate", rewrite: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			client := fake.NewClientset(namespace("app"), &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{Name: ConfigMapName, Namespace: "app", Labels: map[string]string{ConfigLabel: "true"}},
+				Data:       map[string]string{DataKey: tc.data},
+			})
+			// One worker: namespaces are judged in the order they come.
+			c, _ := start(t, client, newBundles(ours), func(c *Config) { c.Workers = 1 })
+			eventually(t, "leadership and synced caches", func() bool { return c.IsLeader() && c.HasSynced() })
+			if tc.rewrite {
+				eventually(t, "repaired configmap", holds(client, "app", ours))
+				return
+			}
+			// A namespace created after the first pass is judged after
+			// "app": once it has its ConfigMap, "app" was judged.
+			if _, err := client.CoreV1().Namespaces().Create(context.Background(), namespace("later"), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "the later namespace's configmap", holds(client, "later", ours))
+			if cm, _ := getConfigMap(client, "app"); cm.Data[DataKey] != tc.data {
+				t.Errorf("the same roots in other bytes were rewritten:\n%s", cm.Data[DataKey])
+			}
+		})
 	}
 }

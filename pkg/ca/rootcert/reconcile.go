@@ -2,8 +2,10 @@ package rootcert
 
 import (
 	"context"
+	"encoding/pem"
 	"fmt"
 	"maps"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -108,9 +110,44 @@ func (c *Controller) update(ctx context.Context, cm *corev1.ConfigMap, pem strin
 	return fmt.Errorf("update configmap %s/%s: %w", cm.Namespace, ConfigMapName, err)
 }
 
+// upToDate reports whether cm holds the bundle pem. The same certificates
+// in other bytes count: Istio's istiod, running beside Bulwark while a
+// mesh moves, writes the root file of a plugged-in CA as the operator
+// gave it, and rewriting each other's bytes would never end.
 func upToDate(cm *corev1.ConfigMap, pem string) bool {
 	v, ok := cm.Data[DataKey]
-	return ok && v == pem && cm.Labels[ConfigLabel] == "true"
+	return ok && sameCertificates(v, pem) && cm.Labels[ConfigLabel] == "true"
+}
+
+// sameCertificates reports whether two PEM bundles hold the same set of
+// certificates and nothing else but text between them.
+func sameCertificates(a, b string) bool {
+	if a == b {
+		return true
+	}
+	as, aok := certificateSet(a)
+	bs, bok := certificateSet(b)
+	return aok && bok && slices.Equal(as, bs)
+}
+
+// certificateSet is the sorted, deduplicated DER of each CERTIFICATE block
+// of bundle; false when it holds another kind of block or none.
+func certificateSet(bundle string) ([]string, bool) {
+	rest := []byte(bundle)
+	var out []string
+	for {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil {
+			break
+		}
+		if block.Type != "CERTIFICATE" {
+			return nil, false
+		}
+		out = append(out, string(block.Bytes))
+	}
+	slices.Sort(out)
+	return slices.Compact(out), len(out) > 0
 }
 
 func terminating(n *corev1.Namespace) bool {

@@ -6,7 +6,7 @@ import (
 	networking "istio.io/api/networking/v1alpha3"
 )
 
-func checkDestinationRule(p *problems, dr *networking.DestinationRule) {
+func checkDestinationRule(p *problems, namespace string, dr *networking.DestinationRule) {
 	if msg := checkWildcardHost(dr.GetHost()); msg != "" {
 		p.addf("spec.host", "%s", msg)
 	}
@@ -30,11 +30,7 @@ func checkDestinationRule(p *problems, dr *networking.DestinationRule) {
 		checkLabels(p, path+".labels", s.GetLabels())
 		checkTrafficPolicy(p, path+".trafficPolicy", s.GetTrafficPolicy())
 	}
-	for i, e := range dr.GetExportTo() {
-		if e == "" {
-			p.addf(at("spec.exportTo", i), "must not be empty")
-		}
-	}
+	checkExportTo(p, namespace, dr.GetExportTo(), dr.GetWorkloadSelector() != nil)
 	if sel := dr.GetWorkloadSelector(); sel != nil {
 		checkSelector(p, "spec.workloadSelector", sel)
 	}
@@ -109,5 +105,45 @@ func checkClientTLS(p *problems, path string, t *networking.ClientTLSSettings) {
 		if t.GetPrivateKey() == "" {
 			p.addf(path+".privateKey", "must be set for mode MUTUAL without credentialName")
 		}
+	}
+}
+
+// checkExportTo applies Istio's rules for a configuration object's
+// exportTo: each entry ".", "*" or a namespace name ("~" is for Services
+// and ServiceEntries only), none twice ("." is the object's namespace),
+// "*" alone; a DestinationRule with a workloadSelector exported to its
+// own namespace only.
+func checkExportTo(p *problems, namespace string, exportTo []string, selected bool) {
+	seen := map[string]bool{}
+	valid := 0
+	for i, e := range exportTo {
+		key := e
+		if e == "." {
+			key = namespace
+		}
+		switch {
+		case seen[key] && key != e:
+			p.addf(at("spec.exportTo", i), "\".\" and the rule's namespace %s both name it", quote(namespace))
+		case seen[key]:
+			p.addf(at("spec.exportTo", i), "%s is listed twice", quote(e))
+		case e == "~":
+			p.addf(at("spec.exportTo", i), "\"~\" (no namespace) is for Services and ServiceEntries, not a DestinationRule")
+		case e != "*" && e != "." && len(validation.IsDNS1123Label(e)) > 0:
+			p.addf(at("spec.exportTo", i), "%s is not \".\", \"*\" or a namespace name", quote(e))
+		default:
+			seen[key] = true
+			valid++
+		}
+	}
+	if selected && valid > 0 {
+		switch {
+		case !seen[namespace]:
+			p.addf("spec.exportTo", "a rule with a workloadSelector may be exported to its own namespace only")
+		case len(seen) > 1:
+			p.addf("spec.exportTo", "a rule with a workloadSelector may be exported to its own namespace only, not to others too")
+		}
+	}
+	if seen["*"] && len(exportTo) > 1 {
+		p.addf("spec.exportTo", "\"*\" must be the only entry")
 	}
 }

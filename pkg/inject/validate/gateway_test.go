@@ -78,7 +78,7 @@ func TestGatewayVersionsAreValidated(t *testing.T) {
 // Bulwark ignores of it.
 func TestIstioWarningsAreAdmissionWarnings(t *testing.T) {
 	h := NewHandler(testLogger(t))
-	spec := `{"servers":[{"port":{"number":443,"name":"https","protocol":"HTTPS"},"hosts":["a.example.com"],` +
+	spec := `{"servers":[{"port":{"number":443,"name":"https","protocol":"HTTPS"},"hosts":["a.example.com"],"defaultEndpoint":"127.0.0.1:8080",` +
 		`"tls":{"mode":"SIMPLE","credentialName":"c","cipherSuites":["NOT-A-SUITE"],"httpsRedirect":true}}]}`
 	out := admitBody(t, h, reviewFor(t, admission.APIVersionV1, gateway, admissionv1.Create, objectJSON(gateway, spec)))
 	if !out.Response.Allowed {
@@ -87,7 +87,7 @@ func TestIstioWarningsAreAdmissionWarnings(t *testing.T) {
 	want := []string{
 		"Gateway ns/p: spec.servers[0].tls.cipherSuites: unknown suites ignored: NOT-A-SUITE",
 		"Gateway ns/p: spec.servers[0].tls.httpsRedirect: only has an effect on HTTP servers",
-		"Gateway ns/p is not honoured as written: the whole object: Bulwark does not read this kind",
+		"Gateway ns/p is not honoured as written: spec.servers[0].defaultEndpoint: ignored, not generated",
 	}
 	if strings.Join(out.Response.Warnings, "\n") != strings.Join(want, "\n") {
 		t.Errorf("warnings\n%s\nwant\n%s", strings.Join(out.Response.Warnings, "\n"), strings.Join(want, "\n"))

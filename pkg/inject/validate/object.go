@@ -68,8 +68,8 @@ var kinds = map[string]kind{
 	"DestinationRule": {
 		name:    "DestinationRule",
 		newSpec: func() proto.Message { return &networking.DestinationRule{} },
-		check: func(p *problems, _ rules, _ *metav1.ObjectMeta, m proto.Message, _ []byte) {
-			checkDestinationRule(p, m.(*networking.DestinationRule))
+		check: func(p *problems, _ rules, meta *metav1.ObjectMeta, m proto.Message, _ []byte) {
+			checkDestinationRule(p, meta.Namespace, m.(*networking.DestinationRule))
 		},
 	},
 	// Gateway and VirtualService follow package policy's rules, which the

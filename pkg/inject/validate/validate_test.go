@@ -261,6 +261,32 @@ func TestDestinationRule(t *testing.T) {
 		"an unknown field in the traffic policy is refused": {
 			kind: destRule, spec: `{"host":"a","trafficPolicy":{"tlsMode":"SIMPLE"}}`, refused: "unknown field",
 		},
+		"exportTo of '.', namespaces or '*' is allowed": {
+			kind: destRule, spec: `{"host":"a","exportTo":[".","other"]}`,
+		},
+		"exportTo '*' is allowed alone": {kind: destRule, spec: `{"host":"a","exportTo":["*"]}`},
+		"exportTo '*' with another entry is refused": {
+			kind: destRule, spec: `{"host":"a","exportTo":["*","other"]}`, refused: `spec.exportTo: "*" must be the only entry`,
+		},
+		"exportTo '~' is refused for a DestinationRule": {
+			kind: destRule, spec: `{"host":"a","exportTo":["~"]}`, refused: "spec.exportTo[0]",
+		},
+		"an empty exportTo entry is refused": {
+			kind: destRule, spec: `{"host":"a","exportTo":[""]}`, refused: "spec.exportTo[0]",
+		},
+		"exportTo '.' and the rule's own namespace is refused": {
+			kind: destRule, spec: `{"host":"a","exportTo":[".","ns"]}`, refused: "spec.exportTo[1]",
+		},
+		"a repeated exportTo entry is refused": {
+			kind: destRule, spec: `{"host":"a","exportTo":["b","b"]}`, refused: "spec.exportTo[1]",
+		},
+		"a workload-selected rule exported to its namespace is allowed": {
+			kind: destRule, spec: `{"host":"a","workloadSelector":{"matchLabels":{"app":"a"}},"exportTo":["."]}`,
+		},
+		"a workload-selected rule exported elsewhere is refused": {
+			kind: destRule, spec: `{"host":"a","workloadSelector":{"matchLabels":{"app":"a"}},"exportTo":["*"]}`,
+			refused: "spec.exportTo: a rule with a workloadSelector",
+		},
 	})
 }
 

@@ -152,7 +152,7 @@ func reqAuthnOf(o *securityv1.RequestAuthentication) (*model.RequestAuthenticati
 }
 
 func destRuleOf(o *networkingv1.DestinationRule) (*model.DestinationRule, bool) {
-	return &model.DestinationRule{Meta: metaOf(o.Namespace, o.Name), Spec: clone(&o.Spec)}, true
+	return &model.DestinationRule{Meta: metaOf(o.Namespace, o.Name), Created: o.CreationTimestamp.Time, Spec: clone(&o.Spec)}, true
 }
 
 func gatewayOf(o *networkingv1.Gateway) (*model.Gateway, bool) {
@@ -201,6 +201,7 @@ func convertService(k *corev1.Service) *model.Service {
 	svc := &model.Service{
 		Meta: metaOf(k.Namespace, k.Name), Selector: maps.Clone(k.Spec.Selector),
 		Addresses: clusterIPs(k.Spec), Headless: k.Spec.ClusterIP == corev1.ClusterIPNone,
+		ExportTo: model.ParseExportTo(k.Annotations[model.ExportToAnnotation]),
 	}
 	for _, p := range k.Spec.Ports {
 		if !validPort(p.Port) {

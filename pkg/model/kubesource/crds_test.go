@@ -124,13 +124,13 @@ func TestAKindInstalledLaterIsPickedUp(t *testing.T) {
 	istio := newFakeIstio(newDestinationRule("app", "echo", "echo"), denyAll("app", "deny"))
 	src, store, logs := fakeSource(t, kube, istio)
 	eventually(t, "synced", src.HasSynced)
-	if s := store.Current(); s.DestinationRule(echoHost, "app") != nil || echoPolicies(s) != 0 {
+	if s := store.Current(); s.DestinationRuleFor(echoHost, "app", nil) != nil || echoPolicies(s) != 0 {
 		t.Fatal("policies of kinds not served are in the model")
 	}
 
 	kube.disc.serve("networking.istio.io/v1", "destinationrules")
 	waitFor(t, store.Store, "the DestinationRule", func(s *model.Snapshot) bool {
-		return s.DestinationRule(echoHost, "app") != nil
+		return s.DestinationRuleFor(echoHost, "app", nil) != nil
 	})
 	if echoPolicies(store.Current()) != 0 {
 		t.Fatal("AuthorizationPolicies read before they are served")

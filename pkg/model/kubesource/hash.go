@@ -20,6 +20,8 @@ func serviceDigest(s *model.Service) [sha256.Size]byte {
 	h.labels(s.Selector)
 	h.count(len(s.Addresses))
 	h.str(s.Addresses...)
+	h.count(len(s.ExportTo))
+	h.str(s.ExportTo...)
 	if s.Headless {
 		h.count(1)
 	} else {

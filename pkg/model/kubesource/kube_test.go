@@ -315,10 +315,10 @@ func TestSourceAgainstAPIServer(t *testing.T) {
 		dr.Spec.TrafficPolicy = &networkingv1.TrafficPolicy{Tls: &networkingv1.ClientTLSSettings{Mode: networkingv1.ClientTLSSettings_ISTIO_MUTUAL}}
 		c.create(t, dr)
 		snap := waitFor(t, store.Store, "the four policies", func(s *model.Snapshot) bool {
-			return s.DestinationRule(host, c.ns) != nil && len(s.AuthorizationPolicies(c.ns, map[string]string{"app": "echo"})) == 1 &&
+			return s.DestinationRuleFor(host, c.ns, nil) != nil && len(s.AuthorizationPolicies(c.ns, map[string]string{"app": "echo"})) == 1 &&
 				s.MTLSMode(c.ns, nil, 9000) == model.MTLSStrict && len(s.Resources().RequestAuthentications) > 0
 		})
-		if got := snap.DestinationRule(host, c.ns).Spec.GetTrafficPolicy().GetTls().GetMode(); got != networkingv1.ClientTLSSettings_ISTIO_MUTUAL {
+		if got := snap.DestinationRuleFor(host, c.ns, nil).Spec.GetTrafficPolicy().GetTls().GetMode(); got != networkingv1.ClientTLSSettings_ISTIO_MUTUAL {
 			t.Errorf("DestinationRule TLS mode %s", got)
 		}
 	})
@@ -397,7 +397,7 @@ func TestSourceAgainstAPIServer(t *testing.T) {
 		check(t, "delete slice", c.kube.DiscoveryV1().EndpointSlices(c.ns).Delete(ctx, "echo-a", metav1.DeleteOptions{}))
 		check(t, "delete rule", c.istio.NetworkingV1().DestinationRules(c.ns).Delete(ctx, "echo", metav1.DeleteOptions{}))
 		waitFor(t, store.Store, "echo without endpoints nor rule", func(s *model.Snapshot) bool {
-			return len(s.Service(host).Endpoints[8080]) == 0 && s.DestinationRule(host, c.ns) == nil
+			return len(s.Service(host).Endpoints[8080]) == 0 && s.DestinationRuleFor(host, c.ns, nil) == nil
 		})
 	})
 

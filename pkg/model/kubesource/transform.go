@@ -7,12 +7,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/bulwark-mesh/bulwark/pkg/model"
 )
 
 // transform trims an object before the informer caches it. A pod or a node
 // keeps only what the model reads (a cluster has many, each large);
-// Services and EndpointSlices lose their annotations, which the model never
-// reads; every object loses its managed fields. It is idempotent, as informers require.
+// EndpointSlices lose their annotations and Services all but their
+// exportTo, which the model reads; every object loses its managed fields.
+// It is idempotent, as informers require.
 // Tombstones and objects without metadata pass unchanged.
 func transform(obj any) (any, error) {
 	switch o := obj.(type) {
@@ -20,10 +23,17 @@ func transform(obj any) (any, error) {
 		return trimPod(o), nil
 	case *corev1.Node:
 		return trimNode(o), nil
-	case *corev1.Service, *discoveryv1.EndpointSlice:
-		m := o.(metav1.Object)
-		m.SetManagedFields(nil)
-		m.SetAnnotations(nil)
+	case *corev1.Service:
+		o.SetManagedFields(nil)
+		var keep map[string]string
+		if e, ok := o.Annotations[model.ExportToAnnotation]; ok {
+			keep = map[string]string{model.ExportToAnnotation: e}
+		}
+		o.SetAnnotations(keep)
+		return obj, nil
+	case *discoveryv1.EndpointSlice:
+		o.SetManagedFields(nil)
+		o.SetAnnotations(nil)
 		return obj, nil
 	case metav1.Object:
 		o.SetManagedFields(nil)

@@ -75,8 +75,8 @@ func (b *builder) outboundClusterNamed(name string) (outboundCluster, bool) {
 	if !ok {
 		return outboundCluster{}, false
 	}
-	svc := b.snap.Service(host)
-	if svc == nil || !b.sees(svc) {
+	svc := b.snap.VisibleService(host, b.p.Namespace)
+	if svc == nil {
 		return outboundCluster{}, false
 	}
 	i := slices.IndexFunc(svc.Ports, func(p model.Port) bool { return p.Port == port && protocolOf(p) != protoUDP })

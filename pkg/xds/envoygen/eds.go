@@ -62,7 +62,7 @@ func (b *builder) loadAssignments(ocs []outboundCluster) []resource.Resource {
 		// how to reach them, which the client's namespace chooses.
 		k := key("eds", oc.name)
 		if oc.dr != nil {
-			k = key("eds", oc.name, oc.dr.Namespace, oc.dr.Name)
+			k = key("eds", oc.name, oc.dr.Key())
 		}
 		if oc.svc.Headless {
 			k += "|router" // only routers have a headless service's

@@ -236,33 +236,6 @@ func (b *builder) fallbackCluster() string {
 	return passthroughCluster
 }
 
-// services are the services the proxy sees, sorted by hostname: those
-// exported to its namespace (model.Service.VisibleTo).
-func (b *builder) services() []*model.Service {
-	if b.visible != nil {
-		return *b.visible
-	}
-	all := b.snap.Services()
-	out := all
-	if len(b.snap.ServiceEntries()) > 0 || len(b.g.Mesh.DefaultServiceExportTo) > 0 {
-		out = make([]*model.Service, 0, len(all))
-		for _, svc := range all {
-			if b.sees(svc) {
-				out = append(out, svc)
-			}
-		}
-	}
-	b.visible = &out
-	return out
-}
-
-// sees reports whether the proxy's namespace sees svc (a ServiceEntry's
-// exportTo, else the mesh's defaultServiceExportTo, which applies to
-// Kubernetes services too).
-func (b *builder) sees(svc *model.Service) bool {
-	return svc.VisibleTo(b.p.Namespace, b.g.Mesh.DefaultServiceExportTo)
-}
-
 // sniffedOnAnyAddress reports whether sp, of a ServiceEntry without
 // addresses, declares no protocol: Istio sniffs it on "0.0.0.0_<port>",
 // HTTP routed by the port's route, the rest to the entry.

@@ -225,9 +225,9 @@ spec:
 		"the mesh default . from its own":           {meshDefault: []string{"."}, namespace: "web", sees: true},
 	} {
 		t.Run(name, func(t *testing.T) {
-			snap := modeltest.Load(t, exported(tc.exportTo))
+			snap := modeltest.Load(t, exported(tc.exportTo)).WithExportDefaults(tc.meshDefault, nil)
 			p := &Proxy{Namespace: tc.namespace, IPs: []string{"10.0.0.9"}}
-			c := generate(t, &Generator{TrustDomain: td, Mesh: Mesh{DefaultServiceExportTo: tc.meshDefault}}, snap, p)
+			c := generate(t, &Generator{TrustDomain: td}, snap, p)
 			_, cluster := c.clusters["outbound|80||api.example.com"]
 			_, sni := c.listeners["0.0.0.0_443"]
 			vhost := false
@@ -237,7 +237,7 @@ spec:
 			if cluster != tc.sees || sni != tc.sees || vhost != tc.sees {
 				t.Errorf("cluster %t, listener %t, virtual host %t; want %t", cluster, sni, vhost, tc.sees)
 			}
-			named := (&Generator{TrustDomain: td, Mesh: Mesh{DefaultServiceExportTo: tc.meshDefault}}).Generate(snap, p, resource.ClusterType,
+			named := (&Generator{TrustDomain: td}).Generate(snap, p, resource.ClusterType,
 				[]string{"outbound|80||api.example.com"}, false)
 			if (len(named) == 1) != tc.sees {
 				t.Errorf("asked by name: %d clusters", len(named))

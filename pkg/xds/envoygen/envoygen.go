@@ -54,6 +54,7 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/reqauthn"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/routes"
 )
 
 // Proxy is what generation needs to know of the requesting sidecar. Two
@@ -107,10 +108,10 @@ type Mesh struct {
 	// GatewayTopology is mesh config defaultConfig.gatewayTopology, read
 	// by routers' HTTP connection managers.
 	GatewayTopology GatewayTopology
-	// DefaultServiceExportTo (mesh config defaultServiceExportTo) is
-	// where a ServiceEntry without exportTo is visible: ".", "*", "~" or
-	// namespaces; empty is everywhere.
-	DefaultServiceExportTo []string
+	// Routes are the mesh-wide settings of the VirtualService translation
+	// (defaultHttpRetryPolicy, defaultVirtualServiceExportTo), read by
+	// sidecars' routes and by routers' routes and TCP and TLS chains.
+	Routes routes.Options
 }
 
 // TLSDefaults are mesh config tlsDefaults.
@@ -147,6 +148,9 @@ type Generator struct {
 	// in jwt_authn; nil (or a key set not held) gives the issuer's
 	// provider a key set that rejects every token.
 	Keys reqauthn.Keys
+
+	// memo keeps routers' route configurations per snapshot.
+	memo routeMemo
 }
 
 // Generate returns the resources of typeURL that p asked for in names
@@ -215,7 +219,9 @@ func (b *builder) sidecarResources(typeURL string, names []string, wildcard bool
 }
 
 // Scope is what generation reads of p in snap, as one string: proxies
-// with equal scopes get equal resources. The proxy's addresses count only
+// with equal scopes get equal resources. The namespace decides which
+// services the proxy sees (their exportTo) and, with the labels, which
+// DestinationRule applies to each. The proxy's addresses count only
 // through the target ports they resolve, and, for an endpoint of a
 // headless service, through the listener to itself that it lacks; so the
 // replicas of one workload share a scope unless a headless service
@@ -249,9 +255,9 @@ func (g *Generator) Scope(snap *model.Snapshot, p *Proxy) string {
 // EndpointScope is what load assignments read of p in snap, as one
 // string: proxies with equal endpoint scopes get equal load assignments,
 // whatever their other resources. Load assignments read the proxy's
-// namespace (which DestinationRule applies to it, whether its rule may
-// name a credential) and, only when a DestinationRule selects clients by
-// their labels, its labels.
+// namespace (which services it sees, which DestinationRule applies to it,
+// whether its rule may name a credential) and, only when a DestinationRule
+// selects clients by their labels, its labels.
 func (g *Generator) EndpointScope(snap *model.Snapshot, p *Proxy) string {
 	out := appendPart([]byte("eds|"), p.Namespace)
 	if p.Router {
@@ -279,10 +285,19 @@ type builder struct {
 	targets *[]inboundTarget // inboundTargets, once computed
 	gw      *mergedGateway   // merged, once computed
 
-	visible *[]*model.Service // services, once computed
+	visibleOnce sync.Once
+	visible     []*model.Service // services, once computed
 
 	mu         sync.Mutex
 	identities map[*model.Service][]string // serviceIdentities, once per service
+}
+
+// services are the services the proxy's namespace sees (their exportTo),
+// sorted by hostname: those it has outbound clusters, listeners and
+// routes for.
+func (b *builder) services() []*model.Service {
+	b.visibleOnce.Do(func() { b.visible = b.snap.ServicesVisibleTo(b.p.Namespace) })
+	return b.visible
 }
 
 // key is a resource's content key: the envoygen namespace, then each part

@@ -399,3 +399,85 @@ func TestTrustDomainAliasesWidenPrincipals(t *testing.T) {
 		})
 	}
 }
+
+// A Service exported to its own namespace gives a sidecar of another
+// namespace no cluster, load assignment, listener or route of it, asked
+// for by wildcard or by name; its own namespace's sidecars keep them.
+func TestServiceExportToHidesIt(t *testing.T) {
+	snap := modeltest.Load(t, manifests+`
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: private
+  namespace: web
+  annotations: {networking.istio.io/exportTo: "."}
+spec:
+  clusterIP: 10.96.0.12
+  selector: {app: other}
+  ports:
+  - {name: http-web, port: 80, targetPort: 8000}
+  - {name: http-admin, port: 8081, targetPort: 8001}
+  - {name: tcp-db, port: 9092, targetPort: 9002}
+`)
+	g := &Generator{TrustDomain: td}
+	const host = "private.web.svc.cluster.local"
+	for _, p := range []*Proxy{{Namespace: "web"}, {Namespace: "app"}} {
+		visible := p.Namespace == "web"
+		c := generate(t, g, snap, p)
+		has := map[string]bool{
+			"cluster outbound|80||" + host:         c.clusters["outbound|80||"+host] != nil,
+			"cluster outbound|9092||" + host:       c.clusters["outbound|9092||"+host] != nil,
+			"load assignment outbound|80||" + host: c.endpoints["outbound|80||"+host] != nil,
+			"listener 10.96.0.12_9092":             c.listeners["10.96.0.12_9092"] != nil,
+			"listener 0.0.0.0_8081":                c.listeners["0.0.0.0_8081"] != nil,
+			"route 8081":                           c.routes["8081"] != nil,
+		}
+		vh := false
+		for _, h := range c.routes["80"].GetVirtualHosts() {
+			vh = vh || slices.Contains(h.GetDomains(), host)
+		}
+		has["virtual host in route 80"] = vh
+		for what, got := range has {
+			if got != visible {
+				t.Errorf("sidecar of %s: %s %t, want %t", p.Namespace, what, got, visible)
+			}
+		}
+		for typeURL, name := range map[string]string{
+			resource.ClusterType: "outbound|80||" + host, resource.EndpointType: "outbound|80||" + host,
+			resource.ListenerType: "10.96.0.12_9092",
+		} {
+			if got := len(g.Generate(snap, p, typeURL, []string{name}, false)) == 1; got != visible {
+				t.Errorf("sidecar of %s: %s named %s generated %t, want %t", p.Namespace, typeURL, name, got, visible)
+			}
+		}
+	}
+	// The service's own workload still serves it.
+	server := generate(t, g, snap, &Proxy{Namespace: "web", Labels: map[string]string{"app": "other"}, IPs: []string{"10.0.1.5"}})
+	if server.listeners[virtualInbound] == nil {
+		t.Error("no inbound listener")
+	}
+}
+
+// A DestinationRule exported to its own namespace with tls DISABLE makes
+// that namespace's clusters to the service plaintext and leaves another
+// namespace's on auto-mTLS.
+func TestDestinationRuleExportToOwnNamespace(t *testing.T) {
+	snap := modeltest.Load(t, manifests+`
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: echo, namespace: app}
+spec: {host: echo, exportTo: ["."], trafficPolicy: {tls: {mode: DISABLE}}}
+`)
+	g := &Generator{TrustDomain: td}
+	const name = "outbound|80||echo.app.svc.cluster.local"
+	own := generate(t, g, snap, &Proxy{Namespace: "app"}).clusters[name]
+	other := generate(t, g, snap, &Proxy{Namespace: "web"}).clusters[name]
+	if own.GetTransportSocket() != nil || len(own.GetTransportSocketMatches()) != 0 {
+		t.Errorf("the rule's own namespace: TLS %v %v, want plaintext", own.GetTransportSocket(), own.GetTransportSocketMatches())
+	}
+	if len(other.GetTransportSocketMatches()) == 0 {
+		t.Error("another namespace: no auto-mTLS")
+	}
+}

@@ -13,6 +13,7 @@ import (
 	networkingv1 "istio.io/api/networking/v1"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/routes"
 )
 
 // Bounds on what one Gateway server may make a router generate.
@@ -73,6 +74,10 @@ type gwServer struct {
 	route string // the RDS route of an HTTP or terminated HTTPS server; "" for others
 	// tls is the DownstreamTlsContext of a server that terminates TLS.
 	tls *tlsv3.DownstreamTlsContext
+	// l4 are the VirtualService routes of a server that is not HTTP: a
+	// chain each (by SNI) for PASSTHROUGH, at most one for TCP, with or
+	// without TLS termination.
+	l4 []routes.L4Route
 }
 
 // terminatesHTTPS reports whether the server ends TLS and speaks HTTP
@@ -94,31 +99,17 @@ type mergedGateway struct {
 	listeners []*gwListener // by port
 	routes    map[string][]*gwServer
 	problems  []GatewayProblem
+	// routeProblems are the parts of VirtualServices the TCP and TLS
+	// chains leave out.
+	routeProblems []routes.Problem
 }
 
-// gateways are the Gateways that apply to the router: those of every
-// namespace (only of its own with ScopeGatewayToNamespace) whose selector
-// its labels match, a Gateway without selector applying to every router;
-// oldest first, then by name and namespace, the order in which their
-// servers claim ports and SNI names, as Istio orders them.
-//
-// TODO(model): the model's Snapshot.GatewaysFor replaces this once it
-// exists, with the same semantics.
+// gateways are the Gateways that apply to the router, in the order in
+// which their servers claim ports and SNI names (model's GatewaysFor:
+// Istio's selection and order).
 func (b *builder) gateways() []*model.Gateway {
-	var out []*model.Gateway
-	for _, gw := range b.snap.Resources().Gateways {
-		if gw.Spec == nil || (b.g.ScopeGatewayToNamespace && gw.Namespace != b.p.Namespace) {
-			continue
-		}
-		if sel := gw.Spec.GetSelector(); sel != nil && !model.Matches(sel, b.p.Labels) {
-			continue
-		}
-		out = append(out, gw)
-	}
-	slices.SortStableFunc(out, func(x, y *model.Gateway) int {
-		return cmp.Or(x.Created.Compare(y.Created), cmp.Compare(x.Name, y.Name), cmp.Compare(x.Namespace, y.Namespace))
-	})
-	return out
+	return slices.DeleteFunc(b.snap.GatewaysFor(b.p.Namespace, b.p.Labels, b.g.ScopeGatewayToNamespace),
+		func(gw *model.Gateway) bool { return gw.Spec == nil })
 }
 
 // resolvePort is the port a router listens on for a server port: the
@@ -169,6 +160,9 @@ func (b *builder) merged() *mergedGateway {
 		}
 	}
 	m.listeners = slices.SortedFunc(maps.Values(byPort), func(x, y *gwListener) int { return cmp.Compare(x.port, y.port) })
+	for _, l := range m.listeners {
+		m.routeProblems = append(m.routeProblems, b.l4Routes(l)...)
+	}
 	b.gw = m
 	return m
 }

@@ -465,32 +465,6 @@ spec:
 	}
 }
 
-func TestCollapseVirtualHostsMergesOnlyEqualRoutes(t *testing.T) {
-	direct := []*route.Route{{Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}}, Action: &route.Route_DirectResponse{DirectResponse: &route.DirectResponseAction{Status: 200}}}}
-	in := []*route.VirtualHost{
-		{Name: "a.example.com:80", Domains: []string{"a.example.com"}, RequireTls: route.VirtualHost_ALL},
-		{Name: "*.example.com:80", Domains: []string{"*.example.com"}, RequireTls: route.VirtualHost_ALL},
-		{Name: "long.example.com:80", Domains: []string{"long.example.com"}, RequireTls: route.VirtualHost_ALL},
-		{Name: "b.example.com:80", Domains: []string{"b.example.com"}, Routes: direct},
-		{Name: "c.example.com:80", Domains: []string{"c.example.com"}},
-	}
-	var got []string
-	for _, vh := range collapseVirtualHosts(in) {
-		got = append(got, vh.GetName()+"="+strings.Join(vh.GetDomains(), ","))
-	}
-	want := []string{
-		"long.example.com:80=long.example.com,a.example.com,*.example.com", // the most specific names the merge
-		"b.example.com:80=b.example.com",
-		"c.example.com:80=c.example.com",
-	}
-	if !slices.Equal(got, want) {
-		t.Errorf("got %v\nwant %v", got, want)
-	}
-	if len(in[0].GetDomains()) != 1 {
-		t.Error("the input was changed")
-	}
-}
-
 func TestValidServerHost(t *testing.T) {
 	for h, want := range map[string]bool{
 		"*": true, "*/*": true, "./*": true, "app/*": true, "example.com": true, "example.com.": true, "*.example.com": true,

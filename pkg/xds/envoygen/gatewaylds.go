@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/authz"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
 
@@ -66,11 +67,11 @@ func (b *builder) gatewayListeners() []resource.Resource {
 	return out
 }
 
-// hasChain reports whether the server has a filter chain of its own
-// before VirtualService routes exist: plaintext HTTP and terminated
-// HTTPS do; TLS passthrough and TCP servers get theirs from routes.
+// hasChain reports whether the server has a filter chain: plaintext
+// HTTP and terminated HTTPS always do; TLS passthrough and TCP servers
+// when VirtualService routes lead somewhere from them.
 func (s *gwServer) hasChain() bool {
-	return s.kind == kindHTTP || s.terminatesHTTPS()
+	return s.kind == kindHTTP || s.terminatesHTTPS() || len(s.l4) > 0
 }
 
 func (b *builder) gatewayListener(name string, l *gwListener, policies []*model.AuthorizationPolicy, requestAuthn []*model.RequestAuthentication) (*listener.Listener, error) {
@@ -79,6 +80,12 @@ func (b *builder) gatewayListener(name string, l *gwListener, policies []*model.
 		return nil, fmt.Errorf("listener %s: %w", name, err)
 	}
 	shape, err := b.gatewayHCMShape(httpFilters)
+	if err != nil {
+		return nil, fmt.Errorf("listener %s: %w", name, err)
+	}
+	// TCP chains refuse what the policies refuse before tcp_proxy, as a
+	// sidecar's TCP chains do.
+	tcpRBAC, err := authz.NetworkFilters(policies, authz.Options{TrustDomain: b.g.TrustDomain, TrustDomainAliases: b.g.Mesh.TrustDomainAliases, Flavor: authz.Envoy})
 	if err != nil {
 		return nil, fmt.Errorf("listener %s: %w", name, err)
 	}
@@ -106,7 +113,14 @@ func (b *builder) gatewayListener(name string, l *gwListener, policies []*model.
 	case kindTLS:
 		for _, s := range l.servers {
 			if !s.terminatesHTTPS() {
-				continue // TODO(routes): PASSTHROUGH chains from GatewayTLSRoutes, TLS termination for TCP from GatewayTCPRoutes
+				for _, r := range s.l4 {
+					fc, err := l4Chain(s, r, tcpRBAC)
+					if err != nil {
+						return nil, fmt.Errorf("listener %s: %w", name, err)
+					}
+					out.FilterChains = append(out.FilterChains, fc)
+				}
+				continue
 			}
 			fc, err := b.gatewayHTTPSChain(name, s, shape)
 			if err != nil {
@@ -121,6 +135,15 @@ func (b *builder) gatewayListener(name string, l *gwListener, policies []*model.
 			return nil, err
 		}
 		out.ListenerFilters = append(out.ListenerFilters, lf)
+	case kindTCP:
+		// One opaque TCP server: its route, any connection.
+		for _, r := range l.servers[0].l4 {
+			fc, err := l4Chain(l.servers[0], r, tcpRBAC)
+			if err != nil {
+				return nil, fmt.Errorf("listener %s: %w", name, err)
+			}
+			out.FilterChains = append(out.FilterChains, fc)
+		}
 	}
 	if len(out.FilterChains) == 0 {
 		return nil, fmt.Errorf("listener %s: no filter chain", name)

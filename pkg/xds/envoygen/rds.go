@@ -2,9 +2,11 @@ package envoygen
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/proto"
@@ -12,20 +14,22 @@ import (
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/routes"
 )
 
 // routes returns the route configuration "<port>" of every port some
 // service declares HTTP on: a virtual host per service with that port
-// declared HTTP or undeclared (as Istio's IsHTTPOrSniffed), and a
-// catch-all; and, with sniffed, the route "<host>:<port>" of every HTTP
-// chain sniffed on a service's own listener.
+// declared HTTP or undeclared (as Istio's IsHTTPOrSniffed), or per host of
+// a VirtualService bound to "mesh" that replaces services' default routes
+// (meshrds.go), and a catch-all; and, with sniffed, the route
+// "<host>:<port>" of every HTTP chain sniffed on a service's own listener.
 func (b *builder) routes(sniffed bool) []resource.Resource {
 	httpPorts := b.httpPorts()
-	byPort := map[uint32][]*model.Service{}
+	byPort := map[uint32][]*model.Service{} // whatever the protocol
 	for _, svc := range b.services() {
 		for _, sp := range svc.Ports {
-			if p := protocolOf(sp); (p.isHTTP() || p == protoAuto) && slices.Contains(httpPorts, sp.Port) {
-				byPort[sp.Port] = append(byPort[sp.Port], svc)
+			if l := byPort[sp.Port]; len(l) == 0 || l[len(l)-1] != svc {
+				byPort[sp.Port] = append(l, svc)
 			}
 		}
 	}
@@ -33,20 +37,23 @@ func (b *builder) routes(sniffed bool) []resource.Resource {
 	if b.g.Mesh.RegistryOnly {
 		fallback = blackholeCluster
 	}
+	mesh := b.meshVirtualServices()
+	scope := b.routeScope(mesh)
 	var out []resource.Resource
-	for port, svcs := range byPort {
+	for _, port := range httpPorts {
 		name := strconv.FormatUint(uint64(port), 10)
+		svcs := byPort[port]
 		// Short names depend on the proxy's namespace: "svc" resolves
 		// only within it.
-		out = append(out, resource.Resource{Name: name, Key: key("rds", name, b.p.Namespace, fallback), Encode: func() ([]byte, error) {
-			// A virtual host per service, encoded directly (see wire.go),
-			// between the configuration's own fields and the catch-all.
+		out = append(out, resource.Resource{Name: name, Key: key("rds", name, b.p.Namespace, fallback, scope), Encode: func() ([]byte, error) {
+			// The virtual hosts, encoded directly (see wire.go), between
+			// the configuration's own fields and the catch-all.
 			w, err := routeConfigurationWire(name)
 			if err != nil {
 				return nil, err
 			}
-			for _, svc := range svcs {
-				w = b.appendVirtualHost(w, svc, port, b.domains(svc))
+			if w, err = b.appendVirtualHosts(w, port, b.portVirtualHosts(port, svcs, mesh), false); err != nil {
+				return nil, fmt.Errorf("route %s: %w", name, err)
 			}
 			catchAll, err := proto.MarshalOptions{Deterministic: true}.Marshal(&route.RouteConfiguration{
 				VirtualHosts: []*route.VirtualHost{catchAllHost(fallback)},
@@ -61,28 +68,138 @@ func (b *builder) routes(sniffed bool) []resource.Resource {
 		return out
 	}
 	seen := map[string]bool{}
+	cache := &portHostsCache{}
 	for _, e := range b.outboundEntries() {
 		if e.route == "" || seen[e.route] {
 			continue
 		}
 		seen[e.route] = true
-		out = append(out, b.sniffedRoute(e.route, e.svc, e.svcPort.Port))
+		port := e.svcPort.Port
+		out = append(out, b.sniffedRoute(e.route, e.svc, port, byPort[port], mesh, scope, cache))
 	}
 	return out
 }
 
+// portHostsCache holds the virtual hosts of each port once built, for the
+// routes of sniffed listeners, which each take one of them.
+type portHostsCache struct {
+	mu     sync.Mutex
+	byPort map[uint32]*portHosts
+}
+
+type portHosts struct {
+	once sync.Once
+	vhs  []portVHost
+}
+
+// get returns the virtual hosts of port, building them once with build.
+func (c *portHostsCache) get(port uint32, build func() []portVHost) []portVHost {
+	c.mu.Lock()
+	if c.byPort == nil {
+		c.byPort = map[uint32]*portHosts{}
+	}
+	e, ok := c.byPort[port]
+	if !ok {
+		e = &portHosts{}
+		c.byPort[port] = e
+	}
+	c.mu.Unlock()
+	e.once.Do(func() { e.vhs = build() })
+	return e.vhs
+}
+
+// routeScope is what routes read of the proxy beyond its namespace, as
+// part of their keys: its labels, when a VirtualService selects clients
+// by theirs or a DestinationRule (whose consistent hash a default route
+// takes) does; its namespace too, for the routes of sniffed listeners,
+// when a VirtualService or DestinationRule may apply.
+func (b *builder) routeScope(mesh *meshVS) string {
+	if mesh == nil && len(b.snap.Resources().DestinationRules) == 0 {
+		return ""
+	}
+	out := appendPart(nil, b.p.Namespace)
+	if routes.UsesSourceLabels(b.snap) || b.snap.SelectsClients() {
+		for _, k := range slices.Sorted(maps.Keys(b.p.Labels)) {
+			out = appendPart(appendPart(out, k), b.p.Labels[k])
+		}
+	}
+	return string(out)
+}
+
 // sniffedRoute is the route of the HTTP chain sniffed on svc's own
-// listener for port: svc's virtual host, for any host name (whatever the
-// Host header says, the connection went to svc's address), and no
-// catch-all, as Istio's getVirtualHostsForSniffedServicePort leaves it.
-func (b *builder) sniffedRoute(name string, svc *model.Service, port uint32) resource.Resource {
-	return resource.Resource{Name: name, Key: key("rds", name), Encode: func() ([]byte, error) {
+// listener for port: the virtual host of route "<port>" that names svc,
+// for any host name (whatever the Host header says, the connection went
+// to svc's address), and no catch-all, as Istio's
+// getVirtualHostsForSniffedServicePort leaves it.
+func (b *builder) sniffedRoute(name string, svc *model.Service, port uint32, svcs []*model.Service, mesh *meshVS, scope string, cache *portHostsCache) resource.Resource {
+	return resource.Resource{Name: name, Key: key("rds", name, scope), Encode: func() ([]byte, error) {
 		w, err := routeConfigurationWire(name)
 		if err != nil {
 			return nil, err
 		}
-		return b.appendVirtualHost(w, svc, port, []string{"*"}), nil
+		// Without VirtualServices, svc's virtual host is its default
+		// route's.
+		picked := []portVHost{{name: name, svc: svc}}
+		if mesh != nil {
+			picked = nil
+			for _, vh := range cache.get(port, func() []portVHost { return b.portVirtualHosts(port, svcs, mesh) }) {
+				if slices.Contains(vh.domains, svc.Hostname) || slices.Contains(vh.domains, name) {
+					picked = append(picked, vh)
+				}
+			}
+		}
+		if w, err = b.appendVirtualHosts(w, port, picked, len(picked) == 1); err != nil {
+			return nil, fmt.Errorf("route %s: %w", name, err)
+		}
+		return w, nil
 	}}
+}
+
+// appendVirtualHosts appends vhs to a RouteConfiguration, each for any
+// host name when anyHost.
+func (b *builder) appendVirtualHosts(w wire, port uint32, vhs []portVHost, anyHost bool) (wire, error) {
+	var retry []byte
+	for _, vh := range vhs {
+		domains := vh.domains
+		if anyHost {
+			domains = []string{"*"}
+		}
+		if vh.routes == nil {
+			if retry == nil {
+				var err error
+				if retry, err = defaultRetryWire(b.g.Mesh.Routes); err != nil {
+					return nil, err
+				}
+			}
+			var err error
+			if w, err = b.appendVirtualHost(w, vh.svc, port, vh.name, domains, retry); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(&route.VirtualHost{
+			Name: vh.name, Domains: domains, Routes: vh.routes, IncludeRequestAttemptCount: true,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("virtual host %s: %w", vh.name, err)
+		}
+		w = w.message(rcVirtualHosts, raw)
+	}
+	return w, nil
+}
+
+// defaultRetryWire is the default routes' retry policy marshalled, or an
+// empty non-nil slice for none.
+func defaultRetryWire(o routes.Options) ([]byte, error) {
+	p := o.DefaultRetryPolicy()
+	if p == nil {
+		return []byte{}, nil
+	}
+	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("retry policy: %w", err)
+	}
+	return raw, nil
 }
 
 // routeConfigurationWire is route configuration name without virtual
@@ -101,29 +218,35 @@ func routeConfigurationWire(name string) (wire, error) {
 	return raw, nil
 }
 
-// domains are the names of svc as a client in the proxy's namespace may
-// write them: FQDN (also with a trailing dot), "name.ns.svc", "name.ns",
-// the bare name from its own namespace, and the VIPs.
-func (b *builder) domains(svc *model.Service) []string {
+// serviceDomains are the names of svc as a client in the proxy's
+// namespace may write them, in Istio's order (generateVirtualHostDomains,
+// ports ignored as the route configuration ignores them): the FQDN, then
+// its alternatives (with a trailing dot; of a Kubernetes service, the
+// bare name from its own namespace, "name.ns.svc" and "name.ns"), then
+// the VIPs; and the alternatives alone.
+func (b *builder) serviceDomains(svc *model.Service) (domains, alt []string) {
 	h := svc.Hostname
-	domains := []string{h, h + "."}
+	alt = []string{h + "."}
 	if short, ok := strings.CutSuffix(h, ".svc."+b.snap.Options.Domain); ok {
 		if svc.Namespace == b.p.Namespace {
-			domains = append(domains, svc.Name)
+			alt = append(alt, svc.Name, short+".svc", short)
+		} else {
+			alt = append(alt, short, short+".svc")
 		}
-		domains = append(domains, short+".svc", short)
 	}
-	return append(domains, svc.Addresses...)
+	domains = append(append([]string{h}, alt...), svc.Addresses...)
+	return domains, alt
 }
 
-// appendVirtualHost appends to a RouteConfiguration the virtual host of
-// svc's port for domains: every path to the service's cluster, with no
-// timeout.
-func (b *builder) appendVirtualHost(w wire, svc *model.Service, port uint32, domains []string) wire {
+// appendVirtualHost appends to a RouteConfiguration the virtual host
+// name of svc's port for domains: the route routes.DefaultRoute, every
+// path to the service's cluster with the default retry policy (retry,
+// marshalled; empty for none) and no timeout.
+func (b *builder) appendVirtualHost(w wire, svc *model.Service, port uint32, name string, domains []string, retry []byte) (wire, error) {
 	portName := strconv.FormatUint(uint64(port), 10)
-	var vh, r, action, timeout int
+	var vh, r, dec, action, timeout, grpcTimeout int
 	w, vh = w.open(rcVirtualHosts)
-	w = w.str(vhName, svc.Hostname+":"+portName)
+	w = w.str(vhName, name)
 	for _, d := range domains {
 		w = w.str(vhDomains, d)
 	}
@@ -132,7 +255,23 @@ func (b *builder) appendVirtualHost(w wire, svc *model.Service, port uint32, dom
 	w, action = w.open(routeAction)
 	w = w.str(actionCluster, resource.ClusterName(svc.Hostname, "", port))
 	w, timeout = w.open(actionTimeout) // zero: no timeout
-	return w.close(timeout).close(action).close(r).close(vh)
+	w = w.close(timeout)
+	if len(retry) > 0 {
+		w = w.message(actionRetryPolicy, retry)
+	}
+	if hp := routes.DefaultHashPolicy(b.snap, svc.Hostname, port, routes.Proxy{Namespace: b.p.Namespace, Labels: b.p.Labels}); hp != nil {
+		raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(hp)
+		if err != nil {
+			return nil, fmt.Errorf("hash policy of %s: %w", svc.Hostname, err)
+		}
+		w = w.message(actionHashPolicy, raw)
+	}
+	w, grpcTimeout = w.open(actionMaxGrpcTimeout) // zero: grpc-timeout not bounded
+	w = w.close(grpcTimeout).close(action)
+	w, dec = w.open(routeDecorator)
+	w = w.str(decoratorOperation, svc.Hostname+":"+portName+"/*").close(dec)
+	w = w.close(r).varint(vhIncludeRequestAttemptCount, 1)
+	return w.close(vh), nil
 }
 
 // Field numbers of envoy.config.route.v3.RouteConfiguration and of what
@@ -145,6 +284,13 @@ const (
 	routeAction    = 2 // Route.route
 	actionCluster  = 1 // RouteAction.cluster
 	actionTimeout  = 8 // RouteAction.timeout
+
+	vhIncludeRequestAttemptCount = 14 // VirtualHost.include_request_attempt_count
+	routeDecorator               = 5  // Route.decorator
+	decoratorOperation           = 1  // Decorator.operation
+	actionRetryPolicy            = 9  // RouteAction.retry_policy
+	actionHashPolicy             = 15 // RouteAction.hash_policy
+	actionMaxGrpcTimeout         = 23 // RouteAction.max_grpc_timeout
 )
 
 // defaultRouteWire is the name and match of a virtual host's one route,
@@ -171,7 +317,8 @@ func catchAllHost(fallback string) *route.VirtualHost {
 		r.Action = &route.Route_Route{Route: &route.RouteAction{
 			ClusterSpecifier: &route.RouteAction_Cluster{Cluster: fallback},
 			Timeout:          zeroFetchTimeout,
+			MaxGrpcTimeout:   zeroFetchTimeout,
 		}}
 	}
-	return &route.VirtualHost{Name: name, Domains: []string{"*"}, Routes: []*route.Route{r}}
+	return &route.VirtualHost{Name: name, Domains: []string{"*"}, Routes: []*route.Route{r}, IncludeRequestAttemptCount: true}
 }

@@ -13,19 +13,34 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 )
 
-// endpoints is the load assignment of cluster name. Every locality has a
+// endpoints is the load assignment of cluster name (of a subset: the
+// endpoints its labels select). Every locality has a
 // non-zero weight: gRPC drops localities without one.
-func (g *Generator) endpoints(snap *model.Snapshot, name string) *Resource {
-	host, portNum, ok := parseClusterName(name)
+func (g *Generator) endpoints(snap *model.Snapshot, p *Proxy, name string) *Resource {
+	host, subset, portNum, ok := parseClusterName(name)
 	if !ok {
 		return nil
 	}
-	svc, port, ok := lookup(snap, hostPort(host, portNum))
+	svc, port, ok := lookup(snap, p.Namespace, hostPort(host, portNum))
 	if !ok {
 		return nil
 	}
 	eps := svc.Endpoints[port.Port]
-	return &Resource{Name: name, Key: "eds|" + name, Build: func() (proto.Message, error) {
+	key := "eds|" + name
+	if subset != "" {
+		// A subset's endpoints are those its rule, as it applies to the
+		// client, selects.
+		_, ss := subsetOf(snap, p, host, subset)
+		if ss == nil {
+			return nil
+		}
+		eps = subsetEndpoints(eps, ss)
+		key += "|" + p.Namespace
+		if snap.SelectsClients() {
+			key += "|" + labelsKey(p.Labels)
+		}
+	}
+	return &Resource{Name: name, Key: key, Build: func() (proto.Message, error) {
 		cla := &endpoint.ClusterLoadAssignment{ClusterName: name}
 		index := map[string]*endpoint.LocalityLbEndpoints{}
 		for _, ep := range eps {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/routes"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 )
 
@@ -58,6 +59,9 @@ type Resource = resource.Resource
 // Generator generates resources for proxyless gRPC.
 type Generator struct {
 	TrustDomain spiffeid.TrustDomain
+	// Routes are the mesh settings of VirtualService translation (mesh
+	// config defaultHttpRetryPolicy and defaultVirtualServiceExportTo).
+	Routes routes.Options
 }
 
 // Generate returns the resources of typeURL that proxy asked for in names
@@ -65,11 +69,10 @@ type Generator struct {
 // Unknown type URLs give nothing.
 func (g *Generator) Generate(snap *model.Snapshot, p *Proxy, typeURL string, names []string, wildcard bool) []Resource {
 	if wildcard {
-		names = append(slices.Clone(names), g.allNames(snap, typeURL)...)
+		names = append(slices.Clone(names), g.allNames(snap, p, typeURL)...)
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)
-	names = slices.DeleteFunc(names, func(n string) bool { return !visible(snap, p, typeURL, n) })
 	var out []Resource
 	for _, n := range names {
 		var r *Resource
@@ -77,11 +80,11 @@ func (g *Generator) Generate(snap *model.Snapshot, p *Proxy, typeURL string, nam
 		case ListenerType:
 			r = g.listener(snap, p, n)
 		case RouteType:
-			r = g.route(snap, n)
+			r = g.route(snap, p, n)
 		case ClusterType:
 			r = g.cluster(snap, p, n)
 		case EndpointType:
-			r = g.endpoints(snap, n)
+			r = g.endpoints(snap, p, n)
 		}
 		if r != nil {
 			out = append(out, *r)
@@ -90,10 +93,11 @@ func (g *Generator) Generate(snap *model.Snapshot, p *Proxy, typeURL string, nam
 	return out
 }
 
-// allNames lists the client-side names of every service port.
-func (g *Generator) allNames(snap *model.Snapshot, typeURL string) []string {
+// allNames lists the client-side names of every port of the services p's
+// namespace sees.
+func (g *Generator) allNames(snap *model.Snapshot, p *Proxy, typeURL string) []string {
 	var out []string
-	for _, svc := range snap.Services() {
+	for _, svc := range snap.ServicesVisibleTo(p.Namespace) {
 		for _, port := range svc.Ports {
 			switch typeURL {
 			case ListenerType, RouteType:
@@ -113,21 +117,17 @@ func hostPort(host string, port uint32) string {
 	return host + ":" + strconv.FormatUint(uint64(port), 10)
 }
 
-// parseClusterName reads "outbound|<port>||<host>"; subsets are not
-// supported.
-func parseClusterName(name string) (host string, port uint32, ok bool) {
-	host, subset, port, ok := resource.ParseClusterName(name)
-	if !ok || subset != "" {
-		return "", 0, false
-	}
-	return host, port, true
+// parseClusterName reads "outbound|<port>|<subset>|<host>".
+func parseClusterName(name string) (host, subset string, port uint32, ok bool) {
+	return resource.ParseClusterName(name)
 }
 
-// lookup resolves "<host>[:<port>]" to a service and port. Without a port,
-// a service with exactly one port is meant.
-func lookup(snap *model.Snapshot, name string) (*model.Service, model.Port, bool) {
+// lookup resolves "<host>[:<port>]" to a service that the workloads of
+// namespace see (its exportTo) and its port. Without a port, a service
+// with exactly one port is meant.
+func lookup(snap *model.Snapshot, namespace, name string) (*model.Service, model.Port, bool) {
 	host, portStr, hasPort := strings.Cut(name, ":")
-	svc := snap.Service(host)
+	svc := snap.VisibleService(host, namespace)
 	if svc == nil {
 		return nil, model.Port{}, false
 	}

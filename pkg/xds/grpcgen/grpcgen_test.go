@@ -1,6 +1,8 @@
 package grpcgen
 
 import (
+	"slices"
+
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -223,5 +225,87 @@ spec: {rules: [{from: [{source: {namespaces: [app]}}], to: [{operation: {paths: 
 				t.Errorf("filters %v", filters)
 			}
 		})
+	}
+}
+
+// Proxyless gRPC chooses its DestinationRule as Envoy sidecars do
+// (model's DestinationRuleFor): a rule's workloadSelector and exportTo
+// count.
+func TestClusterTLSFollowsTheRuleTheClientSees(t *testing.T) {
+	const name = "outbound|8080||echo.app.svc.cluster.local"
+	tests := map[string]struct {
+		extra string
+		mtls  map[*Proxy]bool
+	}{
+		"a workload-selected rule applies to the workloads it selects": {extra: `
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: echo, namespace: app}
+spec: {host: echo, workloadSelector: {matchLabels: {app: client}}, trafficPolicy: {tls: {mode: DISABLE}}}`,
+			mtls: map[*Proxy]bool{
+				client: false,
+				{Namespace: "app", Labels: map[string]string{"app": "other"}}:  true,
+				{Namespace: "web", Labels: map[string]string{"app": "client"}}: true,
+			}},
+		"a rule exported to its own namespace stays there": {extra: `
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: echo, namespace: app}
+spec: {host: echo, exportTo: ["."], trafficPolicy: {tls: {mode: DISABLE}}}`,
+			mtls: map[*Proxy]bool{client: false, {Namespace: "web"}: true}},
+		"a root namespace wildcard rule applies to every client": {extra: `
+---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: app, namespace: istio-system}
+spec: {host: "*.app.svc.cluster.local", trafficPolicy: {tls: {mode: DISABLE}}}`,
+			mtls: map[*Proxy]bool{client: false, {Namespace: "web"}: false}},
+	}
+	for tn, tc := range tests {
+		t.Run(tn, func(t *testing.T) {
+			snap := load(t, tc.extra)
+			for p, want := range tc.mtls {
+				c := build[*cluster.Cluster](t, snap, p, ClusterType, name)
+				if got := c.GetTransportSocket() != nil; got != want {
+					t.Errorf("client %s %v: mTLS %t, want %t", p.Namespace, p.Labels, got, want)
+				}
+			}
+		})
+	}
+}
+
+// A Service exported to its own namespace gives a client of another
+// namespace none of its resources, asked for by name or by wildcard.
+func TestServiceExportToHidesIt(t *testing.T) {
+	snap := load(t, `
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: private
+  namespace: app
+  annotations: {networking.istio.io/exportTo: "."}
+spec:
+  selector: {app: echo}
+  ports: [{name: grpc, port: 8081, targetPort: 9000}]`)
+	const host = "private.app.svc.cluster.local"
+	names := map[string]string{
+		ListenerType: host + ":8081", RouteType: host + ":8081",
+		ClusterType: ClusterName(host, 8081), EndpointType: ClusterName(host, 8081),
+	}
+	g := &Generator{TrustDomain: td}
+	for _, p := range []*Proxy{client, {Namespace: "web"}} {
+		for typeURL, name := range names {
+			visible := p.Namespace == "app"
+			if got := len(g.Generate(snap, p, typeURL, []string{name}, false)) == 1; got != visible {
+				t.Errorf("client of %s: %s %s generated %t, want %t", p.Namespace, typeURL, name, got, visible)
+			}
+			all := g.Generate(snap, p, typeURL, nil, true)
+			if got := slices.ContainsFunc(all, func(r Resource) bool { return r.Name == name }); got != visible {
+				t.Errorf("client of %s: wildcard %s holds %s %t, want %t", p.Namespace, typeURL, name, got, visible)
+			}
+		}
 	}
 }

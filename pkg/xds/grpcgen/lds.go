@@ -7,12 +7,14 @@ import (
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	fault "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	router "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/routes"
 )
 
 // Filter names.
@@ -26,7 +28,7 @@ func (g *Generator) listener(snap *model.Snapshot, p *Proxy, name string) *Resou
 	if ap, ok := parseInbound(name); ok {
 		return g.inboundListener(snap, p, name, ap)
 	}
-	svc, port, ok := lookup(snap, name)
+	svc, port, ok := lookup(snap, p.Namespace, name)
 	if !ok {
 		return nil
 	}
@@ -38,7 +40,9 @@ func (g *Generator) listener(snap *model.Snapshot, p *Proxy, name string) *Resou
 				ConfigSource:    adsSource(),
 				RouteConfigName: routeName,
 			}},
-			HttpFilters: []*hcm.HttpFilter{routerFilter()},
+			// The fault filter lets a VirtualService's fault injection,
+			// per route, apply, as on Istio's proxyless listeners.
+			HttpFilters: []*hcm.HttpFilter{faultFilter(), routerFilter()},
 		})
 		if err != nil {
 			return nil, fmt.Errorf("listener %s: %w", name, err)
@@ -115,6 +119,11 @@ func adsSource() *core.ConfigSource {
 		ConfigSourceSpecifier: &core.ConfigSource_Ads{Ads: &core.AggregatedConfigSource{}},
 		ResourceApiVersion:    core.ApiVersion_V3,
 	}
+}
+
+func faultFilter() *hcm.HttpFilter {
+	m, _ := anypb.New(&fault.HTTPFault{}) // an empty message always marshals
+	return &hcm.HttpFilter{Name: routes.FaultFilter, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: m}}
 }
 
 func routerFilter() *hcm.HttpFilter {

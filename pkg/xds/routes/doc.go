@@ -1,9 +1,12 @@
 // Package routes translates VirtualServices into Envoy routes: the virtual
 // hosts of a gateway server's route configuration, the SNI-matched
 // destinations of a TLS passthrough server and the TCP route of an opaque
-// or TLS-terminating TCP server. It is the one translation of the kind;
-// the gateway generator calls it, and the sidecar generator is to (Scope
-// with Gateway "mesh" and the proxy's labels).
+// or TLS-terminating TCP server. It is the one translation of the kind:
+// the gateway generator calls it, and so do the sidecar generators
+// (Scope with Gateway "mesh" and the proxy's namespace and labels;
+// sidecar.go: the VirtualServices a sidecar sees, the default route of a
+// service without one, what no sidecar gets). For sidecars a destination
+// without a port takes the listener's, as Istio's sidecar path does.
 //
 // Istio's generator is the specification (pilot/pkg/networking/core/route,
 // gateway.go, pilot/pkg/model/push_context.go, virtualservice.go and

@@ -173,7 +173,7 @@ func (t *translator) hashPolicy(d *networkingv1.Destination) *routev3.RouteActio
 	if len(t.snap.Resources().DestinationRules) == 0 {
 		return nil
 	}
-	dr := t.snap.DestinationRule(fqdn(t.snap, d.GetHost(), t.vs.Namespace), t.scope.Proxy.Namespace)
+	dr := t.snap.DestinationRuleFor(fqdn(t.snap, d.GetHost(), t.vs.Namespace), t.scope.Proxy.Namespace, t.scope.Proxy.Labels)
 	if dr == nil || dr.Spec == nil {
 		return nil
 	}

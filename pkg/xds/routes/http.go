@@ -41,6 +41,9 @@ type Scope struct {
 	Gateway string
 	TLS     bool
 	Proxy   Proxy
+	// every makes every match apply, whatever its port, gateways and
+	// source: to find what a VirtualService cannot be translated with.
+	every bool
 }
 
 // HTTPRoutes translates vs's http rules for scope, in order, stopping
@@ -122,6 +125,9 @@ type translator struct {
 // the listener's, and its gateways name the scope's gateway or, when it
 // names none, its source labels and namespace are the proxy's.
 func (t *translator) applies(m *networkingv1.HTTPMatchRequest) bool {
+	if t.scope.every {
+		return true
+	}
 	if m.GetPort() != 0 && m.GetPort() != t.scope.Port {
 		return false
 	}
@@ -217,13 +223,18 @@ func (t *translator) operation(r *routev3.Route) string {
 	return t.vs.Name + ":" + strconv.FormatUint(uint64(t.scope.Port), 10) + path
 }
 
-// cluster is the cluster of destination d: its port, else the service's
-// only port, else the listener's.
+// cluster is the cluster of destination d: its port, else (on a
+// gateway) the service's only port, else the listener's.
 func (t *translator) cluster(d *networkingv1.Destination) string {
 	host := fqdn(t.snap, d.GetHost(), t.vs.Namespace)
 	port := t.scope.Port
 	if d.GetPort() != nil {
 		port = d.GetPort().GetNumber()
+	} else if t.scope.isMesh() {
+		// A sidecar looks the destination up among the services of the
+		// listener's port (Istio's BuildSidecarOutboundVirtualHosts):
+		// found, its one port there is the listener's; not found, the
+		// listener's port is taken all the same.
 	} else if svc := t.snap.Service(host); svc != nil && len(svc.Ports) == 1 {
 		port = svc.Ports[0].Port
 	}

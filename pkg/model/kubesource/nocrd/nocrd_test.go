@@ -81,7 +81,7 @@ func TestIstioCRDsInstalledAfterStart(t *testing.T) {
 		_, err = istio.SecurityV1().AuthorizationPolicies(ns).Create(ctx, denyEcho(), metav1.CreateOptions{})
 		check(t, "create AuthorizationPolicy", err)
 		waitFor(t, store, "the DestinationRule and the DENY policy", func(s *model.Snapshot) bool {
-			return s.DestinationRule(host, ns) != nil && len(s.AuthorizationPolicies(ns, map[string]string{"app": "echo"})) == 1
+			return s.DestinationRuleFor(host, ns, nil) != nil && len(s.AuthorizationPolicies(ns, map[string]string{"app": "echo"})) == 1
 		})
 	})
 
