@@ -322,6 +322,29 @@ spec:
   endpoints: [{address: 192.0.2.52}]
 `},
 	calls: []entryCall{httpTo("dup.example.com", 80, "outbound|80||dup.example.com")},
+}, {
+	sidecarScenario: sidecarScenario{name: "VirtualService splitting an entry host between two entries", pods: sleepOnly,
+		istio: entry("api", apiEntryDNS) + entry("api-v2", `  hosts: [api-v2.example.com]
+  location: MESH_EXTERNAL
+  resolution: DNS
+  ports: [{name: http, number: 80, protocol: HTTP}]
+`) + `---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: api, namespace: app}
+spec:
+  hosts: [api.example.com]
+  http:
+  - match: [{uri: {prefix: /v2}}]
+    route: [{destination: {host: api-v2.example.com}}]
+    timeout: 3s
+  - route: [{destination: {host: api.example.com}}]
+`},
+	calls: []entryCall{
+		{name: "http to api.example.com/v2", call: simulation.Call{Address: unknownIP, Port: 80, Protocol: simulation.HTTP, HostHeader: "api.example.com", Path: "/v2/x"},
+			want: "outbound|80||api-v2.example.com"},
+		httpTo("api.example.com", 80, "outbound|80||api.example.com"),
+	},
 }}
 
 // TestSidecarServiceEntrySimulation is TestSidecarSimulation for
