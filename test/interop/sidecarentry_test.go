@@ -3,10 +3,12 @@ package interop
 import (
 	"fmt"
 	"regexp"
+	"strings"
 	"testing"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	"istio.io/istio/pilot/test/xdstest"
+	corev1 "k8s.io/api/core/v1"
 
 	"istio.io/istio/pilot/pkg/simulation"
 )
@@ -456,4 +458,34 @@ func dnsFields(c *clusterv3.Cluster) string {
 	//nolint:staticcheck // the fields Istio sets
 	return fmt.Sprintf("family %s, respect TTL %t, refresh %s, resolver %s, endpoints %s", c.GetDnsLookupFamily(), c.GetRespectDnsTtl(),
 		c.GetDnsRefreshRate().AsDuration(), c.GetTypedDnsResolverConfig().GetName(), endpointsString(c.GetLoadAssignment()))
+}
+
+// benchEntries are n ServiceEntries of namespace bench: a third DNS with
+// an HTTP port, a third STATIC with an address, a TCP port and two
+// endpoints, a third DNS with a TLS port and no address (chosen by SNI).
+func benchEntries(n int) string {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: e%d, namespace: bench}\nspec:\n  hosts: [e%d.example.com]\n  location: MESH_EXTERNAL\n", i, i)
+		switch i % 3 {
+		case 0:
+			b.WriteString("  resolution: DNS\n  ports: [{name: http, number: 80, protocol: HTTP}]\n")
+		case 1:
+			fmt.Fprintf(&b, "  resolution: STATIC\n  addresses: [240.0.%d.%d]\n  ports: [{name: tcp, number: 5432, protocol: TCP}]\n"+
+				"  endpoints: [{address: 192.0.%d.1}, {address: 192.0.%d.2}]\n", i/250, i%250+1, i%250, i%250)
+		case 2:
+			b.WriteString("  resolution: DNS\n  ports: [{name: tls, number: 443, protocol: TLS}]\n")
+		}
+	}
+	return b.String()
+}
+
+// BenchmarkSidecarGenerationWithServiceEntries is BenchmarkSidecarGeneration
+// for 1,000 services and 100 ServiceEntries, by Istio's generator and ours.
+func BenchmarkSidecarGenerationWithServiceEntries(b *testing.B) {
+	objects := benchWorld(1000)
+	pod := objects[2].(*corev1.Pod) // svc-0-0
+	cfg := benchPolicies + benchEntries(100)
+	b.Run("istio/services=1000/entries=100", func(b *testing.B) { benchIstioPush(b, objects, pod, cfg) })
+	b.Run("bulwark/services=1000/entries=100", func(b *testing.B) { benchOurPush(b, objects, pod, cfg) })
 }
