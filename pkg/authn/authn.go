@@ -30,7 +30,11 @@ type Caller struct {
 	Authenticator string
 	// Pod is the Kubernetes pod a bound service-account token names, if any.
 	Pod *Pod
-	// ClusterID is the cluster the caller claims (Istio's "clusterid" header).
+	// ClusterID is the cluster whose API server authenticated the caller: for
+	// a Kubernetes token, the cluster its "clusterid" header named once that
+	// cluster's review succeeded (istiod's own ID for a local review); empty
+	// for a client certificate or an OIDC token, which bind the caller to
+	// istiod's own cluster. Never a value the caller merely claimed.
 	ClusterID string
 }
 

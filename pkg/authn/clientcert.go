@@ -65,11 +65,12 @@ func (c *ClientCert) Authenticate(ctx context.Context) (*Caller, error) {
 	if err != nil {
 		return nil, err
 	}
-	cluster, err := ClusterID(ctx)
-	if err != nil {
+	// The claimed cluster is read for its limits only: a certificate caller
+	// is bound to istiod's own cluster, whatever it claims.
+	if _, err := ClusterID(ctx); err != nil {
 		return nil, err
 	}
-	return &Caller{Identities: []spiffeid.ID{id}, Authenticator: KindClientCert, ClusterID: cluster}, nil
+	return &Caller{Identities: []spiffeid.ID{id}, Authenticator: KindClientCert}, nil
 }
 
 // peerChain returns the certificates the TLS peer in ctx presented, leaf

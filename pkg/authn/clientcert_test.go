@@ -237,7 +237,9 @@ func TestClientCert(t *testing.T) {
 	}
 }
 
-func TestClientCertRecordsClusterID(t *testing.T) {
+// A certificate caller is bound to istiod's own cluster: the cluster it
+// claims is not recorded.
+func TestClientCertIgnoresTheClaimedCluster(t *testing.T) {
 	ca := newTestCA(t, "root")
 	cert, _ := ca.sign(t, workloadTemplate(t, workloadID))
 	a := NewClientCert(testTD, ca.pool, func() time.Time { return t0 })
@@ -245,8 +247,8 @@ func TestClientCertRecordsClusterID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if caller.ClusterID != "east" {
-		t.Errorf("ClusterID = %q, want east", caller.ClusterID)
+	if caller.ClusterID != "" {
+		t.Errorf("ClusterID = %q, want none (istiod's own cluster)", caller.ClusterID)
 	}
 }
 

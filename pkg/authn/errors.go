@@ -24,4 +24,8 @@ var (
 	// TokenReview API, OIDC discovery) could not be reached. Authentication
 	// fails closed.
 	ErrUnavailable = errors.New("authentication backend unavailable")
+	// ErrUnknownCluster: a Kubernetes token names, in its "clusterid"
+	// header, a cluster that is neither istiod's own nor a registered remote
+	// one.
+	ErrUnknownCluster = errors.New("unknown cluster")
 )

@@ -47,7 +47,7 @@ func FuzzJWT(f *testing.F) {
 			caller, err := o.verify(ctx, token)
 			checkFuzzResult(t, token, caller, err)
 		}
-		res, err := kube.authenticateToken(ctx, token)
+		res, err := kube.authenticateToken(ctx, "", kube.cfg.Reviewer, token)
 		if err == nil {
 			checkFuzzResult(t, token, &Caller{Identities: []spiffeid.ID{res.id}}, nil)
 		} else if len(token) <= MaxTokenSize {

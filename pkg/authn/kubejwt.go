@@ -3,6 +3,7 @@ package authn
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"time"
@@ -33,8 +34,14 @@ const serviceAccountsGroup = "system:serviceaccounts"
 type KubeJWTConfig struct {
 	// TrustDomain is the trust domain of the identities granted.
 	TrustDomain spiffeid.TrustDomain
-	// Reviewer authenticates tokens with the API server.
+	// Reviewer authenticates tokens with istiod's own API server.
 	Reviewer TokenReviewer
+	// ClusterID is istiod's own cluster ID: a token whose "clusterid"
+	// header is empty or this ID is reviewed by Reviewer.
+	ClusterID string
+	// Remote gives the reviewer of a remote cluster a token's "clusterid"
+	// header names; nil: only local tokens are accepted.
+	Remote RemoteReviewers
 	// Audiences are the audiences a token must be valid for; at least one
 	// must be confirmed by the review. Default: ["istio-ca"].
 	Audiences []string
@@ -91,35 +98,57 @@ func NewKubeJWT(cfg KubeJWTConfig) *KubeJWT {
 // Kind implements Authenticator.
 func (*KubeJWT) Kind() string { return KindKubernetes }
 
-// Authenticate implements Authenticator.
+// Authenticate implements Authenticator. The token is reviewed by the API
+// server of the cluster its "clusterid" header names: istiod's own when
+// the header is empty or istiod's ID, a registered remote cluster's
+// otherwise. A cluster that is neither is refused (ErrUnknownCluster)
+// without any review; a known cluster whose API server cannot be reached
+// fails with ErrUnavailable. The Caller records the cluster that reviewed.
 func (k *KubeJWT) Authenticate(ctx context.Context) (*Caller, error) {
-	return authenticateBearer(ctx, func(ctx context.Context, token string) (*Caller, error) {
-		res, err := k.authenticateToken(ctx, token)
+	return authenticateBearer(ctx, func(ctx context.Context, token, claimed string) (*Caller, error) {
+		cluster, reviewer, err := k.reviewerFor(claimed)
 		if err != nil {
 			return nil, err
 		}
-		return &Caller{Identities: []spiffeid.ID{res.id}, Authenticator: KindKubernetes, Pod: res.pod}, nil
+		res, err := k.authenticateToken(ctx, cluster, reviewer, token)
+		if err != nil {
+			return nil, err
+		}
+		return &Caller{Identities: []spiffeid.ID{res.id}, Authenticator: KindKubernetes, Pod: res.pod, ClusterID: cluster}, nil
 	})
 }
 
-// authenticateToken reviews token, or reuses a review of it that is still
-// fresh.
-func (k *KubeJWT) authenticateToken(ctx context.Context, token string) (reviewResult, error) {
+// reviewerFor picks the cluster and reviewer for a claimed cluster ID.
+func (k *KubeJWT) reviewerFor(claimed string) (string, TokenReviewer, error) {
+	if claimed == "" || claimed == k.cfg.ClusterID {
+		if k.cfg.Reviewer == nil {
+			return "", nil, fmt.Errorf("review token: no reviewer configured: %w", ErrUnavailable)
+		}
+		return k.cfg.ClusterID, k.cfg.Reviewer, nil
+	}
+	if k.cfg.Remote != nil {
+		if r, ok := k.cfg.Remote.Reviewer(claimed); ok && r != nil {
+			return claimed, r, nil
+		}
+	}
+	return "", nil, fmt.Errorf("review token: cluster %q: %w", claimed, ErrUnknownCluster)
+}
+
+// authenticateToken has cluster's reviewer review token, or reuses a review
+// of it by that cluster that is still fresh.
+func (k *KubeJWT) authenticateToken(ctx context.Context, cluster string, reviewer TokenReviewer, token string) (reviewResult, error) {
 	if len(token) > MaxTokenSize {
 		return reviewResult{}, fmt.Errorf("review token: %d bytes, limit %d: %w", len(token), MaxTokenSize, ErrTokenTooLarge)
 	}
-	key := sha256.Sum256([]byte(token))
+	key := reviewKey(cluster, token)
 	if res, ok := k.cache.get(key, k.cfg.Clock()); ok {
 		return res.clone(), nil
-	}
-	if k.cfg.Reviewer == nil {
-		return reviewResult{}, fmt.Errorf("review token: no reviewer configured: %w", ErrUnavailable)
 	}
 	// The shared review must not end with the first caller's context.
 	ch := k.inflight.DoChan(string(key[:]), func() (any, error) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reviewTimeout)
 		defer cancel()
-		return k.review(rctx, key, token)
+		return k.review(rctx, reviewer, key, token)
 	})
 	select {
 	case <-ctx.Done():
@@ -133,8 +162,8 @@ func (k *KubeJWT) authenticateToken(ctx context.Context, token string) (reviewRe
 }
 
 // review asks the API server about token and caches a success.
-func (k *KubeJWT) review(ctx context.Context, key [32]byte, token string) (reviewResult, error) {
-	review, err := k.cfg.Reviewer.Review(ctx, token, slices.Clone(k.cfg.Audiences))
+func (k *KubeJWT) review(ctx context.Context, reviewer TokenReviewer, key [32]byte, token string) (reviewResult, error) {
+	review, err := reviewer.Review(ctx, token, slices.Clone(k.cfg.Audiences))
 	if err != nil {
 		return reviewResult{}, fmt.Errorf("review token: %w: %w", ErrUnavailable, err)
 	}
@@ -181,6 +210,21 @@ func (k *KubeJWT) check(r *TokenReview) (reviewResult, error) {
 		return reviewResult{}, fmt.Errorf("token of %q is not bound to a pod: %w", r.Username, ErrInvalidToken)
 	}
 	return reviewResult{id: id, pod: pod}, nil
+}
+
+// reviewKey keys the review of token by cluster: a review by one cluster
+// proves nothing in another. The cluster ID is length-prefixed so that no
+// (cluster, token) pair can collide with another.
+func reviewKey(cluster, token string) [32]byte {
+	h := sha256.New()
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(cluster)))
+	h.Write(n[:])
+	h.Write([]byte(cluster))
+	h.Write([]byte(token))
+	var key [32]byte
+	h.Sum(key[:0])
+	return key
 }
 
 // boundPod reads the pod a token is bound to from a review's extra fields.

@@ -150,6 +150,7 @@ func TestKubeJWT(t *testing.T) {
 			k := NewKubeJWT(KubeJWTConfig{
 				TrustDomain:     testTD,
 				Reviewer:        rev,
+				ClusterID:       "east",
 				RequirePodBound: tc.podBound,
 				Clock:           func() time.Time { return t0 },
 			})
@@ -325,7 +326,7 @@ func TestKubeJWTRefusesOversizedTokens(t *testing.T) {
 	rev := &fakeReviewer{review: goodReview()}
 	k := NewKubeJWT(KubeJWTConfig{TrustDomain: testTD, Reviewer: rev})
 	huge := string(make([]byte, MaxTokenSize+1))
-	if _, err := k.authenticateToken(context.Background(), huge); !errors.Is(err, ErrTokenTooLarge) {
+	if _, err := k.authenticateToken(context.Background(), "", rev, huge); !errors.Is(err, ErrTokenTooLarge) {
 		t.Fatalf("error = %v, want %v", err, ErrTokenTooLarge)
 	}
 	if rev.Calls() != 0 {
@@ -342,7 +343,7 @@ func TestKubeJWTWithoutReviewerFailsClosed(t *testing.T) {
 
 func BenchmarkKubeJWTCached(b *testing.B) {
 	rev := &fakeReviewer{review: goodReview()}
-	k := NewKubeJWT(KubeJWTConfig{TrustDomain: testTD, Reviewer: rev, Clock: func() time.Time { return t0 }})
+	k := NewKubeJWT(KubeJWTConfig{TrustDomain: testTD, Reviewer: rev, ClusterID: "east", Clock: func() time.Time { return t0 }})
 	ctx := bearerContext(unsignedJWT(b, map[string]any{"exp": t0.Add(time.Hour).Unix()}), "clusterid", "east")
 	if _, err := k.Authenticate(ctx); err != nil {
 		b.Fatal(err)

@@ -66,9 +66,9 @@ func ClusterID(ctx context.Context) (string, error) {
 	return values[0], nil
 }
 
-// authenticateBearer reads the request's bearer token and cluster ID, and
-// has verify turn the token into the Caller.
-func authenticateBearer(ctx context.Context, verify func(context.Context, string) (*Caller, error)) (*Caller, error) {
+// authenticateBearer reads the request's bearer token and claimed cluster
+// ID, and has verify turn the token into the Caller.
+func authenticateBearer(ctx context.Context, verify func(ctx context.Context, token, cluster string) (*Caller, error)) (*Caller, error) {
 	token, err := BearerToken(ctx)
 	if err != nil {
 		return nil, err
@@ -77,10 +77,5 @@ func authenticateBearer(ctx context.Context, verify func(context.Context, string
 	if err != nil {
 		return nil, err
 	}
-	caller, err := verify(ctx, token)
-	if err != nil {
-		return nil, err
-	}
-	caller.ClusterID = cluster
-	return caller, nil
+	return verify(ctx, token, cluster)
 }

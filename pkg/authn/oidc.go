@@ -103,7 +103,10 @@ func (*OIDC) Kind() string { return KindOIDC }
 
 // Authenticate implements Authenticator.
 func (o *OIDC) Authenticate(ctx context.Context) (*Caller, error) {
-	return authenticateBearer(ctx, o.verifyCached)
+	// An OIDC token is not a cluster's: the claimed cluster is not recorded.
+	return authenticateBearer(ctx, func(ctx context.Context, token, _ string) (*Caller, error) {
+		return o.verifyCached(ctx, token)
+	})
 }
 
 // verify checks token and returns the caller it names.

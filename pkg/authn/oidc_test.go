@@ -189,7 +189,7 @@ func TestOIDC(t *testing.T) {
 				Clock:       func() time.Time { return t0 },
 			})
 			caller, err := o.Authenticate(bearerContext(tc.token, "clusterid", "west"))
-			checkCaller(t, caller, err, wantCaller{err: tc.wantErr, id: tc.wantID, kind: KindOIDC, clusterID: "west", pod: tc.wantPod})
+			checkCaller(t, caller, err, wantCaller{err: tc.wantErr, id: tc.wantID, kind: KindOIDC, clusterID: "", pod: tc.wantPod})
 		})
 	}
 }

@@ -18,6 +18,21 @@ type TokenReviewer interface {
 	Review(ctx context.Context, token string, audiences []string) (*TokenReview, error)
 }
 
+// RemoteReviewers gives the TokenReviewer of a remote cluster.
+type RemoteReviewers interface {
+	// Reviewer returns the reviewer of cluster id, false when no such
+	// cluster is registered.
+	Reviewer(id string) (TokenReviewer, bool)
+}
+
+// RemoteReviewersFunc adapts a function to RemoteReviewers.
+type RemoteReviewersFunc func(id string) (TokenReviewer, bool)
+
+// Reviewer implements RemoteReviewers.
+func (f RemoteReviewersFunc) Reviewer(id string) (TokenReviewer, bool) { return f(id) }
+
+var _ RemoteReviewers = RemoteReviewersFunc(nil)
+
 // TokenReview is the status of a Kubernetes TokenReview.
 type TokenReview struct {
 	Authenticated bool

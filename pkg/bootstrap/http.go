@@ -40,7 +40,8 @@ func (s *Server) readyHandler() http.Handler {
 // monitoringHandler serves /metrics, /version (istiod's version, as
 // Istio's istiod serves it to `istioctl version`), and, to loopback
 // callers only, /debug/syncz (per proxy: what was sent, ACKed and NACKed),
-// /debug/unsupported (the Istio objects Bulwark does not honour in full)
+// /debug/unsupported (the Istio objects Bulwark does not honour in full),
+// /debug/clusterz (the remote clusters, as Istio's)
 // and Go's profiles under /debug/pprof/.
 func (s *Server) monitoringHandler() http.Handler {
 	mux := http.NewServeMux()
@@ -52,6 +53,9 @@ func (s *Server) monitoringHandler() http.Handler {
 	mux.Handle("GET /debug/syncz", s.xds.SynczHandler())
 	if s.unsupported != nil {
 		mux.Handle("GET /debug/unsupported", loopbackOnly(s.unsupported.Handler()))
+	}
+	if s.kube != nil && s.kube.clusters != nil {
+		mux.Handle("GET /debug/clusterz", loopbackOnly(s.kube.clusters.Handler()))
 	}
 	mux.Handle("GET /debug/pprof/", loopbackOnly(http.HandlerFunc(pprof.Index)))
 	mux.Handle("GET /debug/pprof/cmdline", loopbackOnly(http.HandlerFunc(pprof.Cmdline)))

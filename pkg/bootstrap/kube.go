@@ -10,16 +10,19 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/bulwark-mesh/bulwark/pkg/authn"
 	"github.com/bulwark-mesh/bulwark/pkg/ca"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/replicalease"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/rootcert"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/secretstore"
 	"github.com/bulwark-mesh/bulwark/pkg/inject/webhookconfig"
+	"github.com/bulwark-mesh/bulwark/pkg/multicluster"
 )
 
 // Client-side rate limits towards the API server. client-go's defaults (5
@@ -56,6 +59,9 @@ type kubeParts struct {
 	rootCerts *rootcert.Controller
 	webhooks  *webhookconfig.Controller
 	model     modelSource // nil when the model comes from files
+	// clusters are the remote clusters of the remote secrets; nil in
+	// commands that authenticate no one.
+	clusters *multicluster.Controller
 	// monitor says when the API server becomes unreachable and is back.
 	monitor   *apiserverMonitor
 	identity  string
@@ -163,6 +169,9 @@ func (k *kubeParts) run(ctx context.Context) error {
 	if k.webhooks != nil {
 		g.Go(func() error { return k.webhooks.Run(ctx) })
 	}
+	if k.clusters != nil {
+		g.Go(func() error { return k.clusters.Run(ctx) })
+	}
 	if k.monitor != nil {
 		g.Go(func() error { return k.monitor.Run(ctx) })
 	}
@@ -269,4 +278,36 @@ func replicaName(podName string) string {
 		return h
 	}
 	return "istiod"
+}
+
+// watchRemoteClusters builds the registry of remote clusters, read from
+// Istio's remote secrets in istiod's namespace.
+func (k *kubeParts) watchRemoteClusters(cfg Config, reg prometheus.Registerer) error {
+	c, err := multicluster.New(multicluster.Config{
+		Client:         k.client,
+		Namespace:      k.namespace,
+		LocalClusterID: cfg.ClusterID,
+		Registerer:     reg,
+		Logger:         k.log.With("component", "multicluster"),
+	})
+	if err != nil {
+		return fmt.Errorf("remote clusters: %w", err)
+	}
+	k.clusters = c
+	return nil
+}
+
+// remoteReviewers reviews a token of a remote cluster in that cluster's
+// API server; nil without a registry of remote clusters.
+func (k *kubeParts) remoteReviewers() authn.RemoteReviewers {
+	if k.clusters == nil {
+		return nil
+	}
+	return authn.RemoteReviewersFunc(func(id string) (authn.TokenReviewer, bool) {
+		client, ok := k.clusters.Client(id)
+		if !ok {
+			return nil, false
+		}
+		return authn.NewClientGoReviewer(client), true
+	})
 }

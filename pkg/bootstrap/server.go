@@ -119,12 +119,18 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("serving certificate: %w", err)
 	}
+	registry := newRegistry(authority)
+	if kube != nil {
+		if err := kube.watchRemoteClusters(cfg, registry); err != nil {
+			return nil, err
+		}
+	}
 	chain, err := authenticators(cfg, td, authority, kube, log)
 	if err != nil {
 		return nil, err
 	}
 
-	s := &Server{cfg: cfg, log: log, registry: newRegistry(authority), ca: authority, serving: rotator, kube: kube}
+	s := &Server{cfg: cfg, log: log, registry: registry, ca: authority, serving: rotator, kube: kube}
 	if kube != nil {
 		kube.monitor = newAPIServerMonitor(kube.client, s.registry, log)
 		if s.withoutPCDS, err = migrate.NewProxies(kube.client, log.With("component", "migrate")); err != nil {
@@ -271,6 +277,8 @@ func authenticators(cfg Config, td spiffeid.TrustDomain, authority *ca.CA, kube 
 		chain = append(chain, authn.NewKubeJWT(authn.KubeJWTConfig{
 			TrustDomain:     td,
 			Reviewer:        authn.NewClientGoReviewer(kube.client),
+			ClusterID:       cfg.ClusterID,
+			Remote:          kube.remoteReviewers(),
 			Audiences:       cfg.TokenAudiences,
 			RequirePodBound: cfg.RequirePodBoundTokens,
 		}))

@@ -80,6 +80,7 @@ func (s *Server) wireXDS(chain authn.Authenticator, td spiffeid.TrustDomain) err
 		Mesh:          s.mesh,
 		Authenticator: chain,
 		TrustDomain:   td,
+		ClusterID:     s.cfg.ClusterID,
 
 		AllowInsecureSkipVerify: s.cfg.AllowInsecureSkipVerify,
 		ScopeGatewayToNamespace: s.cfg.ScopeGatewayToNamespace,

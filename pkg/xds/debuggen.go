@@ -99,6 +99,12 @@ func (c callbacks) authenticateDebug(p *proxy, node *core.Node) error {
 	if err != nil {
 		return s.refuseUnauthenticated("debug client", node, err)
 	}
+	// The proxies listed are this cluster's: a debug client of another
+	// cluster sees none of them.
+	if caller.ClusterID != "" && caller.ClusterID != s.cfg.ClusterID {
+		s.log.Warn("debug client rejected", "node", node.GetId(), "authenticated_cluster", caller.ClusterID, "err", ErrRemoteCluster)
+		return errRemoteCluster
+	}
 	dc := &debugCaller{}
 	for _, id := range caller.Identities {
 		if ns, ok := workloadNamespace(id, s.cfg.TrustDomain); ok {

@@ -83,9 +83,15 @@ type Config struct {
 	Model         Model
 	Authenticator authn.Authenticator
 	TrustDomain   spiffeid.TrustDomain
-	Registerer    prometheus.Registerer
-	Logger        *slog.Logger
-	Clock         func() time.Time
+	// ClusterID is istiod's own cluster: the model's Pods and Secrets are
+	// its. A proxy is served only when the cluster that authenticated it
+	// is this one, and its node metadata CLUSTER_ID, when set, must name
+	// that same cluster. Proxies authenticated by a remote cluster are
+	// refused until remote clusters feed the model.
+	ClusterID  string
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+	Clock      func() time.Time
 	// DebounceQuiet is how long the model must stay unchanged before a
 	// push; DebounceMax bounds how long a push waits for quiet. A change
 	// of endpoints or authorization alone that comes after at least

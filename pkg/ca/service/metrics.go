@@ -15,8 +15,12 @@ type Metrics struct {
 	parseErrors      prometheus.Counter
 	signErrors       *prometheus.CounterVec
 	issued           prometheus.Counter
-	rateLimited      prometheus.Counter
-	signLatency      prometheus.Histogram
+	// issuedByCluster counts issued certificates by the cluster that
+	// authenticated the caller; its values are istiod's own cluster and
+	// the registered remote ones, never a claimed cluster.
+	issuedByCluster *prometheus.CounterVec
+	rateLimited     prometheus.Counter
+	signLatency     prometheus.Histogram
 }
 
 // NewMetrics creates the metrics and registers them with reg.
@@ -46,6 +50,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "citadel_server_success_cert_issuance_count",
 			Help: "The number of certificates issued.",
 		}),
+		issuedByCluster: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "bulwark_csr_issued_by_cluster_total",
+			Help: "Certificates issued, by the cluster whose API server authenticated the caller (\"\" for istiod's own cluster when it has no ID, client certificates and OIDC tokens).",
+		}, []string{"cluster"}),
 		rateLimited: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "citadel_server_csr_rate_limited_count",
 			Help: "The number of CSRs refused with ResourceExhausted by the rate limiter.",
@@ -56,6 +64,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .025, .05, .1, .25},
 		}),
 	}
-	reg.MustRegister(m.csrs, m.authnFailures, m.authnUnavailable, m.parseErrors, m.signErrors, m.issued, m.rateLimited, m.signLatency)
+	reg.MustRegister(m.csrs, m.authnFailures, m.authnUnavailable, m.parseErrors, m.signErrors, m.issued, m.issuedByCluster, m.rateLimited, m.signLatency)
 	return m
 }

@@ -106,6 +106,7 @@ func (s *Service) CreateCertificate(ctx context.Context, req *pb.IstioCertificat
 	}
 	s.metrics.signLatency.Observe(s.now().Sub(start).Seconds())
 	s.metrics.issued.Inc()
+	s.metrics.issuedByCluster.WithLabelValues(caller.ClusterID).Inc()
 	s.logIssued(ctx, caller, issued)
 	return &pb.IstioCertificateResponse{CertChain: issued.Chain}, nil
 }
@@ -128,6 +129,7 @@ func (s *Service) logIssued(ctx context.Context, caller *authn.Caller, issued *c
 	if caller.Pod != nil {
 		attrs = append(attrs, slog.String("pod", caller.Pod.Name), slog.String("pod_uid", caller.Pod.UID))
 	}
+	// The cluster that authenticated the caller, never the one it claimed.
 	if caller.ClusterID != "" {
 		attrs = append(attrs, slog.String("cluster", caller.ClusterID))
 	}

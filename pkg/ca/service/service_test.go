@@ -20,9 +20,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	pb "istio.io/api/security/v1alpha1"
 
+	"github.com/bulwark-mesh/bulwark/internal/logtest"
 	"github.com/bulwark-mesh/bulwark/pkg/authn"
 	"github.com/bulwark-mesh/bulwark/pkg/ca"
 )
@@ -279,5 +281,25 @@ func TestMetricsCountOutcomes(t *testing.T) {
 	}
 	if n, err := testutil.GatherAndCount(reg, names...); err != nil || n != len(names) {
 		t.Errorf("Istio's metric names: %d of %d registered (%v)", n, len(names), err)
+	}
+}
+
+// The issuance line and metric name the cluster that authenticated the
+// caller (the Caller's ClusterID), not a header the caller sent.
+func TestIssuanceRecordsTheAuthenticatingCluster(t *testing.T) {
+	demo := spiffeid.RequireFromString("spiffe://cluster.local/ns/default/sa/demo")
+	logs, log := logtest.New(t)
+	m := NewMetrics(prometheus.NewRegistry())
+	s := New(Config{Authenticator: fixedCaller{caller: &authn.Caller{Identities: []spiffeid.ID{demo}, ClusterID: "B"}},
+		Signer: newCA(t), Metrics: m, Logger: log})
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("clusterid", "claimed-elsewhere"))
+	if _, err := s.CreateCertificate(ctx, &pb.IstioCertificateRequest{Csr: csrPEM(t)}); err != nil {
+		t.Fatal(err)
+	}
+	if logs.Count("certificate issued", "cluster=B") != 1 || logs.Count("claimed-elsewhere") != 0 {
+		t.Fatal("the issuance line does not name the authenticating cluster alone")
+	}
+	if got := testutil.ToFloat64(m.issuedByCluster.WithLabelValues("B")); got != 1 {
+		t.Fatalf("issued for B = %v", got)
 	}
 }

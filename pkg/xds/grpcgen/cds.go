@@ -77,6 +77,13 @@ func (g *Generator) subsetMTLS(snap *model.Snapshot, dr *networkingv1.Destinatio
 	if tls == nil {
 		tls = drTLS(dr, port.Port)
 	}
+	return decideMTLS(tls, sans, auto)
+}
+
+// decideMTLS is the choice of a DestinationRule's TLS settings, tls
+// (nil for none), where it is ISTIO_MUTUAL or DISABLE; else auto-mTLS's:
+// mTLS toward sans when auto.
+func decideMTLS(tls *networkingv1.ClientTLSSettings, sans []string, auto bool) ([]string, bool) {
 	if tls != nil {
 		switch tls.GetMode() {
 		case networkingv1.ClientTLSSettings_ISTIO_MUTUAL:
@@ -111,20 +118,11 @@ func subsetEndpoints(eps []model.Endpoint, ss *networkingv1.Subset) []model.Endp
 // both kinds uses mTLS and fails closed toward plaintext-only endpoints.
 func (g *Generator) upstreamMTLS(snap *model.Snapshot, p *Proxy, svc *model.Service, port model.Port) ([]string, bool) {
 	sans, auto := g.endpointTLS(snap, svc, port)
+	var tls *networkingv1.ClientTLSSettings
 	if dr := snap.DestinationRuleFor(svc.Hostname, p.Namespace, p.Labels); dr != nil {
-		if tls := drTLS(dr.Spec, port.Port); tls != nil {
-			switch tls.GetMode() {
-			case networkingv1.ClientTLSSettings_ISTIO_MUTUAL:
-				return sans, true
-			case networkingv1.ClientTLSSettings_DISABLE:
-				return nil, false
-			}
-		}
+		tls = drTLS(dr.Spec, port.Port)
 	}
-	if auto {
-		return sans, true
-	}
-	return nil, false
+	return decideMTLS(tls, sans, auto)
 }
 
 // endpointTLS is what a cluster reads of the endpoints of svc:port: the
