@@ -40,7 +40,9 @@ func (c Change) None() bool {
 }
 
 // Diff is what differs from old to new. WorkloadEntries count through the
-// endpoints they give services: nothing else reads them.
+// endpoints they give services: nothing else reads them. ServiceEntries
+// count through the services they make: a changed entry changes its
+// hosts' services, or only their endpoints.
 func Diff(old, new *Snapshot) Change {
 	if old == new || (old.Version != "" && old.Version == new.Version) {
 		return Change{}
@@ -93,7 +95,8 @@ func Diff(old, new *Snapshot) Change {
 func sameService(a, b *Service) bool {
 	return a.Meta == b.Meta && a.Hostname == b.Hostname && a.Headless == b.Headless &&
 		slices.Equal(a.Addresses, b.Addresses) && maps.Equal(a.Selector, b.Selector) && slices.Equal(a.Ports, b.Ports) &&
-		slices.Equal(a.ExportTo, b.ExportTo)
+		slices.Equal(a.ExportTo, b.ExportTo) &&
+		sameEntry(a.Entry, b.Entry)
 }
 
 func sameEndpoints(a, b map[uint32][]Endpoint) bool {

@@ -254,6 +254,16 @@ func decodeDocument(js []byte, res *Resources) error {
 		}
 		res.VirtualServices = append(res.VirtualServices,
 			&VirtualService{Meta: meta, Created: env.Metadata.CreationTimestamp, Spec: spec})
+	case "networking.istio.io/v1/ServiceEntry":
+		spec := &networkingv1.ServiceEntry{}
+		if err := decodeSpec(env, spec); err != nil {
+			return err
+		}
+		if len(spec.GetHosts()) == 0 {
+			return fmt.Errorf("ServiceEntry %s/%s without hosts: %w", meta.Namespace, meta.Name, ErrInvalid)
+		}
+		res.ServiceEntries = append(res.ServiceEntries,
+			&ServiceEntry{Meta: meta, Created: env.Metadata.CreationTimestamp, Spec: spec})
 	default:
 		return fmt.Errorf("unknown kind %s %s: %w", env.APIVersion, env.Kind, ErrInvalid)
 	}
@@ -320,4 +330,5 @@ func sortResources(r *Resources) {
 	slices.SortStableFunc(r.DestinationRules, func(a, b *DestinationRule) int { return byMeta(a.Meta, b.Meta) })
 	slices.SortStableFunc(r.Gateways, func(a, b *Gateway) int { return byMeta(a.Meta, b.Meta) })
 	slices.SortStableFunc(r.VirtualServices, func(a, b *VirtualService) int { return byMeta(a.Meta, b.Meta) })
+	slices.SortStableFunc(r.ServiceEntries, func(a, b *ServiceEntry) int { return byMeta(a.Meta, b.Meta) })
 }

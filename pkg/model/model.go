@@ -45,6 +45,9 @@ type Service struct {
 	// number. A source may supply them (Kubernetes EndpointSlices); Build
 	// adds the WorkloadEntries the selector matches and sorts them.
 	Endpoints map[uint32][]Endpoint
+	// Entry is set on a service made of a ServiceEntry host (its Meta is
+	// the entry's, its Hostname the host); nil on a Kubernetes one.
+	Entry *Entry
 }
 
 // Port is a service port.
@@ -159,6 +162,10 @@ type Resources struct {
 	// Gateways and VirtualServices are sorted by namespace and name.
 	Gateways        []*Gateway
 	VirtualServices []*VirtualService
+	// ServiceEntries are sorted by namespace and name. Each host of one
+	// is a service of the snapshot (Snapshot.Services), unless a
+	// Kubernetes service or an older entry has that hostname.
+	ServiceEntries []*ServiceEntry
 }
 
 // Options shape how a Snapshot reads its resources.
@@ -295,15 +302,20 @@ func assemble(version string, opts Options, res Resources, prev *Snapshot) *Snap
 	s.clientSelected = slices.ContainsFunc(res.DestinationRules, func(dr *DestinationRule) bool {
 		return dr.Spec.GetWorkloadSelector() != nil
 	})
-	s.exporting = slices.ContainsFunc(res.Services, func(svc *Service) bool { return len(svc.ExportTo) > 0 })
 	var prevHosts *hostIndex
 	if prev != nil {
 		prevHosts = prev.hosts
 	}
-	s.hosts = indexHosts(res.Services, prevHosts)
-	s.services = make([]*Service, len(res.Services))
+	all := res.Services
+	if len(res.ServiceEntries) > 0 {
+		entries := entryServices(res.ServiceEntries, res.Services, opts.Domain, res.Workloads, res.Pods)
+		all = append(slices.Clip(res.Services), entries...)
+	}
+	s.exporting = slices.ContainsFunc(all, func(svc *Service) bool { return len(svc.ExportTo) > 0 })
+	s.hosts = indexHosts(all, prevHosts)
+	s.services = make([]*Service, len(all))
 	for i, k := range s.hosts.order {
-		s.services[i] = res.Services[k]
+		s.services[i] = all[k]
 	}
 	return s
 }

@@ -62,12 +62,12 @@ var kinds = []Kind{
 	{Group: groupSecurity, Resource: "authorizationpolicies", Name: "AuthorizationPolicy", Namespaced: true, Support: Partly, Section: sectionXDS, ignored: ignoredInAuthorizationPolicy},
 	{Group: groupSecurity, Resource: "requestauthentications", Name: "RequestAuthentication", Namespaced: true, Support: Partly, Section: sectionXDS, ignored: ignoredInRequestAuthentication},
 	{Group: groupNetworking, Resource: "destinationrules", Name: "DestinationRule", Namespaced: true, Support: Partly, Section: sectionXDS, ignored: ignoredInDestinationRule},
+	{Group: groupNetworking, Resource: "serviceentries", Name: "ServiceEntry", Namespaced: true, Support: Partly, Section: sectionXDS, ignored: ignoredInServiceEntry},
 	{Group: groupNetworking, Resource: "workloadentries", Name: "WorkloadEntry", Namespaced: true, Support: Partly, Section: sectionUnread, unread: "WorkloadEntries are read from --configDir only, not from the API server"},
 	// Read by routers (ingress gateways); what they leave out is
 	// reported by path (ignoredrouting.go).
 	{Group: groupNetworking, Resource: "virtualservices", Name: "VirtualService", Namespaced: true, Support: Partly, Section: sectionGateways, ignored: ignoredInVirtualService},
 	{Group: groupNetworking, Resource: "gateways", Name: "Gateway", Namespaced: true, Support: Partly, Section: sectionGateways, ignored: ignoredInGateway},
-	{Group: groupNetworking, Resource: "serviceentries", Name: "ServiceEntry", Namespaced: true, Support: Not, Section: sectionUnread, unread: notRead},
 	{Group: groupNetworking, Resource: "sidecars", Name: "Sidecar", Namespaced: true, Support: Not, Section: sectionUnread, unread: notRead},
 	{Group: groupNetworking, Resource: "workloadgroups", Name: "WorkloadGroup", Namespaced: true, Support: Not, Section: sectionUnread, unread: notRead},
 	{Group: groupNetworking, Resource: "envoyfilters", Name: "EnvoyFilter", Namespaced: true, Support: Not, Section: sectionUnread, unread: notRead},

@@ -49,6 +49,31 @@ func TestIgnoredFields(t *testing.T) {
 				"spec.subsets[0].trafficPolicy.tunnel: ignored, not generated",
 			},
 		},
+		"a ServiceEntry of every read field is honoured whole": {
+			group: groupNetworking, kind: "ServiceEntry",
+			spec: `{"hosts":["a.example.com"],"addresses":["240.0.0.1","240.0.0.2/32"],"location":"MESH_INTERNAL","resolution":"STATIC",
+				"ports":[{"number":80,"name":"http","protocol":"HTTP","targetPort":8080}],"subjectAltNames":["spiffe://td/ns/a/sa/b"],
+				"endpoints":[{"address":"10.0.0.1","ports":{"http":9080},"labels":{"a":"b"},"locality":"r/z","weight":2,"serviceAccount":"b"}]}`,
+		},
+		"what a ServiceEntry does not serve is reported by path": {
+			group: groupNetworking, kind: "ServiceEntry",
+			spec: `{"hosts":["*.example.com"],"addresses":["10.0.0.0/16"],"resolution":"DYNAMIC_DNS","exportTo":["."],
+				"ports":[{"number":80,"name":"http","protocol":"HTTP","tls":{}}],"endpoints":[{"address":"10.0.0.1","network":"n2"}]}`,
+			want: []string{
+				"spec.addresses: CIDR addresses are allowed only with resolution NONE or STATIC (refused by Istio's rules: what Envoy would refuse of it is not served)",
+				"spec.addresses: resolution DYNAMIC_DNS takes no addresses (refused by Istio's rules: what Envoy would refuse of it is not served)",
+				"spec.endpoints: resolution DYNAMIC_DNS takes no endpoints (refused by Istio's rules: what Envoy would refuse of it is not served)",
+				"spec.resolution: DYNAMIC_DNS is not served; the hosts get clusters without endpoints",
+				"spec.addresses[0]: a CIDR range is not listened on; only addresses are",
+				"spec.ports[0].tls: ignored, not generated",
+				"spec.endpoints[0].network: ignored, not generated",
+			},
+		},
+		"an entry Istio's rules refuse is reported": {
+			group: groupNetworking, kind: "ServiceEntry",
+			spec: `{"hosts":["*"],"resolution":"NONE","ports":[{"number":80,"name":"http","protocol":"HTTP"}]}`,
+			want: []string{"spec.hosts[0]: the host * would take every name (refused by Istio's rules: what Envoy would refuse of it is not served)"},
+		},
 		"a field Istio adds later is reported": {
 			group: groupNetworking, kind: "DestinationRule",
 			spec: `{"host":"a","trafficPolicy":{"retryBudget":{}}}`,

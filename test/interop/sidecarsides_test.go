@@ -54,8 +54,11 @@ func istioServer(t *testing.T, sc sidecarScenario) *xds.FakeDiscoveryServer {
 		cfgs[i].Domain = "cluster.local"
 	}
 	opts := xds.FakeOptions{Configs: cfgs, KubernetesObjectString: sidecarWorld}
-	if sc.registryOnly || sc.tlsDefaults[0] != nil || sc.tlsDefaults[1] != nil {
+	if sc.registryOnly || sc.tlsDefaults[0] != nil || sc.tlsDefaults[1] != nil || sc.defaultServiceExportTo != nil {
 		m := mesh.DefaultMeshConfig()
+		if sc.defaultServiceExportTo != nil {
+			m.DefaultServiceExportTo = sc.defaultServiceExportTo
+		}
 		if sc.registryOnly {
 			m.OutboundTrafficPolicy = &meshconfig.MeshConfig_OutboundTrafficPolicy{
 				Mode: meshconfig.MeshConfig_OutboundTrafficPolicy_REGISTRY_ONLY,
@@ -130,6 +133,7 @@ func ourSnapshot(t testing.TB, objects []runtime.Object, istioYAML string) *mode
 		GroupVersion: "networking.istio.io/v1",
 		APIResources: []metav1.APIResource{
 			{Name: "destinationrules", Namespaced: true, Kind: "DestinationRule"},
+			{Name: "serviceentries", Namespaced: true, Kind: "ServiceEntry"},
 			{Name: "gateways", Namespaced: true, Kind: "Gateway"},
 			{Name: "virtualservices", Namespaced: true, Kind: "VirtualService"},
 		},
@@ -259,7 +263,7 @@ func shortType(typeURL string) string {
 // ourSide is our generator's configuration of every pod of a scenario.
 func ourSide(t *testing.T, w *meshObjects, sc sidecarScenario) map[string]*sidecarResources {
 	t.Helper()
-	snap := ourSnapshot(t, w.objects, sc.istio)
+	snap := ourSnapshot(t, w.objects, sc.istio).WithExportDefaults(sc.defaultServiceExportTo, nil)
 	out := map[string]*sidecarResources{}
 	for _, key := range sc.pods {
 		out[key] = ourConfig(t, snap, sc, w.pod(t, key))

@@ -250,6 +250,8 @@ type sidecarScenario struct {
 	istio string
 	// registryOnly is outboundTrafficPolicy REGISTRY_ONLY.
 	registryOnly bool
+	// defaultServiceExportTo is mesh config defaultServiceExportTo.
+	defaultServiceExportTo []string
 	// allowInsecureSkipVerify is istiod's --allow-insecure-skip-verify
 	// (Istio always allows it).
 	allowInsecureSkipVerify bool

@@ -88,6 +88,10 @@
 //     internal.istio.io/route-semantics relax no rule (Gateway names,
 //     gateway references, destinations), as they do in Istio, where only
 //     istiod's own translation of Gateway API objects sets them.
+//   - A ServiceEntry endpoint at a unix domain socket ("unix://…") is
+//     refused: Bulwark does not serve one. A ServiceEntry holds at most
+//     256 addresses, 256 ports, 4096 endpoints and 1024 hosts; Istio sets
+//     no bound.
 //
 // # Warnings
 //

@@ -88,11 +88,18 @@ var kinds = map[string]kind{
 			p.addFindings(policy.ValidateVirtualService(meta.Namespace, meta.Annotations, m.(*networking.VirtualService)))
 		},
 	},
+	"ServiceEntry": {
+		name:    "ServiceEntry",
+		newSpec: func() proto.Message { return &networking.ServiceEntry{} },
+		check: func(p *problems, _ rules, meta *metav1.ObjectMeta, m proto.Message, _ []byte) {
+			p.addFindings(policy.ValidateServiceEntry(meta.Namespace, meta.Labels, m.(*networking.ServiceEntry)))
+		},
+	},
 }
 
 // networkingKinds are the kinds of networking.istio.io this webhook
 // validates.
-var networkingKinds = map[string]bool{"DestinationRule": true, "Gateway": true, "VirtualService": true}
+var networkingKinds = map[string]bool{"DestinationRule": true, "Gateway": true, "VirtualService": true, "ServiceEntry": true}
 
 // lookupKind reports whether group/version/kind is one this webhook
 // validates.

@@ -55,6 +55,8 @@ func buildReusing(l listers, opts model.Options, r *reuse, t *touched) *model.Sn
 		(*model.Gateway).Parts), all, t.gateways)
 	r.virtualSvcs.update(policySource(l.virtualServices.List, l.virtualServices.VirtualServices, virtualServiceOf,
 		(*model.VirtualService).Parts), all, t.virtualSvcs)
+	r.svcEntries.update(policySource(l.serviceEntries.List, l.serviceEntries.ServiceEntries, serviceEntryOf,
+		(*model.ServiceEntry).Parts), all, t.svcEntries)
 	res := model.Resources{
 		Services:               r.serviceList,
 		Pods:                   r.pods.items,
@@ -64,6 +66,7 @@ func buildReusing(l listers, opts model.Options, r *reuse, t *touched) *model.Sn
 		DestinationRules:       r.destRules.items,
 		Gateways:               r.gateways.items,
 		VirtualServices:        r.virtualSvcs.items,
+		ServiceEntries:         r.svcEntries.items,
 	}
 	if res.Pods == nil {
 		res.Pods = []*model.Pod{} // a registry, even when empty
@@ -154,6 +157,10 @@ func destRuleOf(o *networkingv1.DestinationRule) (*model.DestinationRule, bool) 
 
 func gatewayOf(o *networkingv1.Gateway) (*model.Gateway, bool) {
 	return &model.Gateway{Meta: metaOf(o.Namespace, o.Name), Created: o.CreationTimestamp.Time, Spec: clone(&o.Spec)}, true
+}
+
+func serviceEntryOf(o *networkingv1.ServiceEntry) (*model.ServiceEntry, bool) {
+	return &model.ServiceEntry{Meta: metaOf(o.Namespace, o.Name), Created: o.CreationTimestamp.Time, Spec: clone(&o.Spec)}, true
 }
 
 func virtualServiceOf(o *networkingv1.VirtualService) (*model.VirtualService, bool) {

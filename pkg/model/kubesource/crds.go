@@ -76,6 +76,14 @@ func istioKinds() []istioKind {
 		setLister: func(l *listers, idx cache.Indexer) {
 			l.virtualServices = networkinglisters.NewVirtualServiceLister(idx)
 		},
+	}, {
+		resource: "serviceentries", groupVersion: "networking.istio.io/v1", kind: "ServiceEntry",
+		informer: func(f istioinformers.SharedInformerFactory) cache.SharedIndexInformer {
+			return f.Networking().V1().ServiceEntries().Informer()
+		},
+		setLister: func(l *listers, idx cache.Indexer) {
+			l.serviceEntries = networkinglisters.NewServiceEntryLister(idx)
+		},
 	}}
 }
 

@@ -29,12 +29,12 @@ func cacheListers(tb testing.TB, objs ...any) listers {
 }
 
 // cacheIndexers is cacheListers, with the caches by kind: "svc", "eps",
-// "pod", "node", "pa", "ap", "ra", "dr", "gw" and "vs".
+// "pod", "node", "pa", "ap", "ra", "dr", "gw", "vs" and "se".
 func cacheIndexers(tb testing.TB, objs ...any) (listers, map[string]cache.Indexer) {
 	tb.Helper()
 	nsIndex := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	idx := map[string]cache.Indexer{}
-	for _, kind := range []string{"svc", "eps", "pod", "node", "pa", "ap", "ra", "dr", "gw", "vs"} {
+	for _, kind := range []string{"svc", "eps", "pod", "node", "pa", "ap", "ra", "dr", "gw", "vs", "se"} {
 		idx[kind] = cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIndex)
 	}
 	if err := idx["pod"].AddIndexers(cache.Indexers{podIPIndex: indexPodIPs}); err != nil {
@@ -65,6 +65,7 @@ func cacheIndexers(tb testing.TB, objs ...any) (listers, map[string]cache.Indexe
 		destRules:       networkinglisters.NewDestinationRuleLister(idx["dr"]),
 		gateways:        networkinglisters.NewGatewayLister(idx["gw"]),
 		virtualServices: networkinglisters.NewVirtualServiceLister(idx["vs"]),
+		serviceEntries:  networkinglisters.NewServiceEntryLister(idx["se"]),
 	}, idx
 }
 
@@ -74,7 +75,7 @@ func kindOf(tb testing.TB, o any) string {
 		"*v1.Service": "svc", "*v1.EndpointSlice": "eps", "*v1.Pod": "pod", "*v1.Node": "node",
 		"*v1.PeerAuthentication": "pa", "*v1.AuthorizationPolicy": "ap",
 		"*v1.RequestAuthentication": "ra", "*v1.DestinationRule": "dr",
-		"*v1.Gateway": "gw", "*v1.VirtualService": "vs",
+		"*v1.Gateway": "gw", "*v1.VirtualService": "vs", "*v1.ServiceEntry": "se",
 	}[fmt.Sprintf("%T", o)]
 	if kind == "" {
 		tb.Fatalf("fixture of unknown type %T", o)
@@ -162,6 +163,23 @@ func newVirtualService(ns, name, host, gateway, dest string) *istionetworking.Vi
 		Route: []*networkingv1.HTTPRouteDestination{{Destination: &networkingv1.Destination{Host: dest}}},
 	}}
 	return vs
+}
+
+// newServiceEntry adds host, of resolution, with port 80 and either
+// endpoints at addrs or, with none, the pods of app (when not empty).
+func newServiceEntry(ns, name, host string, resolution networkingv1.ServiceEntry_Resolution, app string, created int64, addrs ...string) *istionetworking.ServiceEntry {
+	se := &istionetworking.ServiceEntry{ObjectMeta: objectMeta(ns, name, nil)}
+	se.CreationTimestamp = metav1.Unix(created, 0)
+	se.Spec.Hosts = []string{host}
+	se.Spec.Resolution = resolution
+	se.Spec.Ports = []*networkingv1.ServicePort{{Number: 80, Name: "http", Protocol: "HTTP"}}
+	for _, a := range addrs {
+		se.Spec.Endpoints = append(se.Spec.Endpoints, &networkingv1.WorkloadEntry{Address: a})
+	}
+	if len(addrs) == 0 && app != "" {
+		se.Spec.WorkloadSelector = &networkingv1.WorkloadSelector{Labels: map[string]string{"app": app}}
+	}
+	return se
 }
 
 func newDestinationRule(ns, name, host string) *istionetworking.DestinationRule {

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strconv"
 	"testing"
 
+	networkingv1 "istio.io/api/networking/v1"
 	securityv1beta1 "istio.io/api/security/v1beta1"
 	istiosecurity "istio.io/client-go/pkg/apis/security/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -22,7 +24,7 @@ import (
 
 // TestIncrementalRebuildsAreFreshBuilds makes random changes to pods,
 // EndpointSlices, Services, nodes and Istio objects (Gateways and
-// VirtualServices among them), delivered through the informers'
+// VirtualServices and ServiceEntries among them), delivered through the informers'
 // handler as a running Source gets them, and checks after each few that
 // the rebuild that reuses what the events did not touch gives the
 // snapshot a build from scratch gives.
@@ -32,7 +34,7 @@ func TestIncrementalRebuildsAreFreshBuilds(t *testing.T) {
 			c := newChurnCluster(t, seed)
 			var r reuse
 			buildReusing(c.l, model.Options{}, &r, &touched{})
-			reused, routed := 0, 0
+			reused, routed, entries := 0, 0, 0
 			for step := range 300 {
 				for range 1 + c.rng.IntN(3) {
 					c.mutate()
@@ -58,9 +60,15 @@ func TestIncrementalRebuildsAreFreshBuilds(t *testing.T) {
 				if res := got.Resources(); len(res.Gateways) > 0 && len(res.VirtualServices) > 0 {
 					routed++
 				}
+				if slices.ContainsFunc(got.Services(), func(s *model.Service) bool { return s.Entry != nil && len(s.Endpoints[80]) > 0 }) {
+					entries++
+				}
 			}
 			if routed == 0 {
 				t.Fatal("no snapshot had both Gateways and VirtualServices: the test checks nothing of them")
+			}
+			if entries == 0 {
+				t.Fatal("no snapshot had a ServiceEntry with endpoints: the test checks nothing of them")
 			}
 			if reused == 0 {
 				t.Fatal("no service was ever reused: the test checks nothing incremental")
@@ -170,7 +178,7 @@ func (c *churnCluster) ns() string { return churnNamespaces[c.pick(len(churnName
 // mutate makes one random change.
 func (c *churnCluster) mutate() {
 	ns := c.ns()
-	switch c.pick(14) {
+	switch c.pick(15) {
 	case 0, 1, 2:
 		c.put(c.pod(ns, c.pick(10)))
 	case 3:
@@ -226,6 +234,18 @@ func (c *churnCluster) mutate() {
 		}
 		c.put(newVirtualService(ns, name, fmt.Sprintf("h%d.example.com", c.pick(3)),
 			fmt.Sprintf("gw%d", c.pick(3)), fmt.Sprintf("s%d", c.pick(4))))
+	case 14:
+		name := fmt.Sprintf("se%d", c.pick(3))
+		if c.pick(3) == 0 {
+			c.del("se", ns+"/"+name)
+			return
+		}
+		// Hosts of other entries and of Services too: the oldest entry
+		// keeps a host, a Service keeps its own.
+		host := []string{"e0.example.com", "e1.example.com", "s0.a.svc.cluster.local"}[c.pick(3)]
+		addrs := [][]string{nil, {"10.9.0.1"}, {"10.9.0.1", "10.9.0.2"}}[c.pick(3)]
+		c.put(newServiceEntry(ns, name, host, networkingv1.ServiceEntry_Resolution(c.pick(4)),
+			fmt.Sprintf("s%d", c.pick(4)), int64(c.pick(3)), addrs...))
 	}
 }
 

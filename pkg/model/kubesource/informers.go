@@ -39,6 +39,8 @@ type listers struct {
 	gateways     networkinglisters.GatewayLister
 	// virtualServices is the lister of VirtualServices.
 	virtualServices networkinglisters.VirtualServiceLister
+	// serviceEntries is the lister of ServiceEntries.
+	serviceEntries networkinglisters.ServiceEntryLister
 }
 
 // informers are the cluster-wide informers a Source reads. Run's goroutine

@@ -47,10 +47,11 @@ func newCluster(t *testing.T) *cluster {
 	if err != nil || len(crds) != 4 {
 		t.Fatalf("Istio CRDs of the chart: %v %v", crds, err)
 	}
-	// The chart does not install Gateway and VirtualService: a cluster has
-	// Istio's CRDs of them, here open ones as the reporter's tests install.
+	// The chart does not install Gateway, VirtualService and ServiceEntry:
+	// a cluster has Istio's CRDs of them, here open ones as the reporter's
+	// tests install.
 	var routing strings.Builder
-	for _, name := range []string{"Gateway", "VirtualService"} {
+	for _, name := range []string{"Gateway", "VirtualService", "ServiceEntry"} {
 		k, ok := policy.Lookup("networking.istio.io", name)
 		if !ok {
 			t.Fatalf("no kind %s", name)
@@ -124,6 +125,8 @@ func (c *cluster) create(t *testing.T, obj any) {
 		_, err = c.istio.NetworkingV1().Gateways(c.ns).Create(ctx, o, opts)
 	case *istionetworking.VirtualService:
 		_, err = c.istio.NetworkingV1().VirtualServices(c.ns).Create(ctx, o, opts)
+	case *istionetworking.ServiceEntry:
+		_, err = c.istio.NetworkingV1().ServiceEntries(c.ns).Create(ctx, o, opts)
 	default:
 		t.Fatalf("cannot create %T", obj)
 	}
@@ -359,6 +362,19 @@ func TestSourceAgainstAPIServer(t *testing.T) {
 		waitFor(t, store.Store, "no Gateway nor VirtualService", func(s *model.Snapshot) bool {
 			return len(s.GatewaysFor(c.ns, ingress, true)) == 0 && len(s.VirtualServices()) == 0
 		})
+	})
+
+	t.Run("service entries are services of the model", func(t *testing.T) {
+		c.create(t, newServiceEntry(c.ns, "api", "api.example.com", networkingv1.ServiceEntry_STATIC, "", 0, "10.9.0.1"))
+		snap := waitFor(t, store.Store, "the ServiceEntry's host", func(s *model.Snapshot) bool {
+			return s.Service("api.example.com") != nil
+		})
+		svc := snap.Service("api.example.com")
+		if svc.Entry == nil || svc.Namespace != c.ns || len(svc.Endpoints[80]) != 1 || svc.Endpoints[80][0].Address != "10.9.0.1" {
+			t.Errorf("api.example.com: %+v", svc)
+		}
+		check(t, "delete service entry", c.istio.NetworkingV1().ServiceEntries(c.ns).Delete(ctx, "api", metav1.DeleteOptions{}))
+		waitFor(t, store.Store, "no ServiceEntry host", func(s *model.Snapshot) bool { return s.Service("api.example.com") == nil })
 	})
 
 	t.Run("a change the model does not read publishes no new version", func(t *testing.T) {

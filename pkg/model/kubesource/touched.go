@@ -27,7 +27,7 @@ type touched struct {
 	addrs    map[string]bool // "<namespace>/<ip>" of the pods' addresses, before and after
 	// The policies, by kind.
 	peerAuthn, authz, reqAuthn, destRules map[string]bool
-	gateways, virtualSvcs                 map[string]bool
+	gateways, virtualSvcs, svcEntries     map[string]bool
 }
 
 // add records a changed object.
@@ -63,6 +63,8 @@ func (t *touched) add(obj any) {
 		mark(&t.gateways, o.Namespace+"/"+o.Name)
 	case *istionetworking.VirtualService:
 		mark(&t.virtualSvcs, o.Namespace+"/"+o.Name)
+	case *istionetworking.ServiceEntry:
+		mark(&t.svcEntries, o.Namespace+"/"+o.Name)
 	default:
 		t.all = true // a kind this does not know: read everything again
 	}

@@ -210,8 +210,8 @@ func (b *builder) tlsOf(oc outboundCluster) clusterTLS {
 		}
 		return tlsOriginate
 	}
-	if b.g.Mesh.DisableAutoMTLS {
-		return tlsPlain
+	if b.g.Mesh.DisableAutoMTLS || oc.external() {
+		return tlsPlain // auto-mTLS never applies outside the mesh
 	}
 	return tlsAuto
 }
@@ -238,6 +238,16 @@ func drTLS(tp *networkingv1.TrafficPolicy, port uint32) *networkingv1.ClientTLSS
 }
 
 func (b *builder) outboundClusterResource(oc outboundCluster) resource.Resource {
+	r := b.outboundEDSCluster(oc)
+	if t, ok := oc.dnsType(); ok {
+		return b.dnsCluster(r, oc, t) // a ServiceEntry's (entry.go)
+	}
+	return r
+}
+
+// outboundEDSCluster is oc's cluster as an EDS one, or, for a headless
+// service, an ORIGINAL_DST one.
+func (b *builder) outboundEDSCluster(oc outboundCluster) resource.Resource {
 	mode := b.tlsOf(oc)
 	subset := oc.subset.GetName()
 	h2 := protocolOf(oc.port) == protoHTTP2
@@ -466,6 +476,14 @@ func (b *builder) serviceIdentities(svc *model.Service) []string {
 	for _, a := range accounts {
 		if id, err := spiffeid.FromSegments(b.g.TrustDomain, "ns", a.namespace, "sa", a.name); err == nil {
 			out = append(out, id.String())
+		}
+	}
+	// A ServiceEntry's subjectAltNames are identities of its servers too.
+	if svc.Entry != nil {
+		for _, san := range svc.Entry.SubjectAltNames {
+			if !slices.Contains(out, san) {
+				out = append(out, san)
+			}
 		}
 	}
 	slices.Sort(out)

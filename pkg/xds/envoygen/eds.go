@@ -55,8 +55,8 @@ func (b *builder) namedClusters(names []string) []resource.Resource {
 func (b *builder) loadAssignments(ocs []outboundCluster) []resource.Resource {
 	var out []resource.Resource
 	for _, oc := range ocs {
-		if b.tlsOf(oc) == tlsRefused || oc.headless() {
-			continue // a static cluster without endpoints, or ORIGINAL_DST
+		if b.tlsOf(oc) == tlsRefused || oc.headless() || !oc.edsLoadAssignment() {
+			continue // a static cluster without endpoints, ORIGINAL_DST, or DNS
 		}
 		// The endpoints depend on the rule that defines a subset or says
 		// how to reach them, which the client's namespace chooses.

@@ -248,6 +248,10 @@ func (g *Generator) Scope(snap *model.Snapshot, p *Proxy) string {
 	if b.selfIsHeadlessEndpoint() {
 		out = appendPart(append(out, '|'), b.selfAddress())
 	}
+	// DNS clusters of ServiceEntries resolve the proxy's IP families.
+	if len(snap.ServiceEntries()) > 0 {
+		out = appendPart(append(out, '|'), b.dnsLookupFamily().String())
+	}
 	return string(out)
 }
 

@@ -12,7 +12,6 @@ import (
 	originaldst "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/original_dst/v3"
 	tlsinspector "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -37,17 +36,6 @@ func socketAddress(addr string, port uint32) *core.Address {
 	return &core.Address{Address: &core.Address_SocketAddress{SocketAddress: &core.SocketAddress{
 		Address: addr, PortSpecifier: &core.SocketAddress_PortValue{PortValue: port},
 	}}}
-}
-
-func tcpProxyFilter(statPrefix, cluster string) (*listener.Filter, error) {
-	a, err := anypb.New(&tcpproxy.TcpProxy{
-		StatPrefix:       statPrefix,
-		ClusterSpecifier: &tcpproxy.TcpProxy_Cluster{Cluster: cluster},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("tcp_proxy to %s: %w", cluster, err)
-	}
-	return &listener.Filter{Name: tcpProxyFilterName, ConfigType: &listener.Filter_TypedConfig{TypedConfig: a}}, nil
 }
 
 func hcmFilter(m *hcm.HttpConnectionManager) (*listener.Filter, error) {

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strconv"
 
+	networkingv1 "istio.io/api/networking/v1"
+
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
@@ -24,6 +26,13 @@ func (g *Generator) EndpointsReadElsewhere(old, new *model.Snapshot, hostname st
 	os, ns := old.Service(hostname), new.Service(hostname)
 	if os == nil || ns == nil || os.Headless || ns.Headless {
 		return true
+	}
+	// A ServiceEntry's DNS clusters hold their endpoints; a NONE one's
+	// TLS reads them, as a headless service's.
+	for _, svc := range []*model.Service{os, ns} {
+		if svc.Entry != nil && svc.Entry.Resolution != networkingv1.ServiceEntry_STATIC {
+			return true
+		}
 	}
 	ob, nb := &builder{g: g, snap: old}, &builder{g: g, snap: new}
 	return !slices.Equal(ob.serviceIdentities(os), nb.serviceIdentities(ns))

@@ -29,7 +29,7 @@ func (b *builder) listeners() []resource.Resource {
 		out = append(out, e.listener(b.g.Telemetry))
 	}
 	for _, port := range b.httpPorts() {
-		out = append(out, httpListener(port, b.g.Telemetry))
+		out = append(out, httpListener(port, b.httpDefault(port), b.g.Telemetry))
 	}
 	out = append(out, b.inboundListener())
 	// One listener per name: outboundEntries merged those of one address,
@@ -54,19 +54,20 @@ func (b *builder) namedOutboundListeners(names []string) []resource.Resource {
 	}
 	for _, port := range b.httpPorts() {
 		if name := listenerName("0.0.0.0", port); want[name] && !slices.ContainsFunc(out, func(r resource.Resource) bool { return r.Name == name }) {
-			out = append(out, httpListener(port, b.g.Telemetry))
+			out = append(out, httpListener(port, b.httpDefault(port), b.g.Telemetry))
 		}
 	}
 	return out
 }
 
-// httpPorts are the ports some service declares HTTP on: each has the
-// listener "0.0.0.0_<port>" and the route "<port>".
+// httpPorts are the ports some service declares HTTP on (or a
+// ServiceEntry without addresses leaves undeclared, entry.go): each has
+// the listener "0.0.0.0_<port>" and the route "<port>".
 func (b *builder) httpPorts() []uint32 {
 	ports := map[uint32]bool{}
 	for _, svc := range b.services() {
 		for _, sp := range svc.Ports {
-			if protocolOf(sp).isHTTP() {
+			if protocolOf(sp).isHTTP() || sniffedOnAnyAddress(svc, sp) {
 				ports[sp.Port] = true
 			}
 		}
@@ -83,10 +84,7 @@ func listenerName(ip string, port uint32) string {
 // original destination; what no listener takes goes out unchanged, or
 // nowhere under REGISTRY_ONLY.
 func (b *builder) virtualOutbound() resource.Resource {
-	fallback := passthroughCluster
-	if b.g.Mesh.RegistryOnly {
-		fallback = blackholeCluster
-	}
+	fallback := b.fallbackCluster()
 	return resource.Resource{Name: virtualOutbound, Key: key("lds", virtualOutbound, fallback), Build: func() (proto.Message, error) {
 		loop, err := b.g.Telemetry.tcpChain(sidecarOutbound, nil, blackholeCluster, blackholeCluster, false)
 		if err != nil {
@@ -115,16 +113,18 @@ func (b *builder) virtualOutbound() resource.Resource {
 }
 
 // httpListener routes HTTP to port by RDS route "<port>"; what is not
-// plaintext HTTP passes through.
-func httpListener(port uint32, t *Telemetry) resource.Resource {
+// plaintext HTTP goes to fallback: out unchanged, or nowhere under
+// REGISTRY_ONLY (Istio's buildOutboundCatchAllNetworkFiltersOnly), or to
+// a ServiceEntry's TCP port without addresses (httpDefault).
+func httpListener(port uint32, fallback string, t *Telemetry) resource.Resource {
 	name := listenerName("0.0.0.0", port)
 	routeName := strconv.FormatUint(uint64(port), 10)
-	return resource.Resource{Name: name, Key: key("lds", name), Build: func() (proto.Message, error) {
+	return resource.Resource{Name: name, Key: key("lds", name, fallback), Build: func() (proto.Message, error) {
 		f, err := outboundHCM(name, routeName, t)
 		if err != nil {
 			return nil, err
 		}
-		pass, err := t.tcpChain(sidecarOutbound, nil, passthroughCluster, passthroughCluster, true)
+		pass, err := t.tcpChain(sidecarOutbound, nil, fallback, fallback, true)
 		if err != nil {
 			return nil, err
 		}

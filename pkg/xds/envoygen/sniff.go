@@ -2,7 +2,9 @@ package envoygen
 
 import (
 	"net/netip"
+	"slices"
 	"strconv"
+	"sync"
 
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	"google.golang.org/protobuf/proto"
@@ -26,6 +28,11 @@ type outboundEntry struct {
 	route   string
 	svc     *model.Service
 	svcPort model.Port
+	// sni are chains chosen by SNI, of ServiceEntry hosts without
+	// addresses (entry.go); fallback takes what none matches when no
+	// service claims the port for TCP.
+	sni      []sniChain
+	fallback string
 }
 
 func (e *outboundEntry) name() string { return listenerName(e.addr, e.port) }
@@ -62,6 +69,9 @@ func (b *builder) outboundEntries() []*outboundEntry {
 		}
 	}
 	self := b.selfAddress()
+	// The ports of "0.0.0.0_<port>" HTTP listeners, which a ServiceEntry's
+	// TCP port does not take; listed when an entry asks.
+	httpPorts := sync.OnceValue(b.httpPorts)
 	for _, svc := range b.services() {
 		for _, sp := range svc.Ports {
 			proto := protocolOf(sp)
@@ -71,6 +81,24 @@ func (b *builder) outboundEntries() []*outboundEntry {
 			sniffed := proto == protoAuto
 			for _, vip := range svc.Addresses {
 				add(vip, svc, sp, sniffed)
+			}
+			if addrs := entryListenerAddresses(svc); len(addrs) > 0 {
+				if slices.Contains(httpPorts(), sp.Port) {
+					continue
+				}
+				if sniChosen(svc, sp) {
+					e := &outboundEntry{addr: addrs[0], port: sp.Port}
+					if cur := byName[e.name()]; cur != nil {
+						e = cur
+					} else {
+						byName[e.name()] = e
+						out = append(out, e)
+					}
+					e.sni = append(e.sni, sniChain{host: svc.Hostname, cluster: resource.ClusterName(svc.Hostname, "", sp.Port)})
+					e.fallback = b.fallbackCluster()
+					continue
+				}
+				add(addrs[0], svc, sp, sniffed)
 			}
 			if !svc.Headless {
 				continue
@@ -135,6 +163,9 @@ func sniffedRouteName(host string, port uint32) string {
 // sniffed, the HTTP chain for what the HTTP inspector calls plaintext
 // HTTP and the tcp_proxy chain as the default for everything else.
 func (e *outboundEntry) listener(t *Telemetry) resource.Resource {
+	if len(e.sni) > 0 {
+		return e.sniListener(e.fallback, t)
+	}
 	name, addr, port, cluster, route := e.name(), e.addr, e.port, e.cluster, e.route
 	if route == "" {
 		// One per TCP service port of the mesh: encoded directly.

@@ -72,7 +72,7 @@ func subsetOf(snap *model.Snapshot, p *Proxy, host, name string) (*networkingv1.
 // setting (port-level first) over the rule's, else auto-mTLS over its
 // endpoints.
 func (g *Generator) subsetMTLS(snap *model.Snapshot, dr *networkingv1.DestinationRule, ss *networkingv1.Subset, svc *model.Service, port model.Port) ([]string, bool) {
-	sans, auto := g.endpointTLSOf(snap, subsetEndpoints(svc.Endpoints[port.Port], ss))
+	sans, auto := g.endpointTLSOf(snap, svc, subsetEndpoints(svc.Endpoints[port.Port], ss))
 	tls := drTLS(&networkingv1.DestinationRule{TrafficPolicy: ss.GetTrafficPolicy()}, port.Port)
 	if tls == nil {
 		tls = drTLS(dr, port.Port)
@@ -128,11 +128,11 @@ func (g *Generator) upstreamMTLS(snap *model.Snapshot, p *Proxy, svc *model.Serv
 // endpointTLS is what a cluster reads of the endpoints of svc:port: the
 // SPIFFE IDs they run as, and whether auto-mTLS chooses mTLS toward them.
 func (g *Generator) endpointTLS(snap *model.Snapshot, svc *model.Service, port model.Port) (sans []string, auto bool) {
-	return g.endpointTLSOf(snap, svc.Endpoints[port.Port])
+	return g.endpointTLSOf(snap, svc, svc.Endpoints[port.Port])
 }
 
-// endpointTLSOf is endpointTLS of the endpoints eps.
-func (g *Generator) endpointTLSOf(snap *model.Snapshot, eps []model.Endpoint) (sans []string, auto bool) {
+// endpointTLSOf is endpointTLS of the endpoints eps of svc.
+func (g *Generator) endpointTLSOf(snap *model.Snapshot, svc *model.Service, eps []model.Endpoint) (sans []string, auto bool) {
 	sans = make([]string, 0, len(eps))
 	for _, ep := range eps {
 		id, err := spiffeid.FromSegments(g.TrustDomain, "ns", ep.Namespace, "sa", ep.ServiceAccount)
@@ -142,6 +142,12 @@ func (g *Generator) endpointTLSOf(snap *model.Snapshot, eps []model.Endpoint) (s
 		if ep.TLSMode() == "istio" && snap.MTLSMode(ep.Namespace, ep.Labels, ep.Port) != model.MTLSDisable {
 			auto = true
 		}
+	}
+	if e := svc.Entry; e != nil {
+		// A ServiceEntry's subjectAltNames are its servers' identities
+		// too; auto-mTLS never applies outside the mesh.
+		sans = append(sans, e.SubjectAltNames...)
+		auto = auto && !e.External
 	}
 	slices.Sort(sans)
 	return slices.Compact(sans), auto
