@@ -130,7 +130,25 @@ func (i *informers) discover(d discovery.ServerResourcesInterface, stop <-chan s
 	if len(i.missing) == 0 {
 		return nil
 	}
-	ok, err := served(d, i.missing)
+	// Discovery takes no context, and an apiserver cut off mid-request
+	// holds it until the client gives up: stop does not wait for it.
+	type answer struct {
+		ok  map[string]bool
+		err error
+	}
+	answered := make(chan answer, 1)
+	missing := slices.Clone(i.missing)
+	go func() {
+		ok, err := served(d, missing)
+		answered <- answer{ok, err}
+	}()
+	var a answer
+	select {
+	case a = <-answered:
+	case <-stop:
+		return nil // nothing changed; the caller is stopping
+	}
+	ok, err := a.ok, a.err
 	if err != nil {
 		return fmt.Errorf("%w: %w", errDiscovery, err)
 	}
