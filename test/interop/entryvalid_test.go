@@ -105,28 +105,12 @@ func TestServiceEntryValidationAgreesWithIstio(t *testing.T) {
 			meta := config.Meta{Name: "se", Namespace: "app", Labels: c.labels, GroupVersionKind: gvk.ServiceEntry}
 			warn, err := validation.ValidateServiceEntry(config.Config{Meta: meta, Spec: spec})
 			f := policy.ValidateServiceEntry(meta.Namespace, c.labels, spec)
-			t.Logf("Istio: error %v; warning %v", err, warn)
-			t.Logf("Bulwark: errors %q; warnings %q", f.Errors, f.Warnings)
-			if (err != nil) != c.istioRefuses {
-				t.Fatalf("Istio refuses: %t, the case says %t", err != nil, c.istioRefuses)
-			}
-			switch {
-			case c.stricter != "":
-				if c.istioRefuses || f.OK() {
-					t.Fatalf("a deliberate difference (%s), but Istio refuses %t, Bulwark refuses %t", c.stricter, c.istioRefuses, !f.OK())
-				}
-				stricter++
-			case f.OK() == (err != nil):
-				t.Fatalf("Bulwark refuses: %t, Istio refuses: %t", !f.OK(), err != nil)
-			}
-			if !f.OK() {
+			r, d := agreeWithIstio(t, f, err, warn, c.istioRefuses, c.warns, c.stricter)
+			if r {
 				refused++
 			}
-			if err == nil && c.stricter == "" && (warn != nil) != (len(f.Warnings) > 0) {
-				t.Errorf("Istio warns: %t, Bulwark warns: %t", warn != nil, len(f.Warnings) > 0)
-			}
-			if (warn != nil) != c.warns {
-				t.Errorf("Istio warns: %t, the case says %t", warn != nil, c.warns)
+			if d {
+				stricter++
 			}
 		})
 	}

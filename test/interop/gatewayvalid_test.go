@@ -204,30 +204,43 @@ func TestRoutingValidationMatchesIstio(t *testing.T) {
 				f = policy.ValidateGateway(meta.Name, c.annotations, spec)
 				gateways++
 			}
-			t.Logf("Istio: error %v; warning %v", err, warn)
-			t.Logf("Bulwark: errors %q; warnings %q", f.Errors, f.Warnings)
-			if (err != nil) != c.istioRefuses {
-				t.Fatalf("Istio refuses: %t, the case says %t", err != nil, c.istioRefuses)
-			}
-			switch {
-			case c.stricter != "":
-				if c.istioRefuses || f.OK() {
-					t.Fatalf("a deliberate difference (%s), but Istio refuses %t, Bulwark refuses %t", c.stricter, c.istioRefuses, !f.OK())
-				}
-				stricter++
-			case f.OK() == (err != nil):
-				t.Fatalf("Bulwark refuses: %t, Istio refuses: %t", !f.OK(), err != nil)
-			}
-			if !f.OK() {
+			r, d := agreeWithIstio(t, f, err, warn, c.istioRefuses, c.warns, c.stricter)
+			if r {
 				refused++
 			}
-			if err == nil && c.stricter == "" && (warn != nil) != (len(f.Warnings) > 0) {
-				t.Errorf("Istio warns: %t, Bulwark warns: %t", warn != nil, len(f.Warnings) > 0)
-			}
-			if (warn != nil) != c.warns {
-				t.Errorf("Istio warns: %t, the case says %t", warn != nil, c.warns)
+			if d {
+				stricter++
 			}
 		})
 	}
 	t.Logf("%d Gateways, %d VirtualServices; %d refused, %d of them by Bulwark alone", gateways, services, refused, stricter)
+}
+
+// agreeWithIstio checks Bulwark's findings f against Istio's validator's
+// error and warning for one case: Istio refuses as the case says, Bulwark
+// decides as Istio unless the case is a deliberate, stricter difference,
+// and warns where Istio warns. It reports whether Bulwark refused and
+// whether the case was a deliberate difference.
+func agreeWithIstio(t *testing.T, f policy.Findings, err error, warn error, istioRefuses, warns bool, stricter string) (refused, deliberate bool) {
+	t.Helper()
+	t.Logf("Istio: error %v; warning %v", err, warn)
+	t.Logf("Bulwark: errors %q; warnings %q", f.Errors, f.Warnings)
+	if (err != nil) != istioRefuses {
+		t.Fatalf("Istio refuses: %t, the case says %t", err != nil, istioRefuses)
+	}
+	switch {
+	case stricter != "":
+		if istioRefuses || f.OK() {
+			t.Fatalf("a deliberate difference (%s), but Istio refuses %t, Bulwark refuses %t", stricter, istioRefuses, !f.OK())
+		}
+	case f.OK() == (err != nil):
+		t.Fatalf("Bulwark refuses: %t, Istio refuses: %t", !f.OK(), err != nil)
+	}
+	if err == nil && stricter == "" && (warn != nil) != (len(f.Warnings) > 0) {
+		t.Errorf("Istio warns: %t, Bulwark warns: %t", warn != nil, len(f.Warnings) > 0)
+	}
+	if (warn != nil) != warns {
+		t.Errorf("Istio warns: %t, the case says %t", warn != nil, warns)
+	}
+	return !f.OK(), stricter != ""
 }
