@@ -196,6 +196,8 @@ type Snapshot struct {
 	rules *lazyRules
 	// exporting: a service has its own exportTo.
 	exporting bool
+	// entryNotes: ServiceEntry hosts left out (serviceentry.go).
+	entryNotes []EntryNote
 }
 
 // Services returns the services sorted by hostname.
@@ -308,7 +310,8 @@ func assemble(version string, opts Options, res Resources, prev *Snapshot) *Snap
 	}
 	all := res.Services
 	if len(res.ServiceEntries) > 0 {
-		entries := entryServices(res.ServiceEntries, res.Services, opts.Domain, res.Workloads, res.Pods)
+		var entries []*Service
+		entries, s.entryNotes = entryServices(res.ServiceEntries, res.Services, opts.Domain, res.Workloads, res.Pods)
 		all = append(slices.Clip(res.Services), entries...)
 	}
 	s.exporting = slices.ContainsFunc(all, func(svc *Service) bool { return len(svc.ExportTo) > 0 })

@@ -2,6 +2,7 @@ package model
 
 import (
 	"cmp"
+	"fmt"
 	"maps"
 	"net/netip"
 	"regexp"
@@ -70,10 +71,15 @@ func sameEntry(a, b *Entry) bool {
 // out of range or of a number already listed, an address a service or an
 // older entry (or host) already has, an endpoint that is not an IP address
 // where no DNS resolves it.
-func entryServices(entries []*ServiceEntry, k8s []*Service, domain string, workloads []*Workload, pods []*Pod) []*Service {
+//
+// The hosts left out because another service or an older entry has them
+// are returned as notes, for the server to report: validation cannot see
+// them, as they depend on other objects.
+func entryServices(entries []*ServiceEntry, k8s []*Service, domain string, workloads []*Workload, pods []*Pod) ([]*Service, []EntryNote) {
 	if len(entries) == 0 {
-		return nil
+		return nil, nil
 	}
+	var notes []EntryNote
 	names, addrsTaken := map[string]bool{}, map[string]bool{}
 	for _, svc := range k8s {
 		short := strings.TrimSuffix(svc.Hostname, ".svc."+domain)
@@ -106,7 +112,11 @@ func entryServices(entries []*ServiceEntry, k8s []*Service, domain string, workl
 		addrs := entryAddresses(spec.GetAddresses())
 		for _, host := range spec.GetHosts() {
 			// "*" would claim every name, and Istio's validation refuses it.
-			if host == "*" || !validEntryHost(host) || names[host] || names[strings.TrimSuffix(host, ".")] {
+			if host == "*" || !validEntryHost(host) {
+				continue
+			}
+			if names[host] || names[strings.TrimSuffix(host, ".")] {
+				notes = append(notes, EntryNote{Entry: se.Meta, Host: host})
 				continue
 			}
 			names[host] = true
@@ -128,8 +138,22 @@ func entryServices(entries []*ServiceEntry, k8s []*Service, domain string, workl
 			out = append(out, svc)
 		}
 	}
-	return out
+	return out, notes
 }
+
+// EntryNote is a host of a ServiceEntry left out because a Kubernetes
+// service or an older ServiceEntry already has it.
+type EntryNote struct {
+	Entry Meta
+	Host  string
+}
+
+func (n EntryNote) String() string {
+	return fmt.Sprintf("ServiceEntry %s/%s: host %s left out: a Kubernetes service or an older ServiceEntry has it", n.Entry.Namespace, n.Entry.Name, n.Host)
+}
+
+// ServiceEntryNotes returns the ServiceEntry hosts the snapshot leaves out.
+func (s *Snapshot) ServiceEntryNotes() []EntryNote { return s.entryNotes }
 
 func entryPorts(spec *networkingv1.ServiceEntry) []Port {
 	out := make([]Port, 0, len(spec.GetPorts()))

@@ -269,4 +269,16 @@ spec:
 	if also := snap.Service("also.example.com"); also == nil || len(also.Addresses) != 0 {
 		t.Errorf("the second host repeats the first's addresses: %+v", also)
 	}
+	// Hosts another service has depend on other objects, which
+	// validation does not see: they are noted for the server to report.
+	var taken []string
+	for _, n := range snap.ServiceEntryNotes() {
+		if n.Entry != (model.Meta{Name: "bad", Namespace: "other"}) {
+			t.Errorf("note of %v", n.Entry)
+		}
+		taken = append(taken, n.Host)
+	}
+	if want := []string{"echo.app", "echo.app.svc", "echo", "web.app.svc.cluster.local"}; !slices.Equal(taken, want) {
+		t.Errorf("hosts noted as taken %q, want %q", taken, want)
+	}
 }

@@ -12,8 +12,9 @@ import (
 // closed: a CUSTOM AuthorizationPolicy (denies everything), an ALLOW rule
 // with a condition it cannot express (dropped), a RequestAuthentication
 // whose key set would come over plain http from loopback (its tokens
-// refused) and a MUTUAL DestinationRule without a client certificate (no
-// endpoints).
+// refused), a MUTUAL DestinationRule without a client certificate (no
+// endpoints) and a ServiceEntry for a Kubernetes service's hostname (not
+// served).
 const failingClosed = `---
 apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
@@ -38,6 +39,15 @@ metadata: {name: echo, namespace: app}
 spec:
   host: echo.app.svc.cluster.local
   trafficPolicy: {tls: {mode: MUTUAL}}
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: echo-too, namespace: app}
+spec:
+  hosts: [echo.app.svc.cluster.local]
+  resolution: STATIC
+  ports: [{name: http, number: 80, protocol: HTTP}]
+  endpoints: [{address: 10.5.0.1}]
 `
 
 // TestPoliciesFailingClosedAreCounted: bulwark_policy_fail_closed says,
@@ -53,6 +63,7 @@ func TestPoliciesFailingClosedAreCounted(t *testing.T) {
 		{"AuthorizationPolicy", "allow_rule_dropped"}: 1,
 		{"RequestAuthentication", "tokens_refused"}:   1,
 		{"DestinationRule", "tls_refused"}:            1,
+		{"ServiceEntry", "host_taken"}:                1,
 	}
 	waitFor(t, "the policies failing closed counted", func() bool {
 		return testutil.CollectAndCount(h.srv.metrics.failClosed) == len(want)

@@ -445,6 +445,15 @@ func (s *Server) reportPolicies(snap *model.Snapshot) {
 		}
 	}
 	s.reportMeshRoutes(snap, closed, current)
+	// A ServiceEntry host another service already has is not served.
+	for _, n := range snap.ServiceEntryNotes() {
+		closed.add("ServiceEntry", "host_taken")
+		msg := n.String()
+		current[msg] = true
+		if !s.reported[msg] {
+			s.log.Warn("service entry host not served", "entry", n.Entry.Namespace+"/"+n.Entry.Name, "problem", msg)
+		}
+	}
 	s.reported = current
 }
 
