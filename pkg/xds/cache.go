@@ -11,6 +11,7 @@ import (
 	"time"
 	"weak"
 
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
@@ -40,24 +41,13 @@ type pushState struct {
 
 type builtResource struct {
 	once sync.Once
-	name string // the resource's, for its entry
 	any  *anypb.Any
 	hash string
 	err  error
-
-	entryOnce sync.Once
-	entry     []byte // as one of an incremental response's resources
-}
-
-// deltaEntry returns g, a resource built as b, encoded as one of an
-// incremental response's resources: once for every response that sends
-// it, whatever scope it was generated for.
-func (b *builtResource) deltaEntry(g generated) []byte {
-	if b == nil || g.name != b.name {
-		return appendGenerated(nil, g)
-	}
-	b.entryOnce.Do(func() { b.entry = appendGenerated(nil, g) })
-	return b.entry
+	// delta is the resource as incremental responses carry it, one for
+	// every response that sends it: the codec references its bytes, so
+	// that no response keeps a copy of them.
+	delta *discovery.Resource
 }
 
 func newPushState(snap *model.Snapshot, changedAt time.Time) *pushState {
@@ -75,7 +65,7 @@ func (st *pushState) resource(typeURL string, r resource.Resource) (*builtResour
 	st.mu.Lock()
 	b, ok := st.built[r.Key]
 	if !ok {
-		b = &builtResource{name: r.Name}
+		b = &builtResource{}
 		st.built[r.Key] = b
 	}
 	st.mu.Unlock()
@@ -88,6 +78,7 @@ func (st *pushState) resource(typeURL string, r resource.Resource) (*builtResour
 		sum := sha256.Sum256(raw)
 		b.hash = hex.EncodeToString(sum[:8])
 		b.any = &anypb.Any{TypeUrl: typeURL, Value: raw}
+		b.delta = &discovery.Resource{Name: r.Name, Version: b.hash, Resource: b.any}
 	})
 	return b, b.err
 }
@@ -121,10 +112,22 @@ type response struct {
 	heldOnce sync.Once
 	held     *heldBase
 
-	encodedOnce sync.Once
-	encoded     []byte // gen, as an incremental response's resources
+	deltaOnce sync.Once
+	delta     []*discovery.Resource // gen, as incremental responses carry it; read-only
 
 	canon *response // the push state's response of equal content; set with gen
+}
+
+// deltaResources is r's resources as incremental responses carry them,
+// one slice for every response that sends all of r.
+func (r *response) deltaResources() []*discovery.Resource {
+	r.deltaOnce.Do(func() {
+		r.delta = make([]*discovery.Resource, len(r.gen))
+		for i, g := range r.gen {
+			r.delta[i] = g.resource()
+		}
+	})
+	return r.delta
 }
 
 // heldBase is what a client sent a response holds of it: the names and
@@ -262,7 +265,11 @@ func (st *pushState) generate(s *Server, gen generateFunc, typeURL string, names
 			s.log.Error("generating resource; leaving it out", "type", shortType(typeURL), "name", res.Name, "err", err)
 			continue
 		}
-		out = append(out, generated{name: res.Name, hash: b.hash, any: b.any, built: b})
+		g := generated{name: res.Name, hash: b.hash, any: b.any}
+		if b.delta.GetName() == res.Name {
+			g.delta = b.delta
+		}
+		out = append(out, g)
 	}
 	return out
 }

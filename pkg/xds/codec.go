@@ -35,9 +35,6 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 			return marshalResponse(m, m.GetResources(), responseResourcesField, appendAny)
 		}
 	case *discovery.DeltaDiscoveryResponse:
-		if unknown := m.ProtoReflect().GetUnknown(); len(unknown) >= referenceBytes {
-			return marshalWithUnknown(m, unknown)
-		}
 		if size(m.GetResources(), func(r *discovery.Resource) []byte { return r.GetResource().GetValue() }) >= referenceBytes {
 			return marshalResponse(m, m.GetResources(), deltaResourcesField, appendDeltaResource)
 		}
@@ -115,40 +112,6 @@ func marshalResponse[R protobuf.Message](m protobuf.Message, resources []R, num 
 		out[i] = &bufs[i]
 	}
 	return out, nil
-}
-
-// marshalWithUnknown encodes m's fields, then references its unknown
-// fields, encodeDeltaResources' resources, rather than copying them:
-// protobuf encodes unknown fields last and as they are, so the bytes are
-// protobuf's.
-func marshalWithUnknown(m protobuf.Message, unknown []byte) (mem.BufferSlice, error) {
-	head := without(m, 0) // every field: none is numbered 0
-	head.ProtoReflect().SetUnknown(nil)
-	raw, err := protobuf.Marshal(head)
-	if err != nil {
-		return nil, fmt.Errorf("marshal %s: %w", m.ProtoReflect().Descriptor().FullName(), err)
-	}
-	bufs := [2]mem.SliceBuffer{raw, unknown}
-	return mem.BufferSlice{&bufs[0], &bufs[1]}, nil
-}
-
-// encodeDeltaResources encodes gen, of size bytes of resources, as the
-// resources field of an incremental response: each resource's entry is
-// encoded once per push state and copied into the response.
-func encodeDeltaResources(gen []generated, size int) []byte {
-	encoded := make([]byte, 0, size+len(gen)*160)
-	for _, g := range gen {
-		encoded = append(encoded, g.built.deltaEntry(g)...)
-	}
-	return encoded
-}
-
-// appendGenerated appends g as one of an incremental response's
-// resources.
-func appendGenerated(b []byte, g generated) []byte {
-	unknown := g.any.ProtoReflect().GetUnknown()
-	b = appendResourceEnvelope(b, g.name, g.hash, g.any, len(unknown))
-	return append(append(b, g.any.GetValue()...), unknown...)
 }
 
 // without is a shallow copy of m without field num.

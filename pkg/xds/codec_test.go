@@ -123,24 +123,21 @@ func TestCodecKnowsEveryResourceField(t *testing.T) {
 	}
 }
 
-// TestDeltaResourcesAreEncodedOnce: each resource of an incremental
-// response is encoded once, however many responses send it; a response
-// copies the entries it sends, which the codec references, and decodes,
-// through either codec, to the resources as protobuf has them.
-func TestDeltaResourcesAreEncodedOnce(t *testing.T) {
+// TestDeltaResourcesAreShared: the resources of an incremental response
+// are the push state's, whichever responses send them; the codec
+// references their bytes; and a response decodes, through either codec,
+// to the resources as protobuf has them.
+func TestDeltaResourcesAreShared(t *testing.T) {
 	big := &anypb.Any{TypeUrl: resourceTypeForTest, Value: make([]byte, 70000)}
 	big.Value[0], big.Value[69999] = 1, 2
 	odd := &anypb.Any{TypeUrl: resourceTypeForTest, Value: []byte("x")}
 	odd.ProtoReflect().SetUnknown([]byte{0x18, 0x01})
 	r := &response{gen: []generated{
 		{name: "a", hash: "1", any: &anypb.Any{TypeUrl: resourceTypeForTest, Value: []byte("abc")}},
-		{name: "b", hash: "2", any: big},
+		{name: "b", hash: "2", any: big, delta: &discovery.Resource{Name: "b", Version: "2", Resource: big}}, // as the push state builds it
 		{name: "c", hash: "3", any: &anypb.Any{TypeUrl: resourceTypeForTest}},
 		{name: "d", hash: "4", any: odd},
 	}}
-	for i := range r.gen {
-		r.gen[i].built = &builtResource{name: r.gen[i].name}
-	}
 	r.finish(sharedKey{})
 	for name, tc := range map[string]struct {
 		held map[string]string
@@ -184,12 +181,12 @@ func TestDeltaResourcesAreEncodedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !referenced(data, all.ProtoReflect().GetUnknown()) {
-		t.Error("the codec copied a response's resources")
+	if !referenced(data, big.Value) {
+		t.Error("the codec copied a response's resource")
 	}
-	big0 := &r.gen[1].built.entry[0]
-	selectDelta(&discovery.DeltaDiscoveryResponse{}, r, heldOf(nil, nil))
-	if &r.gen[1].built.entry[0] != big0 {
-		t.Error("a resource was encoded again for another response")
+	again := &discovery.DeltaDiscoveryResponse{}
+	selectDelta(again, r, heldOf(map[string]string{"a": "1"}, nil))
+	if again.Resources[0] != r.gen[1].delta || all.Resources[1] != r.gen[1].delta {
+		t.Error("a response made its own copy of a resource the push state built")
 	}
 }

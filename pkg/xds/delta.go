@@ -272,35 +272,30 @@ func (p *proxy) respondDeltaChangesLocked(typeURL string, d *deltaState, st *pus
 }
 
 // selectDelta sets as resp's resources those of r whose version
-// differs from what the client holds, already encoded as unknown fields
-// (see the codec): each resource's entry is encoded once and shared by
-// every response that sends it, and each response copies the entries it
-// sends, so that what stays in memory is one entry per resource, not
-// one copy per response. It returns how many, and their size.
-//
-// A response that sends all of r, as most answers to a change do, shares
-// one encoding of it with every other; nothing modifies it.
+// differs from what the client holds. It returns how many, and their
+// size. Resources built for the push state are shared by every response
+// that sends them, and the codec references their bytes: what a response
+// adds to memory is a pointer per resource, for as long as it is sent,
+// and none when it sends all of r, as most answers to a change do.
 func selectDelta(resp *discovery.DeltaDiscoveryResponse, r *response, held held) (n, size int) {
-	var sel []generated
+	var sel []*discovery.Resource
 	for i, g := range r.gen {
 		if v, _ := held.version(g.name); v == g.hash {
 			if sel == nil {
-				sel = append(make([]generated, 0, len(r.gen)), r.gen[:i]...)
+				sel = append(make([]*discovery.Resource, 0, len(r.gen)), r.deltaResources()[:i]...)
 			}
 			continue
 		}
 		if sel != nil {
-			sel = append(sel, g)
+			sel = append(sel, g.resource())
 		}
 		size += len(g.any.GetValue())
 	}
-	switch {
-	case sel == nil && len(r.gen) > 0:
-		r.encodedOnce.Do(func() { r.encoded = slices.Clip(encodeDeltaResources(r.gen, size)) })
-		resp.ProtoReflect().SetUnknown(r.encoded)
-		return len(r.gen), size
-	case len(sel) > 0:
-		resp.ProtoReflect().SetUnknown(encodeDeltaResources(sel, size))
+	if sel == nil {
+		sel = r.deltaResources()
+	}
+	if len(sel) > 0 {
+		resp.Resources = sel
 	}
 	return len(sel), size
 }

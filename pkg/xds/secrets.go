@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
@@ -69,7 +70,15 @@ type generated struct {
 	name  string
 	hash  string
 	any   *anypb.Any
-	built *builtResource // nil for what is not shared (secrets)
+	delta *discovery.Resource // see builtResource; nil for what is not shared (secrets)
+}
+
+// resource is g as an incremental response carries it.
+func (g generated) resource() *discovery.Resource {
+	if g.delta != nil {
+		return g.delta
+	}
+	return &discovery.Resource{Name: g.name, Version: g.hash, Resource: g.any}
 }
 
 // readySecrets is what refreshSecrets generated for a subscription, for

@@ -34,7 +34,9 @@ import (
 // FLEET_PROXIES, 500 services with 1,000 proxies and 1,000 services with
 // 200 proxies. FLEET_CONTROL_PLANES=istio or =bulwark runs one alone.
 // FLEET_PROFILE=<dir> keeps a CPU profile of Bulwark's istiod over each
-// change, as <dir>/bulwark-<round>-<change>.pprof.
+// change, as <dir>/bulwark-<round>-<change>.pprof, and its heap before and
+// after the proxies connect, as <dir>/heap-before-proxies-<round>.pprof
+// and <dir>/heap-with-proxies-<round>.pprof.
 //
 //	cd test/interop && ISTIOD_BIN=../../bin/istiod go test -short -run '^$' -bench FleetVsIstio -benchtime 1x -timeout 90m .
 func BenchmarkFleetVsIstio(b *testing.B) {

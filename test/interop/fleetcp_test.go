@@ -304,6 +304,31 @@ func (c *fleetCP) profile(b *testing.B, name string) (wait func()) {
 	return func() { <-done }
 }
 
+// heapProfile writes, when $FLEET_PROFILE names a directory, the control
+// plane's heap profile after a garbage collection there as name.pprof, so
+// that two of them can be compared (go tool pprof -base).
+func (c *fleetCP) heapProfile(b *testing.B, name string) {
+	dir := os.Getenv("FLEET_PROFILE")
+	if dir == "" || c.kind != fleetBulwark {
+		return
+	}
+	resp, err := http.Get("http://" + c.monitoring + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		b.Fatalf("%s heap profile: %v", c.kind, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("%s", resp.Status)
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, name+".pprof"), data, 0o644)
+	}
+	if err != nil {
+		b.Fatalf("%s heap profile %s: %v", c.kind, name, err)
+	}
+}
+
 // tailFile is the last n lines of a file.
 func tailFile(path string, n int) string {
 	data, err := os.ReadFile(path)

@@ -128,6 +128,7 @@ func (r *fleetRun) initial(ctx context.Context) bool {
 	b, cp := r.b, r.cp
 	cp.waitQuiet(b)
 	heap0, rss0 := cp.memory(b)
+	cp.heapProfile(b, fmt.Sprintf("heap-before-proxies-%d", r.round))
 	pods := r.mesh.proxyPods(r.cfg.proxies)
 	samples := map[string]bool{}
 	for k := range fleetSamples {
@@ -167,6 +168,7 @@ func (r *fleetRun) initial(ctx context.Context) bool {
 	r.res.initP50, r.res.initP99 = loadgen.Quantile(after, 0.5), loadgen.Quantile(after, 0.99)
 	r.res.initKiB = median(kib)
 	heap1, rss1 := cp.memory(b)
+	cp.heapProfile(b, fmt.Sprintf("heap-with-proxies-%d", r.round))
 	n := float64(len(pods))
 	r.res.heapKiB, r.res.rssKiB = float64(heap1-heap0)/1024/n, float64(rss1-rss0)/1024/n
 	r.res.heapPerServiceKiB = float64(heap0) / 1024 / float64(len(r.mesh.services))
