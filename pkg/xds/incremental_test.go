@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -618,7 +620,13 @@ func (e *fakeEnvoy) diff(want map[string]map[string][]byte) string {
 // assignments alone.
 func TestIncrementalPushesEndAsAFullGeneration(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	if s := os.Getenv("MESH_SEED"); s != "" { // to replay a failure
+		var err error
+		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
+			t.Fatalf("MESH_SEED: %v", err)
+		}
+	}
+	t.Logf("seed %d (MESH_SEED replays it)", seed)
 	m := newRandomMesh(seed)
 	var proxies []*meshPod
 	for _, key := range []string{"svc-0", "svc-1", "svc-2"} {
