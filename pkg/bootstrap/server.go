@@ -132,7 +132,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 
 	s := &Server{cfg: cfg, log: log, registry: registry, ca: authority, serving: rotator, kube: kube}
 	if kube != nil {
-		kube.monitor = newAPIServerMonitor(kube.client, s.registry, log)
+		kube.monitor = newAPIServerMonitor(kube.direct, kube.gate, s.registry, log)
 		if s.withoutPCDS, err = migrate.NewProxies(kube.client, log.With("component", "migrate")); err != nil {
 			return nil, err
 		}
