@@ -273,7 +273,7 @@ func authenticators(cfg Config, td spiffeid.TrustDomain, authority *ca.CA, kube 
 	if kube != nil {
 		chain = append(chain, authn.NewKubeJWT(authn.KubeJWTConfig{
 			TrustDomain:     td,
-			Reviewer:        authn.NewClientGoReviewer(kube.client),
+			Reviewer:        authn.NewClientGoReviewer(kube.direct),
 			ClusterID:       cfg.ClusterID,
 			Remote:          kube.remoteReviewers(),
 			Audiences:       cfg.TokenAudiences,
