@@ -67,7 +67,7 @@ func caCommand(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	var r *ca.Rotation
 	if verb == "rotate" {
-		r, err = authority.RequestRotation(ctx)
+		r, err = authority.Rotator().Request(ctx)
 		if errors.Is(err, ca.ErrRotationInProgress) {
 			printRotation(stdout, r, replicasOf(ctx, authority, r, stderr), time.Now())
 		}
@@ -77,7 +77,7 @@ func caCommand(ctx context.Context, args []string, getenv func(string) string, s
 		fmt.Fprintln(stdout, "root rotation requested: the running istiod replicas carry it out")
 		printRotation(stdout, r, replicas{}, time.Now()) // no replica has reported yet
 	} else {
-		if r, err = authority.Rotation(ctx); err != nil {
+		if r, err = authority.Rotator().State(ctx); err != nil {
 			return err
 		}
 		printRotation(stdout, r, replicasOf(ctx, authority, r, stderr), time.Now())
@@ -103,7 +103,7 @@ type replicas struct {
 // replicasOf asks which replicas run while r prepares; a failure to tell is
 // written to stderr, and the status is printed without it.
 func replicasOf(ctx context.Context, authority *ca.CA, r *ca.Rotation, stderr io.Writer) replicas {
-	running, known, err := authority.RunningReplicas(ctx, r)
+	running, known, err := authority.Rotator().RunningReplicas(ctx, r)
 	if err != nil {
 		fmt.Fprintf(stderr, "cannot tell which replicas run: %v\n", err)
 	}

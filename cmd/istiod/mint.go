@@ -79,7 +79,7 @@ func mintCert(ctx context.Context, args []string, getenv func(string) string, st
 		return fmt.Errorf("sign: %w", err)
 	}
 	// A root rotation keeps the signing root trusted until this expires.
-	if err := authority.RecordIssued(ctx); err != nil {
+	if err := authority.Rotator().RecordIssued(ctx); err != nil {
 		return fmt.Errorf("record the certificate's expiry for root rotation: %w", err)
 	}
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)

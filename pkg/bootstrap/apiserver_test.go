@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/bulwark-mesh/bulwark/internal/kubewatch"
 	"github.com/bulwark-mesh/bulwark/internal/logtest"
 )
 
@@ -32,7 +33,7 @@ func gaugeValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
 func TestAPIServerMonitorSaysOncePerOutage(t *testing.T) {
 	rec, log := logtest.New(t)
 	reg := prometheus.NewRegistry()
-	m := newMonitor(func(context.Context) error { return nil }, reg, log)
+	m := newMonitor(func(context.Context) error { return nil }, kubewatch.NewGate(), reg, log)
 	const unreachable, back = "kubernetes API server unreachable", "kubernetes API server reachable again"
 
 	if got := gaugeValue(t, reg, "bulwark_kube_apiserver_reachable"); got != 0 {
@@ -77,7 +78,7 @@ func TestAPIServerMonitorRunsUntilCancelled(t *testing.T) {
 			return errors.New("down")
 		}
 		return nil
-	}, prometheus.NewRegistry(), log)
+	}, kubewatch.NewGate(), prometheus.NewRegistry(), log)
 	m.interval = time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -95,5 +96,48 @@ func TestAPIServerMonitorRunsUntilCancelled(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run = %v", err)
+	}
+}
+
+// TestAPIServerMonitorOpensTheGateWhenTheServerIsBack: a request waiting
+// at the gate has the monitor probe at once, not at its next tick an hour
+// away, and again every fastInterval while the API server is away; the
+// first probe that finds it back lets the request go.
+func TestAPIServerMonitorOpensTheGateWhenTheServerIsBack(t *testing.T) {
+	_, log := logtest.New(t)
+	// The API server answers the first probe, then is away for two.
+	script := []error{nil, errors.New("connection refused"), errors.New("connection refused"), nil}
+	var probes atomic.Int32
+	gate := kubewatch.NewGate()
+	first := make(chan struct{})
+	m := newMonitor(func(context.Context) error {
+		n := int(probes.Add(1))
+		if n == 1 {
+			defer close(first)
+		}
+		return script[min(n, len(script))-1]
+	}, gate, prometheus.NewRegistry(), log)
+	m.interval, m.fastInterval = time.Hour, time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	}()
+
+	<-first // the gate runs, and the next tick is an hour away
+	wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wcancel()
+	if !gate.Wait(wctx, time.Now()) {
+		t.Fatal("the gate did not open when the API server came back")
+	}
+	if n := probes.Load(); n != 4 {
+		t.Errorf("%d probes before the gate opened, want 4: one before the request waited, two finding the server away, one finding it back", n)
+	}
+	if down, _ := m.Unreachable(); down {
+		t.Error("Unreachable() after a successful probe")
 	}
 }

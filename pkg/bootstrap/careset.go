@@ -29,7 +29,7 @@ func ResetCA(ctx context.Context, cfg Config, log *slog.Logger) ([]string, error
 	if err != nil {
 		return nil, err
 	}
-	holder, err := rootcert.Holder(ctx, k.client.CoordinationV1(), cfg.Namespace, time.Now())
+	holder, err := rootcert.Holder(ctx, k.direct.CoordinationV1(), cfg.Namespace, time.Now())
 	if err != nil {
 		return nil, fmt.Errorf("reset: is istiod running? %w", err)
 	}
@@ -37,5 +37,5 @@ func ResetCA(ctx context.Context, cfg Config, log *slog.Logger) ([]string, error
 		return nil, fmt.Errorf("reset: %w in namespace %s (replica %s holds the Lease %s): scale it to zero first",
 			ca.ErrIstiodRunning, cfg.Namespace, holder, rootcert.LeaseName)
 	}
-	return secretstore.Reset(ctx, k.client.CoreV1(), cfg.Namespace)
+	return secretstore.Reset(ctx, k.direct.CoreV1(), cfg.Namespace)
 }

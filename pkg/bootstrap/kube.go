@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/bulwark-mesh/bulwark/internal/kubewatch"
 	"github.com/bulwark-mesh/bulwark/pkg/authn"
 	"github.com/bulwark-mesh/bulwark/pkg/ca"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/replicalease"
@@ -47,10 +48,18 @@ var defaultCALoadBackoff = caLoadBackoff{first: 500 * time.Millisecond, max: 30 
 // store in istio-ca-secret and, once the CA exists, the root certificate
 // distribution and, without --configDir, the mesh model.
 type kubeParts struct {
+	// client is behind gate: the components that watch the API server
+	// (informers) use it, so that their lists and watches wait out an
+	// outage instead of backing off past its end.
 	client kubernetes.Interface
-	// rest is the client's configuration, for the clients of other API
+	// direct is not behind gate: the CA's stores and Leases read through
+	// it and see an outage as an error at once, as does the monitor's
+	// probe. The same as client when built from a client alone.
+	direct kubernetes.Interface
+	// rest is client's configuration, for the clients of other API
 	// groups; nil when built from a client alone.
 	rest      *rest.Config
+	gate      *kubewatch.Gate
 	store     *secretstore.Store
 	rotations *secretstore.RotationStore
 	// replicas keeps this replica's Lease and tells the replicas that run,
@@ -79,12 +88,21 @@ func newKubeParts(cfg Config, identity string, log *slog.Logger) (*kubeParts, er
 	if err != nil {
 		return nil, err
 	}
-	client, err := kubernetes.NewForConfig(rc)
+	direct, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	gate := kubewatch.NewGate()
+	gated := rest.CopyConfig(rc)
+	gated.Wrap(gate.Transport)
+	client, err := kubernetes.NewForConfig(gated)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	k := newKubePartsWithClient(client, cfg.Namespace, identity, log)
-	k.rest = rc
+	k.direct, k.rest, k.gate = direct, gated, gate
+	k.store = secretstore.New(direct.CoreV1(), cfg.Namespace)
+	k.rotations = secretstore.NewRotationStore(direct.CoreV1(), cfg.Namespace)
 	return k, nil
 }
 
@@ -92,6 +110,8 @@ func newKubePartsWithClient(client kubernetes.Interface, namespace, identity str
 	identity = replicaName(identity)
 	return &kubeParts{
 		client:    client,
+		direct:    client,
+		gate:      kubewatch.NewGate(),
 		store:     secretstore.New(client.CoreV1(), namespace),
 		rotations: secretstore.NewRotationStore(client.CoreV1(), namespace),
 		identity:  identity,
@@ -227,7 +247,7 @@ func (k *kubeParts) runCA(ctx context.Context, authority caRunner) error {
 func (k *kubeParts) announceReplica(tick time.Duration) error {
 	tick = cmp.Or(tick, ca.DefaultRotationTick)
 	r, err := replicalease.New(replicalease.Config{
-		Client:    k.client,
+		Client:    k.direct,
 		Namespace: k.namespace,
 		Name:      k.identity,
 		Renew:     tick,

@@ -89,5 +89,5 @@ func (k *kubeParts) reportUnsupported(reg prometheus.Registerer) (*unsupported.R
 // secretAuthorizer decides, by SubjectAccessReview, whether a gateway's
 // service account may get the Secret its credentialName names.
 func (k *kubeParts) secretAuthorizer() sds.Authorizer {
-	return sds.NewSARAuthorizer(k.client.AuthorizationV1().SubjectAccessReviews(), secretAuthzTTL, secretAuthzEntries, time.Now)
+	return sds.NewSARAuthorizer(k.direct.AuthorizationV1().SubjectAccessReviews(), secretAuthzTTL, secretAuthzEntries, time.Now)
 }

@@ -1,11 +1,8 @@
 package bootstrap
 
 import (
-	"cmp"
 	"context"
-	"crypto/sha256"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -132,7 +129,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 
 	s := &Server{cfg: cfg, log: log, registry: registry, ca: authority, serving: rotator, kube: kube}
 	if kube != nil {
-		kube.monitor = newAPIServerMonitor(kube.client, s.registry, log)
+		kube.monitor = newAPIServerMonitor(kube.direct, kube.gate, s.registry, log)
 		if s.withoutPCDS, err = migrate.NewProxies(kube.client, log.With("component", "migrate")); err != nil {
 			return nil, err
 		}
@@ -276,7 +273,7 @@ func authenticators(cfg Config, td spiffeid.TrustDomain, authority *ca.CA, kube 
 	if kube != nil {
 		chain = append(chain, authn.NewKubeJWT(authn.KubeJWTConfig{
 			TrustDomain:     td,
-			Reviewer:        authn.NewClientGoReviewer(kube.client),
+			Reviewer:        authn.NewClientGoReviewer(kube.direct),
 			ClusterID:       cfg.ClusterID,
 			Remote:          kube.remoteReviewers(),
 			Audiences:       cfg.TokenAudiences,
@@ -296,69 +293,9 @@ func newRegistry(authority *ca.CA) *prometheus.Registry {
 			collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)},
 		)),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "citadel_server_root_cert_expiry_timestamp",
-			Help: "Unix time at which the earliest-expiring root of the trust bundle expires.",
-		}, func() float64 {
-			b := authority.Current()
-			if b == nil || len(b.Roots) == 0 {
-				return 0
-			}
-			earliest := b.Roots[0].NotAfter
-			for _, r := range b.Roots[1:] {
-				if r.NotAfter.Before(earliest) {
-					earliest = r.NotAfter
-				}
-			}
-			return float64(earliest.Unix())
-		}),
-		rotationCollector{authority},
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "citadel_server_cert_chain_expiry_timestamp",
-			Help: "Unix time at which the CA's signing certificate expires.",
-		}, func() float64 {
-			if c := authority.SigningCert(); c != nil {
-				return float64(c.NotAfter.Unix())
-			}
-			return 0
-		}),
 	)
+	reg.MustRegister(authority.Collectors()...)
 	return reg
-}
-
-// rotationCollector reports root rotation: the phase, the proxies it
-// waits for and the expiry of each root of the trust bundle.
-type rotationCollector struct{ ca *ca.CA }
-
-var (
-	rotationPhaseDesc = prometheus.NewDesc("bulwark_ca_root_rotation_phase",
-		"1 for the phase the root rotation is in (idle, prepare or activate), 0 for the others.", []string{"phase"}, nil)
-	rotationUnackedDesc = prometheus.NewDesc("bulwark_ca_root_rotation_unacked_proxies",
-		"Connected proxies, of every replica, whose trust bundle lacks the new root while a rotation prepares.", nil, nil)
-	bundleRootExpiryDesc = prometheus.NewDesc("bulwark_ca_trust_bundle_root_expiry_timestamp",
-		"Unix time at which each root of the trust bundle expires, by the first 16 hex digits of its SHA-256.", []string{"root"}, nil)
-)
-
-func (rotationCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- rotationPhaseDesc
-	ch <- rotationUnackedDesc
-	ch <- bundleRootExpiryDesc
-}
-
-func (c rotationCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.ca.RotationStatus()
-	for _, p := range []ca.Phase{ca.PhaseIdle, ca.PhasePrepare, ca.PhaseActivate} {
-		v := 0.0
-		if st.Phase == p {
-			v = 1
-		}
-		ch <- prometheus.MustNewConstMetric(rotationPhaseDesc, prometheus.GaugeValue, v, cmp.Or(string(p), "idle"))
-	}
-	ch <- prometheus.MustNewConstMetric(rotationUnackedDesc, prometheus.GaugeValue, float64(len(st.Unacked)))
-	for _, r := range st.Roots {
-		sum := sha256.Sum256(r.Raw)
-		ch <- prometheus.MustNewConstMetric(bundleRootExpiryDesc, prometheus.GaugeValue, float64(r.NotAfter.Unix()), hex.EncodeToString(sum[:8]))
-	}
 }
 
 // Run starts every component and blocks until ctx is cancelled or one fails.
@@ -395,7 +332,7 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error { return serveHTTP(ctx, httpLn, s.readyHandler(), s.cfg.GracePeriod) })
 	g.Go(func() error { return serveHTTP(ctx, monLn, s.monitoringHandler(), s.cfg.GracePeriod) })
 	g.Go(func() error { return s.runCA(ctx) })
-	g.Go(func() error { s.ca.RunRotation(ctx, s.rotationDataPlane); return nil })
+	g.Go(func() error { s.ca.Rotator().Run(ctx, s.rotationDataPlane); return nil })
 	if s.kube != nil {
 		g.Go(func() error { return s.kube.run(ctx) })
 	}

@@ -34,10 +34,7 @@ type CA struct {
 	version uint64
 	subs    map[*subscriber]struct{}
 
-	rotMu      sync.Mutex
-	rotStatus  RotationStatus
-	rotProblem string
-	waitLogged time.Time
+	rot *Rotator // drives root rotation
 }
 
 // New checks cfg and fills in defaults. It does no I/O.
@@ -46,11 +43,13 @@ func New(cfg Config) (*CA, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("new ca: %w", err)
 	}
-	return &CA{
+	c := &CA{
 		cfg:  cfg,
 		log:  cfg.Logger.With("component", "ca"),
 		subs: make(map[*subscriber]struct{}),
-	}, nil
+	}
+	c.rot = newRotator(c)
+	return c, nil
 }
 
 // Load loads a signer once: the plugged-in set from CACertsDir if it holds

@@ -12,4 +12,9 @@
 // The signer and its chain live in one immutable value swapped atomically, so
 // [CA.Sign] never sees half of a rotation. Every change publishes a new
 // [Bundle] with a higher version to subscribers.
+//
+// Root rotation is driven apart from signing, by the CA's [Rotator]: it
+// moves the rotation state shared by the replicas, and the CA installs the
+// signer and bundle each state asks for. [CA.Collectors] are the CA's
+// Prometheus collectors.
 package ca

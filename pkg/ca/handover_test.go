@@ -27,7 +27,7 @@ func TestActivationRecordsEveryCertificateTheOldKeySigned(t *testing.T) {
 		rig := newRotationRig(t)
 		c := rig.replica("a", nil)
 		oldRoot := c.Current().Roots[0]
-		if _, err := c.RequestRotation(context.Background()); err != nil {
+		if _, err := c.Rotator().Request(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		rig.tick(c, "a")
@@ -66,7 +66,7 @@ func TestActivationRecordsEveryCertificateTheOldKeySigned(t *testing.T) {
 		close(stop)
 		wg.Wait()
 
-		r, err := c.Rotation(context.Background())
+		r, err := c.Rotator().State(context.Background())
 		if err != nil || r.Phase != PhaseActivate {
 			t.Fatalf("round %d: the tick did not activate: %+v %v", round, r, err)
 		}
@@ -101,14 +101,14 @@ func TestASignInFlightWhenTheSignerChangesIsRecorded(t *testing.T) {
 		"the new key activates": {
 			start: func(t *testing.T, rig *rotationRig) (*CA, func()) {
 				c := rig.replica("a", nil)
-				if _, err := c.RequestRotation(context.Background()); err != nil {
+				if _, err := c.Rotator().Request(context.Background()); err != nil {
 					t.Fatal(err)
 				}
 				rig.tick(c, "a")
 				rig.clock.Advance(3 * time.Minute)
 				return c, func() {
 					rig.tick(c, "a")
-					if st := c.RotationStatus(); st.Phase != PhaseActivate {
+					if st := c.Rotator().Status(); st.Phase != PhaseActivate {
 						t.Errorf("not activated: %+v", st)
 					}
 				}
@@ -172,7 +172,7 @@ func TestASignInFlightWhenTheSignerChangesIsRecorded(t *testing.T) {
 			if iss == nil {
 				return
 			}
-			r, err := c.Rotation(context.Background())
+			r, err := c.Rotator().State(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}

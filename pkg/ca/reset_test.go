@@ -43,7 +43,7 @@ func TestSigningKeyIsTheKeyThatSigns(t *testing.T) {
 	}
 	check(PhaseIdle, store)
 	for _, outgoing := range []string{store, rotation + ", the old set"} {
-		if _, err := c.RequestRotation(ctx); err != nil {
+		if _, err := c.Rotator().Request(ctx); err != nil {
 			t.Fatal(err)
 		}
 		rig.tick(c, "a")
@@ -66,7 +66,7 @@ func TestResetDirStartsOverOnceIstiodIsGone(t *testing.T) {
 	ctx := context.Background()
 	c := rig.replica("a", nil)
 	original := keyOf(c.SigningCert())
-	if _, err := c.RequestRotation(ctx); err != nil {
+	if _, err := c.Rotator().Request(ctx); err != nil {
 		t.Fatal(err)
 	}
 	rig.tick(c, "a")

@@ -68,7 +68,7 @@ func (r *rotationRig) dataPlane(replica string) DataPlaneFunc {
 
 func (r *rotationRig) tick(c *CA, replica string) {
 	r.t.Helper()
-	if err := c.rotateOnce(context.Background(), r.dataPlane(replica)); err != nil {
+	if err := c.rot.tick(context.Background(), r.dataPlane(replica)); err != nil {
 		r.t.Fatalf("%s: rotate: %v", replica, err)
 	}
 }
@@ -106,11 +106,11 @@ func TestRotationDrivesTheSigner(t *testing.T) {
 	}
 	early, _ := issue(t, c)
 
-	r, err := c.RequestRotation(context.Background())
+	r, err := c.Rotator().Request(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.RequestRotation(context.Background()); !errors.Is(err, ErrRotationInProgress) {
+	if _, err := c.Rotator().Request(context.Background()); !errors.Is(err, ErrRotationInProgress) {
 		t.Fatalf("second rotation during one: %v", err)
 	}
 	newRoot := mustParse(r.NewRoot)
@@ -133,13 +133,13 @@ func TestRotationDrivesTheSigner(t *testing.T) {
 	// A proxy without the new bundle holds it past the grace.
 	rig.clock.Advance(3 * time.Minute)
 	rig.tick(c, "a")
-	if st := c.RotationStatus(); st.Phase != PhasePrepare || !slices.Equal(st.Unacked, []string{"app-1.ns"}) ||
+	if st := c.Rotator().Status(); st.Phase != PhasePrepare || !slices.Equal(st.Unacked, []string{"app-1.ns"}) ||
 		!strings.Contains(st.Waiting, "app-1.ns") {
 		t.Fatalf("status with an unacked proxy: %+v", st)
 	}
 	rig.setUnacked("a")
 	rig.tick(c, "a")
-	if st := c.RotationStatus(); st.Phase != PhaseActivate {
+	if st := c.Rotator().Status(); st.Phase != PhaseActivate {
 		t.Fatalf("not activated once every proxy held the new root: %+v", st)
 	}
 	iss, roots = issue(t, c)
@@ -163,8 +163,8 @@ func TestRotationDrivesTheSigner(t *testing.T) {
 		t.Fatal("test clock")
 	}
 	rig.tick(c, "a")
-	if !rootsEqual(c.Current().Roots, newRoot) || c.RotationStatus().Phase != PhaseIdle {
-		t.Fatalf("retire: %d roots, phase %q", len(c.Current().Roots), c.RotationStatus().Phase)
+	if !rootsEqual(c.Current().Roots, newRoot) || c.Rotator().Status().Phase != PhaseIdle {
+		t.Fatalf("retire: %d roots, phase %q", len(c.Current().Roots), c.Rotator().Status().Phase)
 	}
 	c = rig.replica("a", nil)
 	if iss, roots := issue(t, c); !rootsEqual(roots, newRoot) || iss.Leaf.CheckSignatureFrom(newRoot) != nil {
@@ -176,7 +176,7 @@ func TestRotationDrivesTheSigner(t *testing.T) {
 	}
 
 	// A second rotation starts from the set the first one left.
-	r2, err := c.RequestRotation(context.Background())
+	r2, err := c.Rotator().Request(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestRotationWaitsForEveryReplica(t *testing.T) {
 	rig := newRotationRig(t)
 	a := rig.replica("a", nil)
 	b := rig.replica("b", nil)
-	if _, err := a.RequestRotation(context.Background()); err != nil {
+	if _, err := a.Rotator().Request(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	rig.setUnacked("b", "app-2.ns")
@@ -205,18 +205,18 @@ func TestRotationWaitsForEveryReplica(t *testing.T) {
 	rig.clock.Advance(3 * time.Minute)
 	rig.tick(b, "b")
 	rig.tick(a, "a")
-	if st := a.RotationStatus(); st.Phase != PhasePrepare || !slices.Equal(st.Unacked, []string{"app-2.ns"}) {
+	if st := a.Rotator().Status(); st.Phase != PhasePrepare || !slices.Equal(st.Unacked, []string{"app-2.ns"}) {
 		t.Fatalf("replica a activated while b's proxy lacks the new root: %+v", st)
 	}
-	if rot, err := a.Rotation(context.Background()); err != nil {
+	if rot, err := a.Rotator().State(context.Background()); err != nil {
 		t.Fatal(err)
-	} else if _, known, err := a.RunningReplicas(context.Background(), rot); known || err != nil {
+	} else if _, known, err := a.Rotator().RunningReplicas(context.Background(), rot); known || err != nil {
 		t.Errorf("without a Liveness, which replicas run is known (%v, %v)", known, err)
 	}
 	// b is gone: its report goes stale, and a activates alone.
 	rig.clock.Advance(StaleReports*DefaultRotationTick + time.Second)
 	rig.tick(a, "a")
-	if st := a.RotationStatus(); st.Phase != PhaseActivate {
+	if st := a.Rotator().Status(); st.Phase != PhaseActivate {
 		t.Fatalf("a stale replica's report still holds the rotation: %+v", st)
 	}
 	rig.tick(b, "b")
@@ -233,12 +233,12 @@ func TestRotationStartsInTheRootsGracePeriod(t *testing.T) {
 	c := rig.replica("a", pct)
 	rig.clock.Advance(79 * time.Hour)
 	rig.tick(c, "a")
-	if st := c.RotationStatus(); st.Phase != PhaseIdle {
+	if st := c.Rotator().Status(); st.Phase != PhaseIdle {
 		t.Fatalf("rotated with 21%% of the root's life left: %+v", st)
 	}
 	rig.clock.Advance(2 * time.Hour)
 	rig.tick(c, "a")
-	if st := c.RotationStatus(); st.Phase != PhasePrepare || len(st.Roots) != 2 {
+	if st := c.Rotator().Status(); st.Phase != PhasePrepare || len(st.Roots) != 2 {
 		t.Fatalf("no rotation with 19%% of the root's life left: %+v", st)
 	}
 }
@@ -250,11 +250,11 @@ func TestRotationLeavesAPluggedInCAAlone(t *testing.T) {
 	catest.WriteCACerts(t, dir, set)
 	rig := newRotationRig(t)
 	c := rig.replica("a", func(cfg *Config) { cfg.CACertsDir = dir; cfg.RootGracePercentile = 99 })
-	if _, err := c.RequestRotation(context.Background()); err == nil || !strings.Contains(err.Error(), "plugged in") {
+	if _, err := c.Rotator().Request(context.Background()); err == nil || !strings.Contains(err.Error(), "plugged in") {
 		t.Fatalf("rotation of a plugged-in CA: %v", err)
 	}
 	rig.tick(c, "a")
-	if r, _ := c.Rotation(context.Background()); r != nil {
+	if r, _ := c.Rotator().State(context.Background()); r != nil {
 		t.Fatalf("a plugged-in CA wrote rotation state: %+v", r)
 	}
 }
@@ -264,7 +264,7 @@ func TestRotationLeavesAPluggedInCAAlone(t *testing.T) {
 func TestRotationCountsWorkloadCertificatesOnly(t *testing.T) {
 	rig := newRotationRig(t)
 	c := rig.replica("a", nil)
-	if _, err := c.RequestRotation(context.Background()); err != nil {
+	if _, err := c.Rotator().Request(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	rig.tick(c, "a")
@@ -272,7 +272,7 @@ func TestRotationCountsWorkloadCertificatesOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	rig.tick(c, "a")
-	if r, _ := c.Rotation(context.Background()); r.OldSignedUntil.After(rig.clock.Now().Add(time.Hour)) {
+	if r, _ := c.Rotator().State(context.Background()); r.OldSignedUntil.After(rig.clock.Now().Add(time.Hour)) {
 		t.Fatalf("a serving certificate holds the old root until %s", r.OldSignedUntil)
 	}
 	iss, err := c.Sign(SignRequest{PublicKey: catest.NewKey(t).Public(), Identities: []spiffeid.ID{testID("ns", "sa")}, TTL: 48 * time.Hour})
@@ -280,7 +280,7 @@ func TestRotationCountsWorkloadCertificatesOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	rig.tick(c, "a")
-	if r, _ := c.Rotation(context.Background()); !r.OldSignedUntil.Equal(iss.Leaf.NotAfter) {
+	if r, _ := c.Rotator().State(context.Background()); !r.OldSignedUntil.Equal(iss.Leaf.NotAfter) {
 		t.Fatalf("old root trusted until %s, want the workload certificate's expiry %s", r.OldSignedUntil, iss.Leaf.NotAfter)
 	}
 }
@@ -307,7 +307,7 @@ func TestRotationToAPluggedInRoot(t *testing.T) {
 	if err := c.reloadLocked(); err != nil {
 		t.Fatal(err)
 	}
-	if st := c.RotationStatus(); st.Phase != PhasePrepare || !rootsEqual(st.Roots, root1.Cert, root2.Cert) {
+	if st := c.Rotator().Status(); st.Phase != PhasePrepare || !rootsEqual(st.Roots, root1.Cert, root2.Cert) {
 		t.Fatalf("a new plugged-in root: phase %q, %d roots; want prepare with both", st.Phase, len(st.Roots))
 	}
 	if !signedBy(c, set1.Signing) {
@@ -337,15 +337,15 @@ func TestRotationToAPluggedInRoot(t *testing.T) {
 
 	rig.clock.Advance(3 * time.Minute)
 	rig.tick(c, "a")
-	if st := c.RotationStatus(); st.Phase != PhaseActivate || !signedBy(c, set2.Signing) || !rootsEqual(st.Roots, root2.Cert, root1.Cert) {
+	if st := c.Rotator().Status(); st.Phase != PhaseActivate || !signedBy(c, set2.Signing) || !rootsEqual(st.Roots, root2.Cert, root1.Cert) {
 		t.Fatalf("activate: phase %q; want the plugged-in key signing with both roots", st.Phase)
 	}
 	rig.clock.Advance(2 * time.Hour)
 	rig.tick(c, "a")
-	if st := c.RotationStatus(); st.Phase != PhaseIdle || !rootsEqual(st.Roots, root2.Cert) {
+	if st := c.Rotator().Status(); st.Phase != PhaseIdle || !rootsEqual(st.Roots, root2.Cert) {
 		t.Fatalf("retire: phase %q, %d roots", st.Phase, len(st.Roots))
 	}
-	if r, _ := c.Rotation(context.Background()); r.InProgress() || r.Old != nil || r.New != nil {
+	if r, _ := c.Rotator().State(context.Background()); r.InProgress() || r.Old != nil || r.New != nil {
 		t.Fatalf("the finished rotation keeps key material: %+v", r)
 	}
 	// An intermediate of the same root swaps in at once.
@@ -354,7 +354,7 @@ func TestRotationToAPluggedInRoot(t *testing.T) {
 	if err := c.reloadLocked(); err != nil {
 		t.Fatal(err)
 	}
-	if st := c.RotationStatus(); st.Phase != PhaseIdle || !signedBy(c, same.Signing) {
+	if st := c.Rotator().Status(); st.Phase != PhaseIdle || !signedBy(c, same.Signing) {
 		t.Fatal("an intermediate of the same root did not swap in at once")
 	}
 }
@@ -382,7 +382,7 @@ func TestRotationWaitsForASilentReplicaThatRuns(t *testing.T) {
 	}
 	a := rig.replica("a", live)
 	b := rig.replica("b", live)
-	if _, err := a.RequestRotation(context.Background()); err != nil {
+	if _, err := a.Rotator().Request(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	rig.setUnacked("b", "app-2.ns")
@@ -391,33 +391,33 @@ func TestRotationWaitsForASilentReplicaThatRuns(t *testing.T) {
 	// b reports no more; c runs and never reported.
 	rig.clock.Advance(3 * time.Minute)
 	rig.tick(a, "a")
-	st := a.RotationStatus()
+	st := a.Rotator().Status()
 	if st.Phase != PhasePrepare || !slices.Equal(st.Unacked, []string{"app-2.ns"}) {
 		t.Fatalf("activated while the silent replica b runs with a proxy lacking the new root: %+v", st)
 	}
 	if !strings.Contains(st.Waiting, "running but silent (b)") || !strings.Contains(st.Waiting, "without a report (c)") {
 		t.Errorf("waiting for %q; want b named silent and c without a report", st.Waiting)
 	}
-	rot, err := a.Rotation(context.Background())
+	rot, err := a.Rotator().State(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, known, err := a.RunningReplicas(context.Background(), rot); err != nil || !known || !slices.Equal(got, []string{"a", "b", "c"}) {
+	if got, known, err := a.Rotator().RunningReplicas(context.Background(), rot); err != nil || !known || !slices.Equal(got, []string{"a", "b", "c"}) {
 		t.Errorf("running replicas for ca status: %v %v %v", got, known, err)
 	}
 	setRunning([]string{"a", "b"}, nil)
 	rig.tick(a, "a")
-	if st := a.RotationStatus(); st.Phase != PhasePrepare {
+	if st := a.Rotator().Status(); st.Phase != PhasePrepare {
 		t.Fatalf("activated while the silent replica b runs: %+v", st)
 	}
 	setRunning(nil, errors.New("the API server is away"))
-	if err := a.rotateOnce(context.Background(), rig.dataPlane("a")); err == nil || !strings.Contains(err.Error(), "cannot tell which replicas run") {
+	if err := a.rot.tick(context.Background(), rig.dataPlane("a")); err == nil || !strings.Contains(err.Error(), "cannot tell which replicas run") {
 		t.Errorf("a tick without knowing which replicas run: %v", err)
 	}
 	// b's pod is gone: its report no longer counts.
 	setRunning([]string{"a"}, nil)
 	rig.tick(a, "a")
-	if st := a.RotationStatus(); st.Phase != PhaseActivate {
+	if st := a.Rotator().Status(); st.Phase != PhaseActivate {
 		t.Fatalf("a gone replica's report still holds the rotation: %+v", st)
 	}
 }
@@ -454,7 +454,7 @@ func TestRotationRequestOutlivesAConcurrentReport(t *testing.T) {
 	}
 	racing := &racingRotations{RotationStore: store, races: 2, other: other}
 	c := rig.replica("a", func(cfg *Config) { cfg.Rotations = racing })
-	if _, err := c.RequestRotation(context.Background()); err != nil {
+	if _, err := c.Rotator().Request(context.Background()); err != nil {
 		t.Fatalf("a request raced twice: %v", err)
 	}
 	if racing.races != 0 {

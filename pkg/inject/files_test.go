@@ -2,12 +2,13 @@ package inject
 
 import (
 	"context"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bulwark-mesh/bulwark/internal/logtest"
 )
 
 func waitSnapshot(t *testing.T, s *Store, cond func(*Snapshot) bool, what string) {
@@ -25,7 +26,8 @@ func TestFileSourceFollowsTheDirectoryAndKeepsTheLastGoodConfig(t *testing.T) {
 	dir := t.TempDir()
 	store := NewStore()
 	defaults := store.Load()
-	src := NewFileSource(dir, store, slog.New(slog.DiscardHandler))
+	rec, log := logtest.New(t)
+	src := NewFileSource(dir, store, log)
 	src.debounce = 10 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -42,7 +44,15 @@ func TestFileSourceFollowsTheDirectoryAndKeepsTheLastGoodConfig(t *testing.T) {
 	good := store.Load()
 
 	os.WriteFile(filepath.Join(dir, "config"), []byte("policy: [not, a, policy]\nbogus: 1\n"), 0o600)
-	time.Sleep(200 * time.Millisecond) // a bad update must change nothing; there is no event to wait for
+	// The source's verdict on the bad update is its log line; by then
+	// the store holds whatever the update made of it.
+	deadline := time.Now().Add(5 * time.Second)
+	for rec.Count("injector configuration rejected") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the bad update was not rejected within 5s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if store.Load() != good {
 		t.Fatal("a bad update replaced the last good configuration")
 	}

@@ -139,7 +139,7 @@ func TestCheckBlocks(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, err := authority.RequestRotation(ctxFor(t)); err != nil {
+				if _, err := authority.Rotator().Request(ctxFor(t)); err != nil {
 					t.Fatal(err)
 				}
 			},

@@ -74,7 +74,7 @@ func TestCAResetStartsOverAfterARotation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := authority.RequestRotation(ctx); err != nil { // `istiod ca rotate`
+		if _, err := authority.Rotator().Request(ctx); err != nil { // `istiod ca rotate`
 			t.Fatalf("request rotation: %v", err)
 		}
 		from = ski(before.Cert)

@@ -80,6 +80,9 @@ func reflectorLog(t *testing.T) *logtest.Buffer {
 	return buf
 }
 
+// relistKinds are the built-in kinds whose watches must expire and relist.
+var relistKinds = []string{"*v1.Pod", "*v1.EndpointSlice", "*v1.Service", "*v1.Namespace", "*v1.ConfigMap"}
+
 // TestWatchExpiredRelistsWithoutAPush has istiod's watches expire: while
 // istiod cannot reach it, the API server's history moves on and etcd is
 // compacted past istiod's resource versions, and the API server restarts
@@ -125,6 +128,10 @@ func TestWatchExpiredRelistsWithoutAPush(t *testing.T) {
 	published := countLines(p.logs.String(), `msg="mesh model published"`)
 	pushes := countLines(p.logs.String(), `msg="pushing model"`)
 
+	populated := map[string]int{}
+	for _, kind := range relistKinds {
+		populated[kind] = countLines(klogs.String(), "Caches populated", `type="`+kind+`"`)
+	}
 	lnk.Restore()
 	back := time.Now()
 	// The built-in kinds the mesh model and the root certificates are
@@ -132,29 +139,33 @@ func TestWatchExpiredRelistsWithoutAPush(t *testing.T) {
 	// (The Istio kinds usually are too; a CRD's watch cache may start late
 	// enough for a watch to resume, so they are not required. Secrets are
 	// watched only where a proxy asks for one: none does here.)
-	for _, kind := range []string{"*v1.Pod", "*v1.EndpointSlice", "*v1.Service", "*v1.Namespace", "*v1.ConfigMap"} {
-		waitFor(t, "410 Gone on istiod's watch of "+kind, 90*time.Second, func() bool {
-			return countLines(klogs.String(), "too old resource version", `type="`+kind+`"`) > 0
+	for _, kind := range relistKinds {
+		waitFor(t, "410 Gone on istiod's watch of "+kind+", and the relist", 90*time.Second, func() bool {
+			logs := klogs.String()
+			return countLines(logs, "too old resource version", `type="`+kind+`"`) > 0 &&
+				countLines(logs, "Caches populated", `type="`+kind+`"`) > populated[kind]
 		})
 	}
-	t.Logf("every watch expired (410) %v after the API server was reachable again", time.Since(back).Round(time.Millisecond))
+	t.Logf("every watch expired (410) and relisted %v after the API server was reachable again", time.Since(back).Round(time.Millisecond))
 
-	// Nothing changed in the mesh: nothing is published or pushed.
-	quiet := time.After(5 * time.Second)
-	for waiting := true; waiting; {
+	// Nothing changed in the mesh: nothing is published or pushed. The
+	// relist's events are behind once a later change the model reads (a
+	// Service no proxy asks for) is published and pushed.
+	for drained := false; !drained; {
 		select {
 		case r := <-ads.resps:
 			t.Errorf("a push after a relist that changed nothing: %s version %s", r.TypeUrl, r.VersionInfo)
 		case err := <-ads.errc:
 			t.Fatalf("the proxy's stream ended: %v", err)
-		case <-quiet:
-			waiting = false
+		default:
+			drained = true
 		}
 	}
-	if n := countLines(p.logs.String(), `msg="mesh model published"`); n != published {
+	p.catchUp(t, client, mesh.app, "canary")
+	if n := countLines(p.logs.String(), `msg="mesh model published"`) - 1; n != published {
 		t.Errorf("%d models published by the relist, want none", n-published)
 	}
-	if n := countLines(p.logs.String(), `msg="pushing model"`); n != pushes {
+	if n := countLines(p.logs.String(), `msg="pushing model"`) - 1; n != pushes {
 		t.Errorf("%d pushes after the relist, want none", n-pushes)
 	}
 	select {

@@ -188,11 +188,11 @@ func runningReplicas(t *testing.T, env *testenv.Env, ns string) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := authority.Rotation(context.Background())
+	r, err := authority.Rotator().State(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	running, known, err := authority.RunningReplicas(context.Background(), r)
+	running, known, err := authority.Rotator().RunningReplicas(context.Background(), r)
 	if err != nil || !known {
 		t.Fatalf("running replicas: %v (known %v)", err, known)
 	}
@@ -213,7 +213,7 @@ func requestRotation(t *testing.T, env *testenv.Env, ns string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, err := authority.RequestRotation(context.Background()); err != nil; _, err = authority.RequestRotation(context.Background()) {
+	for _, err := authority.Rotator().Request(context.Background()); err != nil; _, err = authority.Rotator().Request(context.Background()) {
 		if !errors.Is(err, ca.ErrRotationConflict) {
 			t.Fatalf("request rotation: %v", err)
 		}

@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/bulwark-mesh/bulwark/internal/testenv"
 	"github.com/bulwark-mesh/bulwark/pkg/policy"
@@ -37,7 +39,8 @@ func TestUnsupportedConfigIsReportedWithoutAPush(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second) // the namespace's own changes settle
+	client := env.Client(t)
+	p.catchUp(t, client, ns, "canary-before") // the namespace's own changes are behind
 	published := countLines(p.logs.String(), `msg="mesh model published"`)
 	pushes := countLines(p.logs.String(), `msg="pushing model"`)
 
@@ -85,11 +88,13 @@ func TestUnsupportedConfigIsReportedWithoutAPush(t *testing.T) {
 		t.Errorf("bulwark_unsupported_config of EnvoyFilter %v, want at least 1", v)
 	}
 
-	time.Sleep(2 * time.Second) // longer than the model's debounce
-	if n := countLines(p.logs.String(), `msg="mesh model published"`); n != published {
+	// A change the model reads, made after the objects: once it is
+	// published and pushed, so is anything the objects caused.
+	p.catchUp(t, client, ns, "canary-after")
+	if n := countLines(p.logs.String(), `msg="mesh model published"`) - 1; n != published {
 		t.Errorf("%d models published after objects Bulwark does not read, want none", n-published)
 	}
-	if n := countLines(p.logs.String(), `msg="pushing model"`); n != pushes {
+	if n := countLines(p.logs.String(), `msg="pushing model"`) - 1; n != pushes {
 		t.Errorf("%d pushes after objects Bulwark does not read, want none", n-pushes)
 	}
 	p.checkNeverRefused(t)
@@ -109,4 +114,45 @@ func (p *istiod) debugUnsupported(t *testing.T) unsupported.Report {
 		t.Fatalf("%s: /debug/unsupported: %d %s", p.name, resp.StatusCode, strings.TrimSpace(string(body)))
 	}
 	return rep
+}
+
+// catchUp creates a Service named name in ns, a change the mesh model
+// reads, and waits until p has published a model holding it and pushed
+// that very model: whatever istiod was given before is then built and
+// pushed too (or folded into the same model), so counting publications
+// and pushes afterwards needs no sleeping. It counts as one of each.
+func (p *istiod) catchUp(t *testing.T, client kubernetes.Interface, ns, name string) {
+	t.Helper()
+	mark := len(p.logs.String())
+	if _, err := client.CoreV1().Services(ns).Create(context.Background(), &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the model with "+ns+"/"+name+" published and pushed", 30*time.Second, func() bool {
+		var version string
+		for _, line := range strings.Split(p.logs.String()[mark:], "\n") {
+			if v, ok := logValue(line, `msg="mesh model published"`, "version"); ok {
+				version = v
+			}
+			if v, ok := logValue(line, `msg="pushing model"`, "version"); ok && version != "" && v == version {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// logValue reads key's value from a text-handler log line holding msg.
+func logValue(line, msg, key string) (string, bool) {
+	if !strings.Contains(line, msg) {
+		return "", false
+	}
+	_, v, ok := strings.Cut(line, " "+key+"=")
+	if !ok {
+		return "", false
+	}
+	v, _, _ = strings.Cut(v, " ")
+	return v, true
 }

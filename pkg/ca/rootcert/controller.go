@@ -183,16 +183,26 @@ func (c *Controller) processNext(ctx context.Context, q workqueue.TypedRateLimit
 	if ctx.Err() != nil {
 		return true
 	}
+	retry := false
 	if err := c.reconcile(ctx, ns); err != nil {
-		if ctx.Err() == nil {
-			c.log.Warn("reconcile failed; retrying", "namespace", ns, "retries", q.NumRequeues(ns), "err", err)
-			q.AddRateLimited(ns)
+		if ctx.Err() != nil {
+			return true
 		}
-		return true
+		c.log.Warn("reconcile failed; retrying", "namespace", ns, "retries", q.NumRequeues(ns), "err", err)
+		q.AddRateLimited(ns)
+		retry = true
+	} else {
+		q.Forget(ns)
 	}
-	q.Forget(ns)
+	c.log.Debug(LogChecked, "namespace", ns, "retry", retry)
 	return true
 }
+
+// LogChecked is the debug line that ends each check of a namespace, once
+// its outcome (written or not, retried or not) is settled: whatever the
+// check did is done by then. With one worker, namespaces are checked in
+// the order their events came.
+const LogChecked = "namespace checked"
 
 // enqueue adds a namespace to the current term's queue, if leading.
 func (c *Controller) enqueue(ns string) {

@@ -18,6 +18,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 
+	"github.com/bulwark-mesh/bulwark/internal/logtest"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/catest"
 )
 
@@ -155,9 +156,9 @@ func TestUpToDateConfigMapsAreNotWritten(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: ConfigMapName, Namespace: "app", Labels: map[string]string{ConfigLabel: "true"}},
 		Data:       map[string]string{DataKey: "root-1"},
 	})
-	c, _ := start(t, client, newBundles("root-1"))
-	eventually(t, "leadership and synced caches", func() bool { return c.IsLeader() && c.HasSynced() })
-	time.Sleep(200 * time.Millisecond) // let the initial pass run
+	rec, log := logtest.New(t)
+	start(t, client, newBundles("root-1"), withLogger(log))
+	eventually(t, "app checked", func() bool { return rec.Count(LogChecked, "namespace=app") > 0 })
 	if n := countWrites(client, "configmaps"); n != 0 {
 		t.Errorf("%d configmap writes; want none", n)
 	}
@@ -179,16 +180,16 @@ func TestTerminatingNamespacesAreLeftAlone(t *testing.T) {
 		err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause}}
 		return true, nil, err
 	})
-	start(t, client, newBundles("root-1"))
+	rec, log := logtest.New(t)
+	start(t, client, newBundles("root-1"), withLogger(log))
 	eventually(t, "configmap in app", holds(client, "app", "root-1"))
-	eventually(t, "a refused create in dying", func() bool { return refused.Load() > 0 })
-	// Informer events may bring the namespace more than once; retries
-	// would keep coming, 5ms, 10ms, 20ms... apart.
-	time.Sleep(100 * time.Millisecond)
-	before := refused.Load()
-	time.Sleep(400 * time.Millisecond)
-	if n := refused.Load(); n != before {
-		t.Errorf("creates in a terminating namespace went on from %d to %d; want no retries", before, n)
+	// A check of dying has settled whether it is retried, 5ms, 10ms,
+	// 20ms... later: it is not.
+	eventually(t, "dying checked after a refused create", func() bool {
+		return refused.Load() > 0 && rec.Count(LogChecked, "namespace=dying") > 0
+	})
+	if n := rec.Count(LogChecked, "namespace=dying", "retry=true"); n != 0 {
+		t.Errorf("%d checks of a terminating namespace retried; want none", n)
 	}
 	for _, a := range client.Actions() {
 		if a.GetNamespace() == "gone" && a.GetResource().Resource == "configmaps" && a.GetVerb() == "create" {
@@ -223,9 +224,12 @@ func TestAFollowerDoesNotWrite(t *testing.T) {
 		},
 	}
 	client := fake.NewClientset(namespace("app"), lease)
+	gets := leaseGets(client)
 	c, _ := start(t, client, newBundles("root-1"))
 	eventually(t, "synced caches", c.HasSynced)
-	time.Sleep(500 * time.Millisecond) // two retry periods
+	// Each attempt to acquire the lease reads it first: after the second
+	// read the first attempt has lost.
+	eventually(t, "two attempts at the lease", func() bool { return gets.Load() >= 2 })
 	if c.IsLeader() {
 		t.Error("IsLeader while another replica holds the lease")
 	}

@@ -2,11 +2,14 @@ package rootcert
 
 import (
 	"context"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -50,6 +53,21 @@ func (b *bundles) Subscribe() (<-chan *ca.Bundle, func()) {
 	ch <- b.current
 	b.subs = append(b.subs, ch)
 	return ch, func() {}
+}
+
+// withLogger has the controller log to log.
+func withLogger(log *slog.Logger) func(*Config) {
+	return func(c *Config) { c.Logger = log }
+}
+
+// leaseGets counts the reads of Leases through client.
+func leaseGets(client *fake.Clientset) *atomic.Int32 {
+	var n atomic.Int32
+	client.PrependReactor("get", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		n.Add(1)
+		return false, nil, nil
+	})
+	return &n
 }
 
 // fastLease makes leader election quick enough for tests.

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/bulwark-mesh/bulwark/internal/logtest"
 	"github.com/bulwark-mesh/bulwark/internal/testenv"
 	"github.com/bulwark-mesh/bulwark/pkg/ca"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/catest"
@@ -144,7 +145,7 @@ func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { r
 
 // controller starts a controller with its own client, and returns it, its
 // writes, and a function that stops it and waits for Run to return.
-func (m *mesh) controller(name string) (*rootcert.Controller, *writes, func()) {
+func (m *mesh) controller(name string, change ...func(*rootcert.Config)) (*rootcert.Controller, *writes, func()) {
 	m.t.Helper()
 	w := &writes{}
 	cfg := rest.CopyConfig(m.env.Config)
@@ -153,7 +154,7 @@ func (m *mesh) controller(name string) (*rootcert.Controller, *writes, func()) {
 	if err != nil {
 		m.t.Fatal(err)
 	}
-	c, err := rootcert.New(rootcert.Config{
+	cc := rootcert.Config{
 		Client:            client,
 		Namespace:         m.leaseNS,
 		Identity:          name,
@@ -163,7 +164,11 @@ func (m *mesh) controller(name string) (*rootcert.Controller, *writes, func()) {
 		RenewDeadline:     3 * time.Second,
 		RetryPeriod:       500 * time.Millisecond,
 		Logger:            catest.Logger(m.t).With("controller", name),
-	})
+	}
+	for _, f := range change {
+		f(&cc)
+	}
+	c, err := rootcert.New(cc)
 	if err != nil {
 		m.t.Fatal(err)
 	}
@@ -318,7 +323,9 @@ func TestATerminatingNamespaceIsLeftAlone(t *testing.T) {
 	t.Parallel()
 	m := newMesh(t)
 	ns, created := m.namespace()
-	c, w, _ := m.controller("istiod-a")
+	// One worker checks namespaces in the order their events came.
+	rec, log := logtest.New(t)
+	c, w, _ := m.controller("istiod-a", func(cfg *rootcert.Config) { cfg.Workers, cfg.Logger = 1, log })
 	m.waitConfigMap(ns, created)
 	// No namespace controller runs, so the namespace stays Terminating
 	// with its ConfigMap, which is then deleted by hand.
@@ -333,14 +340,24 @@ func TestATerminatingNamespaceIsLeftAlone(t *testing.T) {
 	if err := m.client.CoreV1().ConfigMaps(ns).Delete(context.Background(), rootcert.ConfigMapName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// A new namespace proves the controller still works, and gives the
-	// delete event time to arrive.
-	other, created := m.namespace()
-	m.waitConfigMap(other, created)
-	time.Sleep(time.Second)
+	// A ConfigMap event after the deletion's, in a namespace the
+	// controller does not serve: its check comes after that of ns.
+	canary := m.env.Namespace(t)
+	if _, err := m.client.CoreV1().ConfigMaps(canary).Create(context.Background(), &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: rootcert.ConfigMapName},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the controller to check the canary", func() bool { return rec.Count(rootcert.LogChecked, "namespace="+canary) > 0 })
 	if n := w.in(ns) - before; n != 0 {
 		t.Errorf("%d configmap writes into a terminating namespace; want none", n)
 	}
+	if n := rec.Count(rootcert.LogChecked, "namespace="+ns, "retry=true"); n != 0 {
+		t.Errorf("%d checks of a terminating namespace retried; want none", n)
+	}
+	// A new namespace proves the controller still works.
+	other, created := m.namespace()
+	m.waitConfigMap(other, created)
 	if !c.IsLeader() {
 		t.Error("the controller stopped leading")
 	}
