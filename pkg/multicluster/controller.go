@@ -91,6 +91,15 @@ type Cluster struct {
 	stop   context.CancelFunc
 }
 
+// ClusterHandler is told of the remote clusters as they are registered
+// (again when a cluster's client is replaced) and withdrawn. Its methods
+// are called with the registry locked: they must not block, nor call the
+// Controller.
+type ClusterHandler interface {
+	ClusterAdded(id string, client kubernetes.Interface)
+	ClusterRemoved(id string)
+}
+
 // Controller watches the remote secrets and keeps the registry of remote
 // clusters. Lookups are safe for concurrent use and never wait for the API.
 type Controller struct {
@@ -105,6 +114,18 @@ type Controller struct {
 	bySecret map[types.NamespacedName][]string
 	ctx      context.Context // Run's, for the sync probes
 	synced   atomic.Bool
+	handlers []ClusterHandler
+}
+
+// Notify has h told of every remote cluster registered or withdrawn from
+// now on, and of those registered already.
+func (c *Controller) Notify(h ClusterHandler) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.handlers = append(c.handlers, h)
+	for id, cl := range c.clusters {
+		h.ClusterAdded(id, cl.Client)
+	}
 }
 
 // HasSynced reports whether the remote secrets have been listed once (not
@@ -288,6 +309,9 @@ func (c *Controller) addLocked(key types.NamespacedName, id string, kubeconfig [
 	// The new client replaces the old one in one step: a lookup gets one or
 	// the other, never neither.
 	c.clusters[id] = next
+	for _, h := range c.handlers {
+		h.ClusterAdded(id, client)
+	}
 	if exists {
 		cur.stop()
 		log.Info("remote cluster credentials changed: client replaced")
@@ -306,6 +330,9 @@ func (c *Controller) removeLocked(id, why string) {
 	}
 	cl.stop()
 	delete(c.clusters, id)
+	for _, h := range c.handlers {
+		h.ClusterRemoved(id)
+	}
 	c.metrics.setStatus(id, StatusClosed)
 	c.log.Info("remote cluster removed", "cluster", id, "secret", cl.Secret.String(), "reason", why)
 }
