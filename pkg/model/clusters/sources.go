@@ -31,7 +31,9 @@ type Sources struct {
 	running map[string]context.CancelFunc
 }
 
-type runner interface{ Run(ctx context.Context) error }
+type runner interface {
+	Run(ctx context.Context) error
+}
 
 // NewSources returns the remote sources of m, built with opts (the local
 // source's: the same domain). It does no I/O and starts nothing.
