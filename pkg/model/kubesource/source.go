@@ -262,6 +262,11 @@ func (s *Source) waitForSync(ctx context.Context, inf *informers, t *tickers) (b
 		case <-ctx.Done():
 			return false, nil
 		case <-t.report.C:
+			if s.cfg.EndpointsOnly {
+				s.cfg.Logger.Warn("waiting for Kubernetes caches to sync; is the API server reachable, and may istiod list them?",
+					"pending", inf.unsynced())
+				break
+			}
 			s.cfg.Logger.Warn("waiting for Kubernetes caches to sync; are the Istio CRDs readable?",
 				"pending", inf.unsynced(), "discovered", inf.discovered)
 		case <-t.crd.C:
