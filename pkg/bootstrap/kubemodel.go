@@ -39,8 +39,9 @@ var _ modelSource = (*kubesource.Source)(nil)
 // endpoints of cluster clusterID. The Istio clientset shares the core
 // client's REST configuration, so its user agent and client-side rate
 // limits too. With a registry of remote clusters, each remote cluster's
-// Services, EndpointSlices and Pods join the model (package clusters).
-func (k *kubeParts) watchModel(pub model.Publisher, opts model.Options, clusterID string) error {
+// Services, EndpointSlices and Pods join the model (package clusters),
+// whose metric reg serves.
+func (k *kubeParts) watchModel(pub model.Publisher, opts model.Options, clusterID string, reg prometheus.Registerer) error {
 	if k.rest == nil {
 		return errors.New("kubernetes model: no REST config")
 	}
@@ -49,7 +50,10 @@ func (k *kubeParts) watchModel(pub model.Publisher, opts model.Options, clusterI
 		return fmt.Errorf("istio client: %w", err)
 	}
 	if k.clusters != nil {
-		merger := clusters.New(pub, k.log.With("component", "model"))
+		merger, err := clusters.New(pub, k.log.With("component", "model"), reg)
+		if err != nil {
+			return fmt.Errorf("kubernetes model: %w", err)
+		}
 		k.remoteModels = clusters.NewSources(merger, opts, k.log.With("component", "model"))
 		k.clusters.Notify(k.remoteModels)
 		pub = merger.Local()

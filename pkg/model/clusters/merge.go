@@ -31,6 +31,8 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 )
 
@@ -38,8 +40,9 @@ import (
 // cluster and publishes their merge. It is safe for concurrent use; a
 // publication takes the time of one merge, never waits for a cluster.
 type Merger struct {
-	pub model.Publisher
-	log *slog.Logger
+	pub      model.Publisher
+	log      *slog.Logger
+	networks *networks
 
 	mu     sync.Mutex
 	local  *model.Snapshot
@@ -60,14 +63,19 @@ type mergedService struct {
 	svc  *model.Service
 }
 
-// New returns a Merger publishing to pub. Nothing is published before the
-// local cluster's first snapshot.
-func New(pub model.Publisher, log *slog.Logger) *Merger {
+// New returns a Merger publishing to pub, its metric registered with reg
+// (none when nil). Nothing is published before the local cluster's first
+// snapshot.
+func New(pub model.Publisher, log *slog.Logger, reg prometheus.Registerer) (*Merger, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Merger{pub: pub, log: log, remote: map[string]*model.Snapshot{}, owner: map[string]uint64{},
-		merged: map[string]*mergedService{}}
+	n, err := newNetworks(log, reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Merger{pub: pub, log: log, networks: n, remote: map[string]*model.Snapshot{}, owner: map[string]uint64{},
+		merged: map[string]*mergedService{}}, nil
 }
 
 // Local is the publisher of the local cluster's snapshots.
@@ -150,6 +158,7 @@ func (m *Merger) publishLocked() {
 	}
 	if len(m.remote) == 0 && len(m.merged) == 0 {
 		m.last = m.local
+		m.networks.observe(m.local.Resources().Services)
 		m.pub.Publish(m.local)
 		return
 	}
@@ -199,6 +208,7 @@ func (m *Merger) publishLocked() {
 	res.Services = services
 	version := hex.EncodeToString(h.Sum(nil))[:16]
 	m.last = model.BuildShared(version, m.local.Options, res, m.last)
+	m.networks.observe(services)
 	m.pub.Publish(m.last)
 }
 

@@ -1,6 +1,7 @@
 package clusters
 
 import (
+	"log/slog"
 	"slices"
 	"testing"
 
@@ -28,6 +29,15 @@ func service(name, cluster string, ports map[string]uint32, addrs ...string) *mo
 		}
 	}
 	return svc
+}
+
+func newMerger(t *testing.T, store model.Publisher, log *slog.Logger) *Merger {
+	t.Helper()
+	m, err := New(store, log, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 func snapshot(version string, svcs ...*model.Service) *model.Snapshot {
@@ -60,7 +70,7 @@ func itoa(n uint32) string {
 
 func TestNothingIsPublishedBeforeTheLocalCluster(t *testing.T) {
 	store := model.NewStore()
-	m := New(store, nil)
+	m := newMerger(t, store, nil)
 	m.Remote("b").Publish(snapshot("b1", service("echo", "b", map[string]uint32{"http": 80}, "10.1.0.1")))
 	if store.Current().Version != "" {
 		t.Fatalf("published %q before the local cluster's first snapshot", store.Current().Version)
@@ -73,7 +83,7 @@ func TestNothingIsPublishedBeforeTheLocalCluster(t *testing.T) {
 
 func TestALocalModelAloneIsPublishedAsItIs(t *testing.T) {
 	store := model.NewStore()
-	m := New(store, nil)
+	m := newMerger(t, store, nil)
 	local := snapshot("a1", service("echo", "a", map[string]uint32{"http": 80}, "10.0.0.1"))
 	m.Local().Publish(local)
 	if store.Current() != local {
@@ -122,7 +132,7 @@ func TestServicesMergeByHostname(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			store := model.NewStore()
-			m := New(store, nil)
+			m := newMerger(t, store, nil)
 			for _, id := range []string{"c", "b"} {
 				if svcs, ok := tc.remotes[id]; ok {
 					m.Remote(id).Publish(snapshot(id+"1", svcs...))
@@ -146,7 +156,7 @@ func TestServicesMergeByHostname(t *testing.T) {
 
 func TestARemoteEndpointChangeIsAnEndpointChangeOfItsServiceAlone(t *testing.T) {
 	store := model.NewStore()
-	m := New(store, nil)
+	m := newMerger(t, store, nil)
 	other := service("other", "a", map[string]uint32{"http": 80}, "10.0.0.9")
 	remoteOnly := service("far", "b", map[string]uint32{"http": 80}, "10.1.0.9")
 	localEcho := service("echo", "a", map[string]uint32{"http": 80}, "10.0.0.1")
@@ -177,7 +187,7 @@ func TestARemoteEndpointChangeIsAnEndpointChangeOfItsServiceAlone(t *testing.T) 
 
 func TestARemovedClusterLeavesTheModelAndIsNotHeardAgain(t *testing.T) {
 	store := model.NewStore()
-	m := New(store, nil)
+	m := newMerger(t, store, nil)
 	m.Local().Publish(snapshot("a1", service("echo", "a", map[string]uint32{"http": 80}, "10.0.0.1")))
 	b := m.Remote("b")
 	b.Publish(snapshot("b1", service("echo", "b", map[string]uint32{"http": 80}, "10.1.0.1"), service("far", "b", map[string]uint32{"http": 80}, "10.1.0.9")))
@@ -202,7 +212,7 @@ func TestARemovedClusterLeavesTheModelAndIsNotHeardAgain(t *testing.T) {
 
 func TestAReplacedSourceLeavesNoGap(t *testing.T) {
 	store := model.NewStore()
-	m := New(store, nil)
+	m := newMerger(t, store, nil)
 	m.Local().Publish(snapshot("a1"))
 	old := m.Remote("b")
 	old.Publish(snapshot("b1", service("echo", "b", map[string]uint32{"http": 80}, "10.1.0.1")))

@@ -95,7 +95,7 @@ func (w tWriter) Write(p []byte) (int, error) {
 
 func TestARemoteClusterJoinsTheModelAndLeavesIt(t *testing.T) {
 	store := model.NewStore()
-	m := New(store, testLogger(t))
+	m := newMerger(t, store, testLogger(t))
 	s := NewSources(m, model.Options{}, testLogger(t))
 	s.ClusterAdded("b", fake.NewClientset(remoteObjects("10.1.0.1")...)) // before Run: started by Run
 	runSources(t, s)
@@ -137,7 +137,7 @@ func TestRemoteAPIServersThatHangOrAnswerGarbageStallNothing(t *testing.T) {
 		return c
 	}
 	store := model.NewStore()
-	m := New(store, testLogger(t))
+	m := newMerger(t, store, testLogger(t))
 	s := NewSources(m, model.Options{}, testLogger(t))
 	runSources(t, s)
 	s.ClusterAdded("hang", client(hang.URL))
