@@ -83,8 +83,10 @@ type Cluster struct {
 	ID string
 	// Secret is the namespace/name of the remote secret that registered it.
 	Secret types.NamespacedName
-	// Client talks to the cluster's API server.
+	// Client talks to the cluster's API server; each request times out.
 	Client kubernetes.Interface
+	// watch is Client without the time limit, for informers.
+	watch kubernetes.Interface
 
 	sum    [32]byte
 	status string
@@ -94,7 +96,9 @@ type Cluster struct {
 // ClusterHandler is told of the remote clusters as they are registered
 // (again when a cluster's client is replaced) and withdrawn. Its methods
 // are called with the registry locked: they must not block, nor call the
-// Controller.
+// Controller. The client ClusterAdded gets is for informers: its requests
+// have no overall time limit (a watch is one long request), unlike
+// Cluster.Client's, so it must be used with a context that ends.
 type ClusterHandler interface {
 	ClusterAdded(id string, client kubernetes.Interface)
 	ClusterRemoved(id string)
@@ -124,7 +128,7 @@ func (c *Controller) Notify(h ClusterHandler) {
 	defer c.mu.Unlock()
 	c.handlers = append(c.handlers, h)
 	for id, cl := range c.clusters {
-		h.ClusterAdded(id, cl.Client)
+		h.ClusterAdded(id, cl.watch)
 	}
 }
 
@@ -305,12 +309,19 @@ func (c *Controller) addLocked(key types.NamespacedName, id string, kubeconfig [
 		log.Error("remote secret refused: build client", "err", err)
 		return exists
 	}
-	next := &Cluster{ID: id, Secret: key, Client: client, sum: sum, status: StatusSyncing}
+	wc := rest.CopyConfig(rc)
+	wc.Timeout = 0
+	watch, err := c.cfg.NewClient(wc)
+	if err != nil {
+		log.Error("remote secret refused: build client", "err", err)
+		return exists
+	}
+	next := &Cluster{ID: id, Secret: key, Client: client, watch: watch, sum: sum, status: StatusSyncing}
 	// The new client replaces the old one in one step: a lookup gets one or
 	// the other, never neither.
 	c.clusters[id] = next
 	for _, h := range c.handlers {
-		h.ClusterAdded(id, client)
+		h.ClusterAdded(id, watch)
 	}
 	if exists {
 		cur.stop()

@@ -4,17 +4,25 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 )
 
 // events records what a ClusterHandler is told.
 type events struct {
-	mu  sync.Mutex
-	got []string
+	mu      sync.Mutex
+	got     []string
+	clients []kubernetes.Interface
 }
 
-func (e *events) ClusterAdded(id string, _ kubernetes.Interface) { e.add("added " + id) }
+func (e *events) ClusterAdded(id string, c kubernetes.Interface) {
+	e.mu.Lock()
+	e.clients = append(e.clients, c)
+	e.mu.Unlock()
+	e.add("added " + id)
+}
 func (e *events) ClusterRemoved(id string)                       { e.add("removed " + id) }
 
 func (e *events) add(s string) {
@@ -48,4 +56,15 @@ func TestHandlersAreToldOfClustersAddedReplacedAndRemoved(t *testing.T) {
 	if got, want := ev.list(), []string{"added b", "added b", "added c", "removed b"}; !slices.Equal(got, want) {
 		t.Fatalf("events %v, want %v", got, want)
 	}
+	c, _ := h.c.Client("c")
+	ev.mu.Lock()
+	defer ev.mu.Unlock()
+	if timeout(ev.clients[2]) != 0 || timeout(c) == 0 {
+		t.Errorf("informers' client timeout %v, requests' %v: want none and one", timeout(ev.clients[2]), timeout(c))
+	}
+}
+
+// timeout is the overall request timeout of a client-go clientset.
+func timeout(c kubernetes.Interface) time.Duration {
+	return c.(*kubernetes.Clientset).CoreV1().RESTClient().(*rest.RESTClient).Client.Timeout
 }
