@@ -23,7 +23,7 @@ func (e *events) ClusterAdded(id string, c kubernetes.Interface) {
 	e.mu.Unlock()
 	e.add("added " + id)
 }
-func (e *events) ClusterRemoved(id string)                       { e.add("removed " + id) }
+func (e *events) ClusterRemoved(id string) { e.add("removed " + id) }
 
 func (e *events) add(s string) {
 	e.mu.Lock()
