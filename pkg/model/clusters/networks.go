@@ -21,15 +21,17 @@ type networkKey struct{ cluster, network string }
 type networks struct {
 	log   *slog.Logger
 	gauge *prometheus.GaugeVec // bulwark_network_endpoints{cluster,network}
-	// counts are each service's, kept while the service is shared.
-	counts map[*model.Service]map[networkKey]int
+	// prev are the services last observed, with their counts: a service
+	// at the same place is counted once while it is shared.
+	prev   []*model.Service
+	counts []map[networkKey]int
+	total  map[networkKey]int
 	shown  map[networkKey]bool // the gauge's label sets
 	warned map[string]bool     // the networks named in a warning
 }
 
 func newNetworks(log *slog.Logger, reg prometheus.Registerer) (*networks, error) {
-	n := &networks{log: log, counts: map[*model.Service]map[networkKey]int{}, shown: map[networkKey]bool{},
-		warned: map[string]bool{},
+	n := &networks{log: log, total: map[networkKey]int{}, shown: map[networkKey]bool{}, warned: map[string]bool{},
 		gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "bulwark_network_endpoints",
 			Help: "Endpoints in the mesh model, by cluster and network (topology.istio.io/network; empty: unknown). " +
@@ -44,34 +46,47 @@ func newNetworks(log *slog.Logger, reg prometheus.Registerer) (*networks, error)
 	return n, nil
 }
 
-// observe counts the endpoints of svcs.
+// observe counts the endpoints of svcs. It costs a pointer comparison per
+// service, and a count of the endpoints of those not at the same place as
+// in the last call.
 func (n *networks) observe(svcs []*model.Service) {
-	total := map[networkKey]int{}
-	next := make(map[*model.Service]map[networkKey]int, len(svcs))
-	for _, svc := range svcs {
-		c, ok := n.counts[svc]
-		if !ok {
-			c = map[networkKey]int{}
-			for _, eps := range svc.Endpoints {
-				for _, ep := range eps {
-					c[networkKey{ep.Cluster, ep.Network}]++
-				}
-			}
+	if len(svcs) != len(n.prev) {
+		n.prev, n.counts = n.prev[:0], n.counts[:0]
+		clear(n.total)
+		for _, svc := range svcs {
+			c := countNetworks(svc)
+			n.prev, n.counts = append(n.prev, svc), append(n.counts, c)
+			add(n.total, c, 1)
 		}
-		next[svc] = c
-		for k, v := range c {
-			total[k] += v
+	} else {
+		changed := false
+		for i, svc := range svcs {
+			if svc == n.prev[i] {
+				continue
+			}
+			changed = true
+			c := countNetworks(svc)
+			add(n.total, n.counts[i], -1)
+			add(n.total, c, 1)
+			n.prev[i], n.counts[i] = svc, c
+		}
+		if !changed {
+			return
 		}
 	}
-	n.counts = next
+	total := n.total
 	for k := range n.shown {
-		if _, ok := total[k]; !ok {
+		if total[k] == 0 {
 			n.gauge.DeleteLabelValues(k.cluster, k.network)
 			delete(n.shown, k)
 		}
 	}
 	named := map[string]bool{}
 	for k, v := range total {
+		if v == 0 {
+			delete(total, k)
+			continue
+		}
 		n.gauge.WithLabelValues(k.cluster, k.network).Set(float64(v))
 		n.shown[k] = true
 		if k.network != "" {
@@ -92,5 +107,27 @@ func (n *networks) observe(svcs []*model.Service) {
 		n.log.Warn("endpoints of several networks: a proxy gets only those of its own network (and of none); "+
 			"without east-west gateways, which Bulwark does not generate yet, the others are left out for it",
 			"networks", slices.Sorted(maps.Keys(named)), "new", fresh)
+	}
+}
+
+// countNetworks counts svc's endpoints by cluster and network; nil when it
+// has none.
+func countNetworks(svc *model.Service) map[networkKey]int {
+	var c map[networkKey]int
+	for _, eps := range svc.Endpoints {
+		for _, ep := range eps {
+			if c == nil {
+				c = map[networkKey]int{}
+			}
+			c[networkKey{ep.Cluster, ep.Network}]++
+		}
+	}
+	return c
+}
+
+// add adds sign times counts c to total.
+func add(total, c map[networkKey]int, sign int) {
+	for k, v := range c {
+		total[k] += sign * v
 	}
 }
