@@ -23,6 +23,7 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/ca/rootcert"
 	"github.com/bulwark-mesh/bulwark/pkg/ca/secretstore"
 	"github.com/bulwark-mesh/bulwark/pkg/inject/webhookconfig"
+	"github.com/bulwark-mesh/bulwark/pkg/model/clusters"
 	"github.com/bulwark-mesh/bulwark/pkg/multicluster"
 )
 
@@ -71,6 +72,9 @@ type kubeParts struct {
 	// clusters are the remote clusters of the remote secrets; nil in
 	// commands that authenticate no one.
 	clusters *multicluster.Controller
+	// remoteModels read the remote clusters' services into the model; nil
+	// without remote clusters or a model from the API server.
+	remoteModels *clusters.Sources
 	// monitor says when the API server becomes unreachable and is back.
 	monitor   *apiserverMonitor
 	identity  string
@@ -191,6 +195,9 @@ func (k *kubeParts) run(ctx context.Context) error {
 	}
 	if k.clusters != nil {
 		g.Go(func() error { return k.clusters.Run(ctx) })
+	}
+	if k.remoteModels != nil {
+		g.Go(func() error { return k.remoteModels.Run(ctx) })
 	}
 	if k.monitor != nil {
 		g.Go(func() error { return k.monitor.Run(ctx) })

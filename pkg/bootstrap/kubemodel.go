@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/metadata"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/model/clusters"
 	"github.com/bulwark-mesh/bulwark/pkg/model/kubesource"
 	"github.com/bulwark-mesh/bulwark/pkg/sds"
 	"github.com/bulwark-mesh/bulwark/pkg/unsupported"
@@ -34,10 +35,13 @@ type modelSource interface {
 var _ modelSource = (*kubesource.Source)(nil)
 
 // watchModel builds the mesh model from the API server's Services,
-// EndpointSlices, Pods and Istio resources, published to pub. The Istio
-// clientset shares the core client's REST configuration, so its user agent
-// and client-side rate limits too.
-func (k *kubeParts) watchModel(pub model.Publisher, opts model.Options) error {
+// EndpointSlices, Pods and Istio resources, published to pub, its
+// endpoints of cluster clusterID. The Istio clientset shares the core
+// client's REST configuration, so its user agent and client-side rate
+// limits too. With a registry of remote clusters, each remote cluster's
+// Services, EndpointSlices and Pods join the model (package clusters),
+// whose metric reg serves.
+func (k *kubeParts) watchModel(pub model.Publisher, opts model.Options, clusterID string, reg prometheus.Registerer) error {
 	if k.rest == nil {
 		return errors.New("kubernetes model: no REST config")
 	}
@@ -45,12 +49,22 @@ func (k *kubeParts) watchModel(pub model.Publisher, opts model.Options) error {
 	if err != nil {
 		return fmt.Errorf("istio client: %w", err)
 	}
+	if k.clusters != nil {
+		merger, err := clusters.New(pub, k.log.With("component", "model"), reg)
+		if err != nil {
+			return fmt.Errorf("kubernetes model: %w", err)
+		}
+		k.remoteModels = clusters.NewSources(merger, opts, k.log.With("component", "model"))
+		k.clusters.Notify(k.remoteModels)
+		pub = merger.Local()
+	}
 	src, err := kubesource.New(kubesource.Config{
 		Client:    k.client,
 		Istio:     istio,
 		Publisher: pub,
 		Options:   opts,
 		Logger:    k.log.With("component", "model"),
+		ClusterID: clusterID,
 	})
 	if err != nil {
 		return fmt.Errorf("kubernetes model: %w", err)

@@ -114,7 +114,8 @@ func sameEndpoints(a, b map[uint32][]Endpoint) bool {
 
 func sameEndpoint(a, b Endpoint) bool {
 	return a.Address == b.Address && a.Port == b.Port && a.Locality == b.Locality && a.ServiceAccount == b.ServiceAccount &&
-		a.Namespace == b.Namespace && a.Weight == b.Weight && maps.Equal(a.Labels, b.Labels)
+		a.Namespace == b.Namespace && a.Weight == b.Weight && a.Cluster == b.Cluster && a.Network == b.Network &&
+		maps.Equal(a.Labels, b.Labels)
 }
 
 // podChanges walks two pod lists sorted by namespace and name.

@@ -16,6 +16,13 @@ const (
 	DefaultRootNamespace = "istio-system"
 	// TLSModeLabel marks a workload that accepts Istio mTLS when "istio".
 	TLSModeLabel = "security.istio.io/tlsMode"
+	// ClusterLabel names the cluster of an endpoint: sources add it to
+	// the endpoint's labels, as Istio does, so that a DestinationRule
+	// subset can select the endpoints of one cluster.
+	ClusterLabel = "topology.istio.io/cluster"
+	// NetworkLabel names the network of a workload (on a pod, or added by
+	// the source from its cluster's network).
+	NetworkLabel = "topology.istio.io/network"
 )
 
 // Meta names a configuration object.
@@ -70,6 +77,13 @@ type Endpoint struct {
 	Namespace      string
 	Labels         map[string]string
 	Weight         uint32
+	// Cluster is the ID of the cluster the endpoint was read from; empty
+	// when the source names none (the file model).
+	Cluster string
+	// Network is the endpoint's network: its pod's topology.istio.io/network
+	// label, else its cluster's network; empty when unknown, which is
+	// every network.
+	Network string
 }
 
 // TLSMode is the endpoint's security.istio.io/tlsMode label.

@@ -83,12 +83,25 @@ type Cluster struct {
 	ID string
 	// Secret is the namespace/name of the remote secret that registered it.
 	Secret types.NamespacedName
-	// Client talks to the cluster's API server.
+	// Client talks to the cluster's API server; each request times out.
 	Client kubernetes.Interface
+	// watch is Client without the time limit, for informers.
+	watch kubernetes.Interface
 
 	sum    [32]byte
 	status string
 	stop   context.CancelFunc
+}
+
+// ClusterHandler is told of the remote clusters as they are registered
+// (again when a cluster's client is replaced) and withdrawn. Its methods
+// are called with the registry locked: they must not block, nor call the
+// Controller. The client ClusterAdded gets is for informers: its requests
+// have no overall time limit (a watch is one long request), unlike
+// Cluster.Client's, so it must be used with a context that ends.
+type ClusterHandler interface {
+	ClusterAdded(id string, client kubernetes.Interface)
+	ClusterRemoved(id string)
 }
 
 // Controller watches the remote secrets and keeps the registry of remote
@@ -105,6 +118,18 @@ type Controller struct {
 	bySecret map[types.NamespacedName][]string
 	ctx      context.Context // Run's, for the sync probes
 	synced   atomic.Bool
+	handlers []ClusterHandler
+}
+
+// Notify has h told of every remote cluster registered or withdrawn from
+// now on, and of those registered already.
+func (c *Controller) Notify(h ClusterHandler) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.handlers = append(c.handlers, h)
+	for id, cl := range c.clusters {
+		h.ClusterAdded(id, cl.watch)
+	}
 }
 
 // HasSynced reports whether the remote secrets have been listed once (not
@@ -284,10 +309,20 @@ func (c *Controller) addLocked(key types.NamespacedName, id string, kubeconfig [
 		log.Error("remote secret refused: build client", "err", err)
 		return exists
 	}
-	next := &Cluster{ID: id, Secret: key, Client: client, sum: sum, status: StatusSyncing}
+	wc := rest.CopyConfig(rc)
+	wc.Timeout = 0
+	watch, err := c.cfg.NewClient(wc)
+	if err != nil {
+		log.Error("remote secret refused: build client", "err", err)
+		return exists
+	}
+	next := &Cluster{ID: id, Secret: key, Client: client, watch: watch, sum: sum, status: StatusSyncing}
 	// The new client replaces the old one in one step: a lookup gets one or
 	// the other, never neither.
 	c.clusters[id] = next
+	for _, h := range c.handlers {
+		h.ClusterAdded(id, watch)
+	}
 	if exists {
 		cur.stop()
 		log.Info("remote cluster credentials changed: client replaced")
@@ -306,6 +341,9 @@ func (c *Controller) removeLocked(id, why string) {
 	}
 	cl.stop()
 	delete(c.clusters, id)
+	for _, h := range c.handlers {
+		h.ClusterRemoved(id)
+	}
 	c.metrics.setStatus(id, StatusClosed)
 	c.log.Info("remote cluster removed", "cluster", id, "secret", cl.Secret.String(), "reason", why)
 }

@@ -119,6 +119,17 @@ type sidecarResources struct {
 // YAML, and returns the first snapshot it publishes from synced caches.
 func ourSnapshot(t testing.TB, objects []runtime.Object, istioYAML string) *model.Snapshot {
 	t.Helper()
+	store := model.NewStore()
+	stop := runKubesource(t, objects, istioYAML, kubesource.Config{Publisher: store})
+	defer stop()
+	return store.Current()
+}
+
+// runKubesource runs kubesource, configured as cfg, over fake clientsets
+// holding the Kubernetes objects and the Istio configuration YAML, until
+// it has published a snapshot from synced caches; stop stops it.
+func runKubesource(t testing.TB, objects []runtime.Object, istioYAML string, cfg kubesource.Config) (stop func()) {
+	t.Helper()
 	kube := kubefake.NewClientset(objects...)
 	// Discovery serves the Istio CRDs kubesource watches, as an apiserver
 	// with Istio's CRDs installed does.
@@ -163,19 +174,25 @@ func ourSnapshot(t testing.TB, objects []runtime.Object, istioYAML string) *mode
 		}
 		return false, nil, nil
 	})
-	store := model.NewStore()
 	_, logger := logtest.New(t)
-	src, err := kubesource.New(kubesource.Config{Client: kube, Istio: istio, Publisher: store, Logger: logger})
+	cfg.Client, cfg.Istio, cfg.Logger = kube, istio, logger
+	src, err := kubesource.New(cfg)
 	if err != nil {
 		t.Fatalf("kubesource.New: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- src.Run(ctx) }()
-	defer func() {
+	stop = func() {
 		cancel()
 		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
 			t.Errorf("kubesource Run: %v", err)
+		}
+	}
+	synced := false
+	defer func() {
+		if !synced { // failed: stop it all the same
+			cancel()
 		}
 	}()
 	for deadline := time.Now().Add(snapshotTimeout); !src.HasSynced(); time.Sleep(5 * time.Millisecond) {
@@ -188,7 +205,8 @@ func ourSnapshot(t testing.TB, objects []runtime.Object, istioYAML string) *mode
 		default:
 		}
 	}
-	return store.Current()
+	synced = true
+	return stop
 }
 
 // ourConfig is what our generator, envoygen, gives the sidecar of pod:

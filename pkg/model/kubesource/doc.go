@@ -89,6 +89,19 @@
 // The source reads no WorkloadEntries; model.Build would add those a
 // Service selects.
 //
+// # Clusters and networks
+//
+// With Config.ClusterID set, every endpoint names that cluster
+// (model.Endpoint.Cluster) and carries it as label
+// topology.istio.io/cluster, as Istio augments an endpoint's labels, so
+// that DestinationRule subsets can select a cluster. Its network
+// (model.Endpoint.Network) is its pod's topology.istio.io/network label,
+// else Config.Network; a network the pod does not name is added to its
+// labels too. With Config.EndpointsOnly the source reads a remote
+// cluster's part of the model: Services, EndpointSlices, Pods and Nodes,
+// never the Istio kinds, and asks no discovery (package clusters merges
+// such sources with the local one).
+//
 // # Memory
 //
 // Pods are cached trimmed to name, namespace, UID, labels, deletion mark,

@@ -18,6 +18,7 @@ type workload struct {
 	labels         map[string]string // a copy, shared by the pod's endpoints
 	locality       string            // from the pod's labels
 	nodeName       string
+	network        string // the pod's network label, else its cluster's
 }
 
 // podLookup finds and converts the pods of one build, and the nodes they
@@ -36,7 +37,36 @@ func newPodLookup(l listers, r *reuse) *podLookup {
 
 // workload is workloadOf(pod), made once while pod is unchanged.
 func (p *podLookup) workload(pod *corev1.Pod) *workload {
-	return p.r.workloads.get(pod, func() *workload { return workloadOf(pod) })
+	return p.r.workloads.get(pod, func() *workload { return p.r.topo.place(workloadOf(pod)) })
+}
+
+// anonymous is the workload of an endpoint no pod names: no identity, in
+// namespace, of the source's cluster and network.
+func (p *podLookup) anonymous(namespace string) *workload {
+	return p.r.topo.place(&workload{namespace: namespace})
+}
+
+// topology is the cluster a source reads and that cluster's network.
+type topology struct {
+	cluster, network string
+}
+
+// place gives w the cluster and network labels, as Istio augments a
+// workload's labels: the cluster's ID always, the network when the pod
+// names none (its own label wins). Without a cluster ID w is unchanged.
+func (t topology) place(w *workload) *workload {
+	w.network = cmp.Or(w.labels[model.NetworkLabel], t.network)
+	if t.cluster == "" {
+		return w
+	}
+	if w.labels == nil {
+		w.labels = make(map[string]string, 2)
+	}
+	w.labels[model.ClusterLabel] = t.cluster
+	if w.network != "" {
+		w.labels[model.NetworkLabel] = w.network
+	}
+	return w
 }
 
 // endpointsOf is svc's endpoints from its EndpointSlices: every address of
@@ -116,6 +146,8 @@ func addEndpoint(out map[uint32][]model.Endpoint, size int, ports [][2]uint32, n
 				Namespace:      aw.namespace,
 				Labels:         aw.labels,
 				Weight:         1,
+				Cluster:        pods.r.topo.cluster,
+				Network:        aw.network,
 			})
 		}
 	}
@@ -165,12 +197,12 @@ func (p *podLookup) byIP(namespace, ip string) *workload {
 			continue
 		}
 		if found != nil {
-			return &workload{namespace: namespace}
+			return p.anonymous(namespace)
 		}
 		found = pod
 	}
 	if found == nil {
-		return &workload{namespace: namespace}
+		return p.anonymous(namespace)
 	}
 	key := namespace + "/" + found.Name + "/" + string(found.UID)
 	w, seen := p.seen[key]

@@ -34,7 +34,7 @@ func serviceDigest(s *model.Service) [sha256.Size]byte {
 		eps := s.Endpoints[p.Port]
 		h.count(len(eps))
 		for _, e := range eps {
-			h.str(e.Address, e.Locality, e.ServiceAccount, e.Namespace)
+			h.str(e.Address, e.Locality, e.ServiceAccount, e.Namespace, e.Cluster, e.Network)
 			h.count(int(e.Port), int(e.Weight))
 			h.labels(e.Labels)
 		}

@@ -64,8 +64,9 @@ type informers struct {
 
 // newInformers creates the Kubernetes informers, with their transforms,
 // indexers and handlers calling changed; nothing runs until start. The
-// Istio kinds read as empty until discover finds them served.
-func newInformers(client kubernetes.Interface, istio versioned.Interface, log *slog.Logger, changed func(objs ...any)) (*informers, error) {
+// Istio kinds read as empty until discover finds them served; with
+// endpointsOnly, they always read as empty and discovery is not asked.
+func newInformers(client kubernetes.Interface, istio versioned.Interface, endpointsOnly bool, log *slog.Logger, changed func(objs ...any)) (*informers, error) {
 	kf := k8sinformers.NewSharedInformerFactoryWithOptions(client, 0, k8sinformers.WithTransform(transform))
 	isf := istioinformers.NewSharedInformerFactoryWithOptions(istio, 0, istioinformers.WithTransform(transform))
 	svc, eps, pods := kf.Core().V1().Services(), kf.Discovery().V1().EndpointSlices(), kf.Core().V1().Pods()
@@ -86,6 +87,9 @@ func newInformers(client kubernetes.Interface, istio versioned.Interface, log *s
 	}
 	for _, k := range inf.missing {
 		k.setLister(&inf.listers, emptyIndexer())
+	}
+	if endpointsOnly {
+		inf.missing, inf.discovered = nil, true
 	}
 	if err := pods.Informer().AddIndexers(cache.Indexers{podIPIndex: indexPodIPs}); err != nil {
 		return nil, fmt.Errorf("index pods: %w", err)

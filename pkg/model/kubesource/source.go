@@ -30,7 +30,9 @@ const syncPoll = 10 * time.Millisecond
 type Config struct {
 	// Client reads the Kubernetes resources; its Discovery tells which
 	// Istio CRDs the apiserver serves.
-	Client    kubernetes.Interface
+	Client kubernetes.Interface
+	// Istio reads the Istio kinds; unused, and may be nil, with
+	// EndpointsOnly.
 	Istio     versioned.Interface
 	Publisher model.Publisher
 	Options   model.Options
@@ -48,6 +50,18 @@ type Config struct {
 	// the Istio CRDs not installed yet, and retries a discovery that
 	// failed. Default DefaultCRDPoll.
 	CRDPoll time.Duration
+	// ClusterID is the ID of the cluster read. When set, every endpoint
+	// carries it (Endpoint.Cluster, and label topology.istio.io/cluster,
+	// as Istio adds it, for DestinationRule subsets).
+	ClusterID string
+	// Network is the cluster's network (meshNetworks' fromRegistry): the
+	// network of its endpoints whose pod has no topology.istio.io/network
+	// label. Empty: those have none.
+	Network string
+	// EndpointsOnly reads only Services, EndpointSlices, Pods and Nodes,
+	// never the Istio kinds: a remote cluster's part of the model, as
+	// Istio reads only the discovery objects of a remote cluster.
+	EndpointsOnly bool
 }
 
 // Source publishes snapshots of the cluster's services, endpoints and
@@ -71,7 +85,7 @@ func New(cfg Config) (*Source, error) {
 	switch {
 	case cfg.Client == nil:
 		return nil, errors.New("kubesource: Config.Client is nil")
-	case cfg.Istio == nil:
+	case cfg.Istio == nil && !cfg.EndpointsOnly:
 		return nil, errors.New("kubesource: Config.Istio is nil")
 	case cfg.Publisher == nil:
 		return nil, errors.New("kubesource: Config.Publisher is nil")
@@ -84,7 +98,9 @@ func New(cfg Config) (*Source, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Source{cfg: cfg, dirty: make(chan struct{}, 1), touched: &touched{}}, nil
+	src := &Source{cfg: cfg, dirty: make(chan struct{}, 1), touched: &touched{}}
+	src.reuse.topo = topology{cluster: cfg.ClusterID, network: cfg.Network}
+	return src, nil
 }
 
 // HasSynced reports whether the first snapshot built from synced caches has
@@ -100,7 +116,7 @@ func (s *Source) Run(ctx context.Context) error {
 	if !s.started.CompareAndSwap(false, true) {
 		return errors.New("kubesource: Run called twice")
 	}
-	inf, err := newInformers(s.cfg.Client, s.cfg.Istio, s.cfg.Logger, s.touch)
+	inf, err := newInformers(s.cfg.Client, s.cfg.Istio, s.cfg.EndpointsOnly, s.cfg.Logger, s.touch)
 	if err != nil {
 		return fmt.Errorf("kubesource: %w", err)
 	}
@@ -246,6 +262,11 @@ func (s *Source) waitForSync(ctx context.Context, inf *informers, t *tickers) (b
 		case <-ctx.Done():
 			return false, nil
 		case <-t.report.C:
+			if s.cfg.EndpointsOnly {
+				s.cfg.Logger.Warn("waiting for Kubernetes caches to sync; is the API server reachable, and may istiod list them?",
+					"pending", inf.unsynced())
+				break
+			}
 			s.cfg.Logger.Warn("waiting for Kubernetes caches to sync; are the Istio CRDs readable?",
 				"pending", inf.unsynced(), "discovered", inf.discovered)
 		case <-t.crd.C:

@@ -64,6 +64,9 @@ func (b *builder) loadAssignments(ocs []outboundCluster) []resource.Resource {
 		if oc.dr != nil {
 			k = key("eds", oc.name, oc.dr.Key())
 		}
+		if net := b.network(); net != "" {
+			k += "|net:" + net // other networks' endpoints are left out
+		}
 		if oc.svc.Headless {
 			k += "|router" // only routers have a headless service's
 		}
@@ -93,9 +96,13 @@ func (b *builder) loadAssignment(oc outboundCluster) ([]byte, error) {
 		weight                uint32
 	}
 	var groups []*group
+	network := b.network()
 	for _, ep := range oc.svc.Endpoints[oc.port.Port] {
 		if oc.subset != nil && !model.Matches(subsetLabels, ep.Labels) {
 			continue
+		}
+		if !model.InNetwork(network, ep.Network) {
+			continue // no east-west gateway: not reachable
 		}
 		region, rest, _ := strings.Cut(ep.Locality, "/")
 		zone, subzone, _ := strings.Cut(rest, "/")
@@ -137,6 +144,11 @@ func (b *builder) loadAssignment(oc outboundCluster) ([]byte, error) {
 	}
 	return w, nil
 }
+
+// network is the proxy's network: its workload's topology.istio.io/network
+// label (the injector sets it to the network it injects for); empty when
+// unknown.
+func (b *builder) network() string { return b.p.Labels[model.NetworkLabel] }
 
 // Field numbers of envoy.config.endpoint.v3.ClusterLoadAssignment and of
 // what it nests.

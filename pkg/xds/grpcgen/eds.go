@@ -27,6 +27,11 @@ func (g *Generator) endpoints(snap *model.Snapshot, p *Proxy, name string) *Reso
 	}
 	eps := svc.Endpoints[port.Port]
 	key := "eds|" + name
+	if net := p.Labels[model.NetworkLabel]; net != "" {
+		// Other networks' endpoints are left out: no east-west gateway.
+		eps = model.EndpointsInNetwork(eps, net)
+		key += "|net:" + net
+	}
 	if subset != "" {
 		// A subset's endpoints are those its rule, as it applies to the
 		// client, selects.

@@ -1,0 +1,120 @@
+package clusters
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/model/kubesource"
+)
+
+// Sources runs one kubesource.Source per remote cluster, reading its
+// Services, EndpointSlices, Pods and Nodes (kubesource's EndpointsOnly)
+// into the Merger. A remote API server that does not answer, or answers
+// what is not Kubernetes, holds back only its own cluster's source: the
+// merge takes a cluster's services once its caches have synced, and the
+// local model never waits for it.
+type Sources struct {
+	merger *Merger
+	opts   model.Options
+	log    *slog.Logger
+	// newSource builds the source of a remote cluster; tests replace it.
+	newSource func(kubesource.Config) (runner, error)
+
+	mu      sync.Mutex
+	ctx     context.Context // Run's; nil before
+	pending map[string]kubernetes.Interface
+	running map[string]context.CancelFunc
+}
+
+type runner interface {
+	Run(ctx context.Context) error
+}
+
+// NewSources returns the remote sources of m, built with opts (the local
+// source's: the same domain). It does no I/O and starts nothing.
+func NewSources(m *Merger, opts model.Options, log *slog.Logger) *Sources {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Sources{merger: m, opts: opts, log: log,
+		newSource: func(c kubesource.Config) (runner, error) { return kubesource.New(c) },
+		pending:   map[string]kubernetes.Interface{}, running: map[string]context.CancelFunc{}}
+}
+
+// ClusterAdded starts reading remote cluster id through client, replacing
+// the source it had: the old one stops, and its last snapshot stays in the
+// model until the new one's first. It does not block.
+func (s *Sources) ClusterAdded(id string, client kubernetes.Interface) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctx == nil {
+		s.pending[id] = client
+		return
+	}
+	s.startLocked(id, client)
+}
+
+// ClusterRemoved stops reading remote cluster id and withdraws its
+// services and endpoints from the model. It does not block.
+func (s *Sources) ClusterRemoved(id string) {
+	s.mu.Lock()
+	delete(s.pending, id)
+	if stop, ok := s.running[id]; ok {
+		stop()
+		delete(s.running, id)
+	}
+	s.mu.Unlock()
+	s.merger.Remove(id)
+}
+
+// Run starts the sources of the clusters added so far, and of those added
+// later, until ctx ends; then it stops them all.
+func (s *Sources) Run(ctx context.Context) error {
+	s.mu.Lock()
+	if s.ctx != nil {
+		s.mu.Unlock()
+		return errors.New("clusters: Run called twice")
+	}
+	s.ctx = ctx
+	for id, client := range s.pending {
+		s.startLocked(id, client)
+	}
+	clear(s.pending)
+	s.mu.Unlock()
+	<-ctx.Done()
+	return nil
+}
+
+func (s *Sources) startLocked(id string, client kubernetes.Interface) {
+	if stop, ok := s.running[id]; ok {
+		stop()
+		delete(s.running, id)
+	}
+	log := s.log.With("cluster", id)
+	src, err := s.newSource(kubesource.Config{
+		Client:        client,
+		Publisher:     s.merger.Remote(id),
+		Options:       s.opts,
+		Logger:        log,
+		ClusterID:     id,
+		EndpointsOnly: true,
+	})
+	if err != nil {
+		log.Error("remote cluster's services not read", "err", err)
+		return
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	s.running[id] = cancel
+	go func() {
+		// Stopping does not wait for this: an API server that hangs may
+		// hold a request until its client gives up.
+		if err := src.Run(ctx); err != nil {
+			log.Error("remote cluster's services no longer read", "err", err)
+		}
+	}()
+}
