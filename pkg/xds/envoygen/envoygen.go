@@ -291,6 +291,9 @@ type builder struct {
 	visibleOnce sync.Once
 	visible     []*model.Service // services, once computed
 
+	l4Once sync.Once
+	l4VS   []routes.L4VirtualService // meshL4's, once computed
+
 	mu         sync.Mutex
 	identities map[*model.Service][]string // serviceIdentities, once per service
 }

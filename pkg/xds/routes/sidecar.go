@@ -150,8 +150,9 @@ func DefaultHashPolicy(snap *model.Snapshot, hostname string, port uint32, proxy
 // sidecars do not get, and why: a VirtualService with a rule this
 // translation refuses (left out whole, the services it names keep their
 // default routes), a delegation that cannot be followed (the rule left
-// out), tls and tcp routes, which sidecars do not apply, and a host
-// another VirtualService routes first (hostConflicts).
+// out), and a host another VirtualService routes first (hostConflicts).
+// The tls and tcp rules sidecars leave out are the sidecar generator's to
+// find (envoygen's MeshL4Problems), which knows the ports' protocols.
 func (o Options) MeshProblems(snap *model.Snapshot) []Problem {
 	var problems []Problem
 	var dmap delegates
@@ -177,9 +178,6 @@ func (o Options) MeshProblems(snap *model.Snapshot) []Problem {
 			if err != nil && !errors.Is(err, ErrNoRoutes) {
 				problems = append(problems, vsProblem(vs, "left out of sidecars: %v", err))
 			}
-		}
-		if len(vs.Spec.GetTls()) > 0 || len(vs.Spec.GetTcp()) > 0 {
-			problems = append(problems, vsProblem(vs, "tls and tcp routes are not applied by sidecars"))
 		}
 	}
 	return append(problems, hostConflicts(snap)...)
