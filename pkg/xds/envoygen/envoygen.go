@@ -174,6 +174,14 @@ func (g *Generator) Generate(snap *model.Snapshot, p *Proxy, typeURL string, nam
 			return nil
 		}
 	}
+	// Where ServiceEntries of several namespaces name one host, which
+	// one the proxy sees is part of every resource's content.
+	if choices := snap.HostChoices(p.Namespace); len(choices) > 0 {
+		salt := key(append([]string{"hosts"}, choices...)...)
+		for i := range out {
+			out[i].Key += salt
+		}
+	}
 	slices.SortFunc(out, func(x, y resource.Resource) int { return strings.Compare(x.Name, y.Name) })
 	if wildcard {
 		return out

@@ -98,6 +98,20 @@ func ServiceNames(snap *model.Snapshot, hostname string, add func(typeURL, name 
 		}
 	}
 	listenerNames(svc, add)
+	// The entries of other namespaces for the hostname are what some
+	// namespaces see of it.
+	for _, alt := range snap.Alternates(hostname) {
+		listenerNames(alt, add)
+		for _, sp := range alt.Ports {
+			for _, subset := range append([]string{""}, subsets...) {
+				name := resource.ClusterName(hostname, subset, sp.Port)
+				add(resource.ClusterType, name)
+				add(resource.EndpointType, name)
+			}
+			add(resource.RouteType, strconv.FormatUint(uint64(sp.Port), 10))
+			add(resource.RouteType, sniffedRouteName(hostname, sp.Port))
+		}
+	}
 	for _, sp := range svc.Ports {
 		for _, subset := range append([]string{""}, subsets...) {
 			name := resource.ClusterName(hostname, subset, sp.Port)
