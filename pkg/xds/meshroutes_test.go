@@ -14,8 +14,8 @@ import (
 // exist (the rule left out), one with a tcp rule whose subnet an earlier
 // rule chooses (Envoy would refuse the listener: the rule left out);
 // one routing a host the first already routes (sidecars take the
-// first); and one bound to a gateway alone, which is no sidecar's
-// problem.
+// first); one for every host, "*" (left out whole); and one bound to a
+// gateway alone, which is no sidecar's problem.
 const meshRouteProblems = `---
 apiVersion: networking.istio.io/v1
 kind: VirtualService
@@ -54,6 +54,13 @@ spec:
 ---
 apiVersion: networking.istio.io/v1
 kind: VirtualService
+metadata: {name: everything, namespace: app}
+spec:
+  hosts: ["*"]
+  tcp: [{route: [{destination: {host: web, port: {number: 5432}}}]}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
 metadata: {name: gateway-only, namespace: app}
 spec:
   hosts: [web]
@@ -74,7 +81,8 @@ func TestVirtualServicesSidecarsLeaveOutAreCounted(t *testing.T) {
 	}
 	// The regex, the delegate, the tcp rule's subnet, and the host web routed
 	// first by lookahead (first by name) that tcp and web-again name too.
-	waitFor(t, "the problems of VirtualServices counted", func() bool { return gauge() == 5 })
+	// And the VirtualService for every host.
+	waitFor(t, "the problems of VirtualServices counted", func() bool { return gauge() == 6 })
 	h.store.Publish(modeltest.Load(t, envoyManifests))
 	waitFor(t, "the gauge emptied once they are gone", func() bool {
 		return testutil.CollectAndCount(h.srv.metrics.failClosed) == 0

@@ -430,3 +430,118 @@ func l4Chains(t *testing.T, l *listenerv3.Listener) l4Listener {
 	}
 	return out
 }
+
+// TestSidecarL4OverlapsLeftOut: tls and tcp matches whose chains Envoy
+// could not tell from an earlier one's. Istio's generator sends both, and
+// Envoy refuses the listener (checked here on Istio's listener: two chains
+// match one connection); ours leaves the later match out, so the listener
+// is valid, and every other connection goes where Istio's config says.
+func TestSidecarL4OverlapsLeftOut(t *testing.T) {
+	quietIstioLogs(t)
+	w := newMeshObjects(t)
+	for _, c := range []sidecarL4Case{{
+		name: "a server name two VirtualServices choose",
+		istio: entry("tls-vip", tlsVIPEntry) + entry("secure", tlsEntriesDNS) + vsAt("first", "app", 1, `  hosts: [tls.example.com]
+  tls:
+  - match: [{sniHosts: [tls.example.com]}]
+    route: [{destination: {host: secure.example.com}}]
+`) + vsAt("second", "app", 2, `  hosts: [tls.example.com, b.example.com, c.example.com]
+  tls:
+  - match: [{sniHosts: [b.example.com, tls.example.com]}]
+    route: [{destination: {host: pay.example.com}}]
+  - match: [{sniHosts: [c.example.com]}]
+    route: [{destination: {host: pay.example.com}}]
+`),
+		calls: []entryCall{
+			tlsTo(tlsVIP, 443, "tls.example.com", "outbound|443||secure.example.com"),
+			tlsTo(tlsVIP, 443, "c.example.com", "outbound|443||pay.example.com"),
+		},
+		listeners: []string{"240.240.2.1_443"},
+	}, {
+		name: "a destination subnet two tcp rules choose",
+		istio: vs("echo-tcp", "app", `  hosts: [echo]
+  tcp:
+  - match: [{destinationSubnets: [10.96.0.0/16]}]
+    route: [{destination: {host: backend.other.svc.cluster.local}}]
+  - match: [{destinationSubnets: [10.1.0.0/16, 10.96.0.0/16]}]
+    route: [{destination: {host: legacy, port: {number: 3306}}}]
+`),
+		calls:     []entryCall{tcpTo(echoVIP, 9090, backendTCP)},
+		listeners: []string{"10.96.0.10_9090"},
+	}} {
+		t.Run(c.name, func(t *testing.T) {
+			sc := sidecarScenario{name: c.name, istio: c.istio, pods: []string{"app/sleep-1"}}
+			s := istioServer(t, sc)
+			ours := ourSide(t, w, sc)
+			pod := w.pod(t, "app/sleep-1")
+			proxy := istioProxy(s, pod)
+			istioSim := simulation.NewSimulation(t, s, proxy)
+			ourSim := *istioSim
+			ourSim.Listeners, ourSim.Clusters, ourSim.Routes = ours["app/sleep-1"].listeners, ours["app/sleep-1"].clusters, ours["app/sleep-1"].routes
+			xdstest.ValidateListeners(t, ourSim.Listeners)
+			for _, name := range c.listeners {
+				for side, ls := range map[string][]*listenerv3.Listener{"istio": istioSim.Listeners, "ours": ourSim.Listeners} {
+					for _, l := range ls {
+						if l.GetName() != name {
+							continue
+						}
+						o := envoyOverlaps(l)
+						if side == "istio" && o == "" {
+							t.Errorf("Istio's listener %s has no overlapping chains: the case tests nothing", name)
+						}
+						if side == "ours" && o != "" {
+							t.Errorf("our listener %s would be refused by Envoy: %s", name, o)
+						}
+					}
+				}
+			}
+			// The first call reaches the overlap: Istio's simulator finds
+			// several chains (Envoy would have refused the listener); ours
+			// the earlier match's. The others agree.
+			for i, ec := range c.calls {
+				ec.call.CallMode = simulation.CallModeOutbound
+				want, got := simulate(istioSim, ec.call), simulate(&ourSim, ec.call)
+				if i == 0 {
+					if !strings.Contains(want.Error, "multiple filter chains") || got.Cluster != ec.want {
+						t.Errorf("call %s: istio %s, ours %s; want Istio's refused, ours %s", ec.name, want, got, ec.want)
+					}
+					continue
+				}
+				if want.Cluster != ec.want || got.Cluster != ec.want {
+					t.Errorf("call %s: clusters istio %q, ours %q, want %q", ec.name, want.Cluster, got.Cluster, ec.want)
+				}
+			}
+		})
+	}
+}
+
+// envoyOverlaps names two filter chains of l that Envoy would find for one
+// connection (it refuses such a listener): their matches, expanded by
+// server name and prefix range, share a combination. "" when none.
+func envoyOverlaps(l *listenerv3.Listener) string {
+	seen := map[string]int{}
+	for i, fc := range l.GetFilterChains() {
+		m := fc.GetFilterChainMatch()
+		names := append([]string{}, m.GetServerNames()...)
+		if len(names) == 0 {
+			names = []string{""}
+		}
+		prefixes := []string{""}
+		if len(m.GetPrefixRanges()) > 0 {
+			prefixes = nil
+			for _, p := range m.GetPrefixRanges() {
+				prefixes = append(prefixes, fmt.Sprintf("%s/%d", p.GetAddressPrefix(), p.GetPrefixLen().GetValue()))
+			}
+		}
+		for _, n := range names {
+			for _, p := range prefixes {
+				k := fmt.Sprintf("%d|%s|%s|%s|%s", m.GetDestinationPort().GetValue(), p, n, m.GetTransportProtocol(), strings.Join(m.GetApplicationProtocols(), ","))
+				if j, ok := seen[k]; ok {
+					return fmt.Sprintf("chains %d and %d both match %s", j, i, k)
+				}
+				seen[k] = i
+			}
+		}
+	}
+	return ""
+}

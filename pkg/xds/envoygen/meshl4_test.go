@@ -168,6 +168,11 @@ func TestMeshL4RoutesOnSidecarListeners(t *testing.T) {
 			if got := chainSummary(t, l); !slices.Equal(got, tc.want) {
 				t.Errorf("chains\n got %q\nwant %q", got, tc.want)
 			}
+			for _, l := range c.listeners {
+				if o := envoyOverlaps(l); o != "" {
+					t.Errorf("listener %s: Envoy would refuse it: %s", l.GetName(), o)
+				}
+			}
 			var got []string
 			for _, p := range g.MeshL4Problems(snap) {
 				got = append(got, p.Name)
@@ -203,5 +208,73 @@ func TestMeshL4ServiceNames(t *testing.T) {
 	}
 	if !routes.HasL4(snap) {
 		t.Error("HasL4 false")
+	}
+}
+
+// envoyOverlaps names two filter chains of l that Envoy would find for one
+// connection (it refuses such a listener): their matches, expanded by
+// server name and prefix range, share a combination. "" when none.
+func envoyOverlaps(l *listener.Listener) string {
+	seen := map[string]int{}
+	for i, fc := range l.GetFilterChains() {
+		m := fc.GetFilterChainMatch()
+		names := append([]string{}, m.GetServerNames()...)
+		if len(names) == 0 {
+			names = []string{""}
+		}
+		prefixes := []string{""}
+		if len(m.GetPrefixRanges()) > 0 {
+			prefixes = nil
+			for _, p := range m.GetPrefixRanges() {
+				prefixes = append(prefixes, p.GetAddressPrefix()+"/"+strconv.FormatUint(uint64(p.GetPrefixLen().GetValue()), 10))
+			}
+		}
+		for _, n := range names {
+			for _, p := range prefixes {
+				k := strings.Join([]string{strconv.FormatUint(uint64(m.GetDestinationPort().GetValue()), 10), p, n, m.GetTransportProtocol(), strings.Join(m.GetApplicationProtocols(), ",")}, "|")
+				if j, ok := seen[k]; ok {
+					return "chains " + strconv.Itoa(j) + " and " + strconv.Itoa(i) + " both match " + k
+				}
+				seen[k] = i
+			}
+		}
+	}
+	return ""
+}
+
+// TestMeshVirtualServiceForEveryHostLeftOut: a VirtualService bound to the
+// mesh with the host "*" (Istio's webhook refuses it; one that reached the
+// model anyway) would take every service's routes: sidecars leave it out
+// whole, and it is a problem reported; the other VirtualServices apply.
+func TestMeshVirtualServiceForEveryHostLeftOut(t *testing.T) {
+	snap := modeltest.Load(t, manifests+vsYAML("everything", "2026-01-01T00:00:00Z", `  hosts: ["*"]
+  http: [{route: [{destination: {host: other.web.svc.cluster.local}}]}]
+  tcp: [{route: [{destination: {host: other.web.svc.cluster.local}}]}]
+`)+vsYAML("echo", "2026-01-01T00:01:00Z", `  hosts: [echo]
+  tcp: [{match: [{port: 5000}], route: [{destination: {host: other.web.svc.cluster.local}}]}]
+`))
+	g := &Generator{TrustDomain: td}
+	c := generate(t, g, snap, sleepInApp)
+	if got := chainSummary(t, c.listeners["10.96.0.10_9090"]); !slices.Equal(got, []string{"| -> outbound|9090||echo.app.svc.cluster.local"}) {
+		t.Errorf("10.96.0.10_9090: %q, want the service's own chain", got)
+	}
+	if got := chainSummary(t, c.listeners["10.96.0.10_5000"]); len(got) != 2 || got[1] != "| -> outbound|80||other.web.svc.cluster.local" {
+		t.Errorf("10.96.0.10_5000: %q, want echo's tcp route as the default beside the sniffed HTTP chain", got)
+	}
+	for _, vh := range c.routes["80"].GetVirtualHosts() {
+		for _, r := range vh.GetRoutes() {
+			if r.GetRoute().GetCluster() == "outbound|80||other.web.svc.cluster.local" && vh.GetName() != "other.web.svc.cluster.local:80" {
+				t.Errorf("virtual host %s routes to other: the VirtualService for every host applied", vh.GetName())
+			}
+		}
+	}
+	var reasons []string
+	for _, p := range g.Mesh.Routes.MeshProblems(snap) {
+		if p.Name == "everything" {
+			reasons = append(reasons, p.Reason)
+		}
+	}
+	if len(reasons) != 1 || !strings.Contains(reasons[0], "wildcard host *") {
+		t.Errorf("problems of everything: %q", reasons)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/policy"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
 
@@ -42,7 +43,7 @@ func (o Options) MeshVirtualServices(snap *model.Snapshot, ns string) ([]*model.
 		if len(vs.Spec.GetHosts()) == 0 {
 			continue // a delegate: bound through its root alone
 		}
-		if reason := checkBounds(vs.Spec); reason != "" {
+		if reason := meshRefusal(vs); reason != "" {
 			problems = append(problems, vsProblem(vs, "%s", reason))
 			continue
 		}
@@ -167,7 +168,7 @@ func (o Options) MeshProblems(snap *model.Snapshot) []Problem {
 		if vs.Spec == nil || len(vs.Spec.GetHosts()) == 0 || !slices.Contains(gatewaysOf(vs), Mesh) {
 			continue
 		}
-		if reason := checkBounds(vs.Spec); reason != "" {
+		if reason := meshRefusal(vs); reason != "" {
 			problems = append(problems, vsProblem(vs, "left out of sidecars: %s", reason))
 			continue
 		}
@@ -190,7 +191,7 @@ func (o Options) MeshProblems(snap *model.Snapshot) []Problem {
 func hostConflicts(snap *model.Snapshot) []Problem {
 	var bound []*model.VirtualService
 	for _, vs := range snap.Resources().VirtualServices {
-		if vs.Spec != nil && len(vs.Spec.GetHosts()) > 0 && slices.Contains(gatewaysOf(vs), Mesh) {
+		if vs.Spec != nil && len(vs.Spec.GetHosts()) > 0 && slices.Contains(gatewaysOf(vs), Mesh) && meshRefusal(vs) == "" {
 			bound = append(bound, vs)
 		}
 	}
@@ -212,4 +213,13 @@ func hostConflicts(snap *model.Snapshot) []Problem {
 		}
 	}
 	return out
+}
+
+// meshRefusal says why sidecars leave vs out whole, "" when they do not:
+// a limit it passes (checkBounds), or a rule of policy.RefusedForSidecars.
+func meshRefusal(vs *model.VirtualService) string {
+	if reason := checkBounds(vs.Spec); reason != "" {
+		return reason
+	}
+	return policy.RefusedForSidecars(vs.Spec)
 }

@@ -73,7 +73,8 @@ type L4VirtualService struct {
 // or tcp rules: only then do sidecars' listeners read VirtualServices.
 func HasL4(snap *model.Snapshot) bool {
 	for _, vs := range snap.Resources().VirtualServices {
-		if vs.Spec != nil && len(vs.Spec.GetHosts()) > 0 && (len(vs.Spec.GetTls()) > 0 || len(vs.Spec.GetTcp()) > 0) && slices.Contains(gatewaysOf(vs), Mesh) {
+		if vs.Spec != nil && len(vs.Spec.GetHosts()) > 0 && (len(vs.Spec.GetTls()) > 0 || len(vs.Spec.GetTcp()) > 0) &&
+			slices.Contains(gatewaysOf(vs), Mesh) && meshRefusal(vs) == "" {
 			return true
 		}
 	}
@@ -323,7 +324,7 @@ func AllL4VirtualServices(snap *model.Snapshot) []L4VirtualService {
 	var vss []*model.VirtualService
 	for _, vs := range snap.Resources().VirtualServices {
 		if vs.Spec != nil && len(vs.Spec.GetHosts()) > 0 && (len(vs.Spec.GetTls()) > 0 || len(vs.Spec.GetTcp()) > 0) &&
-			slices.Contains(gatewaysOf(vs), Mesh) && checkBounds(vs.Spec) == "" {
+			slices.Contains(gatewaysOf(vs), Mesh) && meshRefusal(vs) == "" {
 			vss = append(vss, vs)
 		}
 	}
