@@ -267,8 +267,9 @@ func ChainsOverlap(a, b L4Route) string {
 	case len(an) == 0 && len(bn) == 0:
 		name = "no server name"
 	default:
+		// Envoy matches server names without regard to case.
 		for _, n := range an {
-			if slices.Contains(bn, strings.ToLower(n)) || slices.Contains(bn, n) {
+			if slices.ContainsFunc(bn, func(m string) bool { return strings.EqualFold(m, n) }) {
 				name = "server name " + n
 				break
 			}
