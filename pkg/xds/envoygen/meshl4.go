@@ -1,6 +1,8 @@
 package envoygen
 
 import (
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -207,6 +209,19 @@ func (g *Generator) MeshL4Problems(snap *model.Snapshot) []routes.Problem {
 	}
 	seen := map[string]bool{}
 	var out []routes.Problem
+	add := func(p routes.Problem) {
+		if k := p.String(); !seen[k] {
+			seen[k] = true
+			out = append(out, p)
+		}
+	}
+	// The chains services without addresses bring to "0.0.0.0_<port>", in
+	// the order outboundEntries adds them, with the host they are for.
+	type owned struct {
+		r    routes.L4Route
+		host string
+	}
+	shared := map[uint32][]owned{}
 	for _, svc := range snap.Services() {
 		for _, sp := range svc.Ports {
 			if p := protocolOf(sp); p != protoTCP && p != protoAuto {
@@ -214,12 +229,38 @@ func (g *Generator) MeshL4Problems(snap *model.Snapshot) []routes.Problem {
 			}
 			l4 := routes.SidecarL4Routes(snap, vss, svc.Hostname, sp.Port, tlsPort(sp), routes.Proxy{AnySource: true})
 			for _, p := range l4.Problems {
-				if k := p.String(); !seen[k] {
-					seen[k] = true
-					out = append(out, p)
+				add(p)
+			}
+			if len(entryListenerAddresses(svc)) == 0 {
+				continue
+			}
+			chains := l4.Chains
+			if !l4.Routed && sniChosen(svc, sp) {
+				chains = append(chains, serviceRoute(svc.Hostname, sp.Port))
+			}
+			// A chain of another service's that Envoy could not tell from
+			// this one keeps the listener: this one is left out.
+			for _, c := range chains {
+				for _, o := range shared[sp.Port] {
+					if o.host == svc.Hostname || c.VirtualService.Name == "" || sameChain(o.r, c) {
+						continue
+					}
+					if k := routes.ChainsOverlap(o.r, c); k != "" {
+						add(routes.Problem{Kind: "VirtualService", Namespace: c.VirtualService.Namespace, Name: c.VirtualService.Name,
+							Reason: fmt.Sprintf("a match for %s left out of sidecars' listener 0.0.0.0_%d: %s is already chosen for %s", svc.Hostname, sp.Port, k, o.host)})
+						break
+					}
 				}
+				shared[sp.Port] = append(shared[sp.Port], owned{c, svc.Hostname})
 			}
 		}
 	}
 	return out
+}
+
+// sameChain reports whether a and b are one rule's chain: nothing is lost
+// when either is left out.
+func sameChain(a, b routes.L4Route) bool {
+	return a.VirtualService == b.VirtualService && slices.Equal(a.SNIHosts, b.SNIHosts) &&
+		slices.Equal(a.DestinationCIDRs, b.DestinationCIDRs) && slices.Equal(a.Destinations, b.Destinations)
 }
