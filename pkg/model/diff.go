@@ -86,6 +86,11 @@ func Diff(old, new *Snapshot) Change {
 			}
 		}
 	}
+	// Which service of a hostname a namespace sees depends on its
+	// alternates: a change of them is one of the hostname's service.
+	for _, h := range changedAlternates(old, new) {
+		mark(&c.Services, h)
+	}
 	c.Pods = podChanges(old.res.Pods, new.res.Pods)
 	return c
 }
@@ -235,4 +240,33 @@ func (p *DestinationRule) Parts() (Meta, proto.Message) {
 	m := p.Meta
 	m.Name += "@" + p.Created.UTC().Format(time.RFC3339Nano)
 	return m, p.Spec
+}
+
+// changedAlternates are the hostnames whose alternative services of
+// ServiceEntries (Snapshot.choose) differ between old and new, as the
+// services of new (or old) name them.
+func changedAlternates(old, new *Snapshot) []string {
+	if len(old.alternates) == 0 && len(new.alternates) == 0 {
+		return nil
+	}
+	same := func(a, b []*Service) bool {
+		return slices.EqualFunc(a, b, func(x, y *Service) bool { return sameService(x, y) && sameEndpoints(x.Endpoints, y.Endpoints) })
+	}
+	var out []string
+	for _, m := range []map[string][]*Service{old.alternates, new.alternates} {
+		for h := range m {
+			if same(old.alternates[h], new.alternates[h]) || slices.Contains(out, h) {
+				continue
+			}
+			out = append(out, h)
+		}
+	}
+	// The services of these hostnames may be named with a final dot.
+	for i, h := range out {
+		if new.Service(h) == nil && old.Service(h) == nil {
+			out[i] = h + "."
+		}
+	}
+	slices.Sort(out)
+	return out
 }

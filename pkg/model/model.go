@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	networkingv1 "istio.io/api/networking/v1"
@@ -212,6 +213,10 @@ type Snapshot struct {
 	exporting bool
 	// entryNotes: ServiceEntry hosts left out (serviceentry.go).
 	entryNotes []EntryNote
+	// alternates are the services of ServiceEntries of other namespaces
+	// for the hostname of a service, oldest first, by hostname without a
+	// final dot (serviceentry.go, choose).
+	alternates map[string][]*Service
 }
 
 // Services returns the services sorted by hostname.
@@ -324,11 +329,18 @@ func assemble(version string, opts Options, res Resources, prev *Snapshot) *Snap
 	}
 	all := res.Services
 	if len(res.ServiceEntries) > 0 {
-		var entries []*Service
-		entries, s.entryNotes = entryServices(res.ServiceEntries, res.Services, opts.Domain, res.Workloads, res.Pods)
+		entries, alternates, notes := entryServices(res.ServiceEntries, res.Services, opts.Domain, res.Workloads, res.Pods)
+		s.entryNotes = notes
 		all = append(slices.Clip(res.Services), entries...)
+		for _, a := range alternates {
+			if s.alternates == nil {
+				s.alternates = map[string][]*Service{}
+			}
+			h := strings.TrimSuffix(a.Hostname, ".")
+			s.alternates[h] = append(s.alternates[h], a)
+		}
 	}
-	s.exporting = slices.ContainsFunc(all, func(svc *Service) bool { return len(svc.ExportTo) > 0 })
+	s.exporting = len(s.alternates) > 0 || slices.ContainsFunc(all, func(svc *Service) bool { return len(svc.ExportTo) > 0 })
 	s.hosts = indexHosts(all, prevHosts)
 	s.services = make([]*Service, len(all))
 	for i, k := range s.hosts.order {

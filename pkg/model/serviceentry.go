@@ -57,40 +57,52 @@ func sameEntry(a, b *Entry) bool {
 		maps.Equal(a.TargetPorts, b.TargetPorts)
 }
 
-// entryServices converts entries into services, one per host: those whose
-// host a Kubernetes service or an older entry already names are left
-// out, as the registry holds one service per hostname. Endpoints are the
-// entry's own, else the WorkloadEntries and pods of its namespace its
-// workloadSelector matches, else, for DNS resolution, the host itself.
+// entryServices converts entries into services, one per host and
+// namespace, as Istio's registry and sidecar scopes hold them:
+//   - the first of a host (the oldest entry, then by name and namespace)
+//     is the snapshot's service of that hostname, unless a Kubernetes
+//     service has it;
+//   - an entry of another namespace for a host taken is an alternative
+//     (alternates): Istio lets the sidecars of that namespace, and those
+//     it exports the host to, see it instead (Snapshot.choose);
+//   - a host a Kubernetes service or an older entry of the same namespace
+//     has, or one a Kubernetes service answers to by a short name
+//     ("name.namespace[.svc]", "name": a route takes a name once), is left
+//     out and noted.
+//
+// Endpoints are the entry's own, else the WorkloadEntries and pods of its
+// namespace its workloadSelector matches, else, for DNS resolution, the
+// host itself.
 //
 // What Envoy would refuse is left out, so that one entry cannot make the
 // configuration of every sidecar fail (policy.ValidateServiceEntry says
 // why, the webhook refuses it, the reporter reports it): a host that is not
-// a (wildcard) DNS name or that a Kubernetes service answers to (its FQDN,
-// "name.namespace[.svc]" or "name": a route takes a name once), a port
-// out of range or of a number already listed, an address a service or an
-// older entry (or host) already has, an endpoint that is not an IP address
-// where no DNS resolves it.
+// a (wildcard) DNS name, a port out of range or of a number already
+// listed, an address a service or an older entry (or host) already has,
+// an endpoint that is not an IP address where no DNS resolves it.
 //
-// The hosts left out because another service or an older entry has them
-// are returned as notes, for the server to report: validation cannot see
-// them, as they depend on other objects.
-func entryServices(entries []*ServiceEntry, k8s []*Service, domain string, workloads []*Workload, pods []*Pod) ([]*Service, []EntryNote) {
+// The hosts left out because another service has them are returned as
+// notes, for the server to report: validation cannot see them, as they
+// depend on other objects.
+func entryServices(entries []*ServiceEntry, k8s []*Service, domain string, workloads []*Workload, pods []*Pod) (primary, alternates []*Service, notes []EntryNote) {
 	if len(entries) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	var notes []EntryNote
-	names, addrsTaken := map[string]bool{}, map[string]bool{}
+	// short are the names Kubernetes services answer to besides their
+	// hostnames; owner the namespace of each hostname's service, and
+	// taken the namespaces that have a service of each hostname.
+	short, owner, taken, firstOf := map[string]bool{}, map[string]string{}, map[string]bool{}, map[string]bool{}
+	addrsTaken := map[string]bool{}
 	for _, svc := range k8s {
-		short := strings.TrimSuffix(svc.Hostname, ".svc."+domain)
-		names[svc.Hostname], names[short], names[short+".svc"], names[svc.Name] = true, true, true, true
+		s := strings.TrimSuffix(svc.Hostname, ".svc."+domain)
+		short[s], short[s+".svc"], short[svc.Name] = true, true, true
+		owner[svc.Hostname] = svc.Namespace
 		for _, a := range svc.Addresses {
 			addrsTaken[a] = true
 		}
 	}
 	order := slices.Clone(entries)
 	slices.SortStableFunc(order, func(a, b *ServiceEntry) int { return compareCreated(a.Meta, a.Created, b.Meta, b.Created) })
-	var out []*Service
 	for _, se := range order {
 		spec := se.Spec
 		ports := entryPorts(spec)
@@ -115,17 +127,29 @@ func entryServices(entries []*ServiceEntry, k8s []*Service, domain string, workl
 			if host == "*" || !validEntryHost(host) {
 				continue
 			}
-			if names[host] || names[strings.TrimSuffix(host, ".")] {
-				notes = append(notes, EntryNote{Entry: se.Meta, Host: host})
+			name := strings.TrimSuffix(host, ".")
+			_, k8sHost := owner[name]
+			switch {
+			case !k8sHost && (short[host] || short[name]):
+				notes = append(notes, EntryNote{Entry: se.Meta, Host: host, Reason: "a Kubernetes service answers to it"})
+				continue
+			case k8sHost && owner[name] == se.Namespace:
+				notes = append(notes, EntryNote{Entry: se.Meta, Host: host, Reason: "a Kubernetes service of its namespace has it"})
+				continue
+			case taken[name+"/"+se.Namespace]:
+				notes = append(notes, EntryNote{Entry: se.Meta, Host: host, Reason: "an older ServiceEntry of its namespace has it"})
 				continue
 			}
-			names[host] = true
-			// The entry's addresses go to its first host: a route names
-			// an address once.
+			first := !k8sHost && !firstOf[name]
+			firstOf[name] = true
+			taken[name+"/"+se.Namespace] = true
+			// The entry's addresses go to its first host a namespace sees
+			// first (an alternative takes those still free without taking
+			// them from the hosts after it): a route names an address once.
 			var own []string
 			for _, a := range addrs {
 				if !addrsTaken[a] {
-					addrsTaken[a] = true
+					addrsTaken[a] = first
 					own = append(own, a)
 				}
 			}
@@ -135,21 +159,28 @@ func entryServices(entries []*ServiceEntry, k8s []*Service, domain string, workl
 				Selector: maps.Clone(spec.GetWorkloadSelector().GetLabels()), ExportTo: slices.Clone(spec.GetExportTo())}
 			svc.Endpoints = entryEndpoints(se, host, ports, workloads, pods)
 			SortEndpoints(svc.Endpoints)
-			out = append(out, svc)
+			if first {
+				primary = append(primary, svc)
+			} else {
+				alternates = append(alternates, svc)
+			}
 		}
 	}
-	return out, notes
+	return primary, alternates, notes
 }
 
-// EntryNote is a host of a ServiceEntry left out because a Kubernetes
-// service or an older ServiceEntry already has it.
+// EntryNote is a host of a ServiceEntry left out because another service
+// has it: a Kubernetes service of the entry's namespace, or one that
+// answers to it by a short name, or an older ServiceEntry of the same
+// namespace.
 type EntryNote struct {
-	Entry Meta
-	Host  string
+	Entry  Meta
+	Host   string
+	Reason string
 }
 
 func (n EntryNote) String() string {
-	return fmt.Sprintf("ServiceEntry %s/%s: host %s left out: a Kubernetes service or an older ServiceEntry has it", n.Entry.Namespace, n.Entry.Name, n.Host)
+	return fmt.Sprintf("ServiceEntry %s/%s: host %s left out: %s", n.Entry.Namespace, n.Entry.Name, n.Host, n.Reason)
 }
 
 // ServiceEntryNotes returns the ServiceEntry hosts the snapshot leaves out.

@@ -1,6 +1,7 @@
 package model_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -151,8 +152,10 @@ func TestDiffOfServiceEntries(t *testing.T) {
 			services: []string{"*.wild.example.com", "api.example.com"},
 		},
 		"the resolution": {
-			edit:     func(s string) string { return strings.Replace(s, "resolution: NONE", "resolution: STATIC", 1) },
-			services: []string{"passthrough.example.com"},
+			edit: func(s string) string { return strings.Replace(s, "resolution: NONE", "resolution: STATIC", 1) },
+			// The entry's other hosts are the services namespace other
+			// sees of those hostnames.
+			services: []string{"api.example.com", "echo.app.svc.cluster.local", "passthrough.example.com"},
 		},
 		"exportTo": {
 			edit:     func(s string) string { return strings.Replace(s, `exportTo: ["."]`, `exportTo: ["*"]`, 1) },
@@ -278,7 +281,79 @@ spec:
 		}
 		taken = append(taken, n.Host)
 	}
-	if want := []string{"echo.app", "echo.app.svc", "echo", "web.app.svc.cluster.local"}; !slices.Equal(taken, want) {
+	if want := []string{"echo.app", "echo.app.svc", "echo"}; !slices.Equal(taken, want) {
 		t.Errorf("hosts noted as taken %q, want %q", taken, want)
+	}
+	// A Kubernetes service's hostname in an entry of another namespace is
+	// what that namespace sees of it, as in Istio; the others keep the
+	// Kubernetes service.
+	if web := snap.VisibleService("web.app.svc.cluster.local", "other"); web == nil || web.Entry == nil {
+		t.Errorf("namespace other sees %+v, want its entry", web)
+	}
+	if web := snap.VisibleService("web.app.svc.cluster.local", "app"); web == nil || web.Entry != nil {
+		t.Errorf("namespace app sees %+v, want the Kubernetes service", web)
+	}
+}
+
+// TestOneHostInSeveralNamespaces: entries of several namespaces for one
+// host each stay, and each namespace sees the one Istio's sidecar scope
+// chooses: its own, else a Kubernetes service, else the oldest exported
+// to it by name, else the oldest public one; one it cannot see, none.
+func TestOneHostInSeveralNamespaces(t *testing.T) {
+	se := func(ns, created, exportTo, addr string) string {
+		return fmt.Sprintf(`---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: dup, namespace: %s, creationTimestamp: %q}
+spec:
+  hosts: [dup.example.com, web.app.svc.cluster.local]
+  exportTo: %s
+  resolution: STATIC
+  ports: [{name: tcp, number: 7000, protocol: TCP}]
+  endpoints: [{address: %s}]
+`, ns, created, exportTo, addr)
+	}
+	snap := modeltest.Load(t, diffBase+
+		se("a", "2026-01-01T00:00:00Z", `[a]`, "192.0.2.1")+
+		se("b", "2026-01-01T00:01:00Z", `["*"]`, "192.0.2.2")+
+		se("c", "2026-01-01T00:02:00Z", `["*"]`, "192.0.2.3")+
+		se("d", "2026-01-01T00:03:00Z", `[x, .]`, "192.0.2.4"))
+	for ns, want := range map[string]string{
+		"a": "a", // its own
+		"c": "c", // its own, though b's is older
+		"x": "d", // exported to it by name, before the public ones
+		"y": "b", // the oldest public one
+	} {
+		if got := snap.VisibleService("dup.example.com", ns); got == nil || got.Namespace != want {
+			t.Errorf("namespace %s sees %+v, want %s's", ns, got, want)
+		}
+	}
+	if got := snap.Service("dup.example.com"); got == nil || got.Namespace != "a" {
+		t.Errorf("the snapshot's service is %+v, want the oldest entry's", got)
+	}
+	// A Kubernetes service's hostname: every namespace without an entry
+	// of its own keeps the service, even one an entry is exported to by
+	// name.
+	for ns, want := range map[string]string{"app": "app", "y": "app", "b": "b", "x": "app"} {
+		got := snap.VisibleService("web.app.svc.cluster.local", ns)
+		if got == nil || got.Namespace != want {
+			t.Errorf("namespace %s sees web as %+v, want %s's", ns, got, want)
+		}
+	}
+	// Every namespace's list has one service per hostname.
+	for _, ns := range []string{"a", "b", "x", "y"} {
+		seen := map[string]bool{}
+		for _, svc := range snap.ServicesVisibleTo(ns) {
+			if seen[svc.Hostname] {
+				t.Errorf("namespace %s sees %s twice", ns, svc.Hostname)
+			}
+			seen[svc.Hostname] = true
+		}
+		if !seen["dup.example.com"] {
+			t.Errorf("namespace %s sees no dup.example.com", ns)
+		}
+	}
+	if len(snap.HostChoices("x")) != 2 {
+		t.Errorf("host choices %q", snap.HostChoices("x"))
 	}
 }

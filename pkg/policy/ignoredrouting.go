@@ -20,7 +20,11 @@ var (
 	httpDestFields       = set("destination", "weight", "headers")
 	tlsMatchFields       = set("sniHosts", "port", "gateways")
 	tcpMatchFields       = set("port", "gateways")
-	routeDestFields      = set("destination", "weight")
+	// Sidecars read these too of a VirtualService bound to "mesh";
+	// gateways do not, as Istio's do not.
+	meshTLSMatchFields = set("sniHosts", "port", "gateways", "destinationSubnets", "sourceLabels", "sourceNamespace")
+	meshTCPMatchFields = set("port", "gateways", "destinationSubnets", "sourceLabels", "sourceNamespace")
+	routeDestFields    = set("destination", "weight")
 )
 
 func ignoredInGateway(_ map[string]string, spec map[string]any) []string {
@@ -41,15 +45,13 @@ func ignoredInGateway(_ map[string]string, spec map[string]any) []string {
 
 func ignoredInVirtualService(_ map[string]string, spec map[string]any) []string {
 	out := unknownFields("spec", spec, virtualServiceFields)
-	// Sidecars read the http routes of a VirtualService bound to "mesh"
-	// (explicitly, or by naming no gateway), not its tls and tcp routes.
+	// Sidecars read the http, tls and tcp routes of a VirtualService
+	// bound to "mesh" (explicitly, or by naming no gateway), and of its
+	// tls and tcp matches more than gateways do.
 	gws := list(spec["gateways"])
-	if _, root := spec["hosts"]; root && (len(gws) == 0 || slices.Contains(gws, any("mesh"))) {
-		for _, l4 := range []string{"tls", "tcp"} {
-			if len(list(spec[l4])) > 0 {
-				out = append(out, "spec."+l4+": not applied by sidecars (mesh); gateways apply them")
-			}
-		}
+	tlsMatch, tcpMatch := tlsMatchFields, tcpMatchFields
+	if len(gws) == 0 || slices.Contains(gws, any("mesh")) {
+		tlsMatch, tcpMatch = meshTLSMatchFields, meshTCPMatchFields
 	}
 	for i, r := range list(spec["http"]) {
 		p := fmt.Sprintf("spec.http[%d]", i)
@@ -65,7 +67,7 @@ func ignoredInVirtualService(_ map[string]string, spec map[string]any) []string 
 	for _, l4 := range []struct {
 		field string
 		match map[string]bool
-	}{{"tls", tlsMatchFields}, {"tcp", tcpMatchFields}} {
+	}{{"tls", tlsMatch}, {"tcp", tcpMatch}} {
 		for i, r := range list(spec[l4.field]) {
 			p := fmt.Sprintf("spec.%s[%d]", l4.field, i)
 			route := object(r)

@@ -179,13 +179,14 @@ func TestRoutingFieldsRead(t *testing.T) {
 				"spec.servers[0].port.targetPort: ignored, not generated", "spec.servers[0].tls.mode: AUTO_PASSTHROUGH is for east-west gateways of several clusters, not served"}},
 		"a VirtualService of the translation's fields": {kind: "VirtualService", spec: `{"hosts":["a"],"gateways":["gw"],"exportTo":["."],"http":[{"name":"r","match":[{"uri":{"prefix":"/"},"ignoreUriCase":true,"authority":{"exact":"a"},"sourceLabels":{"app":"x"},"queryParams":{"q":{"exact":"1"}}}],"route":[{"destination":{"host":"a"},"weight":100,"headers":{"request":{"set":{"x":"y"}}}}],"mirror":{"host":"b"},"mirrorPercentage":{"value":5},"retries":{"attempts":2},"fault":{"abort":{"httpStatus":500}},"corsPolicy":{},"timeout":"1s"}],"tls":[{"match":[{"sniHosts":["a"],"port":443}],"route":[{"destination":{"host":"a"}}]}],"tcp":[{"match":[{"port":5432}],"route":[{"destination":{"host":"a"},"weight":100}]}]}`},
 		"a delegate's http rules":                      {kind: "VirtualService", spec: `{"http":[{"match":[{"uri":{"prefix":"/a"}}],"route":[{"destination":{"host":"a"}}]}]}`},
-		"L4 source and subnet matches are reported": {kind: "VirtualService", spec: `{"hosts":["a"],"gateways":["gw"],"tcp":[{"match":[{"port":5432,"destinationSubnets":["10.0.0.0/8"],"sourceLabels":{"a":"b"}}],"route":[{"destination":{"host":"a"}}]}],"tls":[{"match":[{"sniHosts":["a"],"sourceNamespace":"x"}],"route":[{"destination":{"host":"a"}}]}]}`,
+		"L4 source and subnet matches are reported for gateways": {kind: "VirtualService", spec: `{"hosts":["a"],"gateways":["gw"],"tcp":[{"match":[{"port":5432,"destinationSubnets":["10.0.0.0/8"],"sourceLabels":{"a":"b"}}],"route":[{"destination":{"host":"a"}}]}],"tls":[{"match":[{"sniHosts":["a"],"sourceNamespace":"x"}],"route":[{"destination":{"host":"a"}}]}]}`,
 			want: []string{"spec.tls[0].match[0].sourceNamespace: ignored, not generated",
 				"spec.tcp[0].match[0].destinationSubnets: ignored, not generated", "spec.tcp[0].match[0].sourceLabels: ignored, not generated"}},
-		"a VirtualService for sidecars and a gateway":       {kind: "VirtualService", spec: `{"hosts":["a"],"gateways":["gw","mesh"],"http":[{"route":[{"destination":{"host":"a"}}]}]}`},
-		"a VirtualService without gateways is for sidecars": {kind: "VirtualService", spec: `{"hosts":["a"],"http":[{"route":[{"destination":{"host":"a"}}]}]}`},
-		"sidecars do not apply tls and tcp routes": {kind: "VirtualService", spec: `{"hosts":["a"],"tcp":[{"route":[{"destination":{"host":"a"}}]}],"tls":[{"match":[{"sniHosts":["a"]}],"route":[{"destination":{"host":"a"}}]}]}`,
-			want: []string{"spec.tls: not applied by sidecars (mesh); gateways apply them", "spec.tcp: not applied by sidecars (mesh); gateways apply them"}},
+		"a VirtualService for sidecars and a gateway":                             {kind: "VirtualService", spec: `{"hosts":["a"],"gateways":["gw","mesh"],"http":[{"route":[{"destination":{"host":"a"}}]}]}`},
+		"a VirtualService without gateways is for sidecars":                       {kind: "VirtualService", spec: `{"hosts":["a"],"http":[{"route":[{"destination":{"host":"a"}}]}]}`},
+		"sidecars apply tls and tcp routes, with their source and subnet matches": {kind: "VirtualService", spec: `{"hosts":["a"],"tcp":[{"match":[{"destinationSubnets":["10.0.0.0/8"],"sourceLabels":{"a":"b"},"sourceNamespace":"x"}],"route":[{"destination":{"host":"a"}}]}],"tls":[{"match":[{"sniHosts":["a"],"destinationSubnets":["10.0.0.1"],"sourceLabels":{"a":"b"},"sourceNamespace":"x"}],"route":[{"destination":{"host":"a"}}]}]}`},
+		"sidecars do not read a tcp match's sourceSubnet": {kind: "VirtualService", spec: `{"hosts":["a"],"gateways":["mesh"],"tcp":[{"match":[{"sourceSubnet":"10.0.0.0/8"}],"route":[{"destination":{"host":"a"}}]}]}`,
+			want: []string{"spec.tcp[0].match[0].sourceSubnet: ignored, not generated"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			k := mustLookup(t, groupNetworking, tc.kind)

@@ -75,8 +75,8 @@ func ValidateVirtualService(namespace string, annotations map[string]string, spe
 		case msg != "" && !isIP(h):
 			f.errorf(at("spec.hosts", i), "%s", msg)
 			valid = false
-		case msg == "" && toMesh && h == "*":
-			f.errorf(at("spec.hosts", i), "the wildcard host * is not allowed for a VirtualService bound to the mesh")
+		case msg == "" && toMesh && h == EveryHost:
+			f.errorf(at("spec.hosts", i), "%s", everyHostRefused)
 			valid = false
 		}
 	}
@@ -371,4 +371,20 @@ func checkExportTo(f *Findings, p, namespace string, exportTo []string) {
 	if seen["*"] && len(exportTo) > 1 {
 		f.errorf(p, "* (everyone) cannot be listed with other namespaces")
 	}
+}
+
+// EveryHost is the VirtualService host that names every host.
+const EveryHost = "*"
+
+const everyHostRefused = "the wildcard host * is not allowed for a VirtualService bound to the mesh"
+
+// RefusedForSidecars says why sidecars must not apply a VirtualService
+// bound to the mesh whatever else it says, "" when they may: a host "*"
+// would take the routes of every service (Istio's validation refuses it;
+// one that reached the model without the webhook is left out whole).
+func RefusedForSidecars(spec *networking.VirtualService) string {
+	if slices.Contains(spec.GetHosts(), EveryHost) {
+		return everyHostRefused
+	}
+	return ""
 }

@@ -106,8 +106,11 @@ func TestReportGaugeAndDebugList(t *testing.T) {
 	ns := c.env.Namespace(t)
 	r, _ := c.reporter(t, nil)
 	c.create(t, kind(t, networking, "EnvoyFilter"), ns, "ef", map[string]any{})
-	c.create(t, kind(t, networking, "VirtualService"), ns, "vs", map[string]any{ // tcp routes sidecars do not apply
-		"hosts": []any{"a"}, "tcp": []any{map[string]any{"route": []any{map[string]any{"destination": map[string]any{"host": "a"}}}}},
+	c.create(t, kind(t, networking, "VirtualService"), ns, "vs", map[string]any{ // a tcp match's sourceSubnet, which nothing reads
+		"hosts": []any{"a"}, "tcp": []any{map[string]any{
+			"match": []any{map[string]any{"sourceSubnet": "10.0.0.0/8"}},
+			"route": []any{map[string]any{"destination": map[string]any{"host": "a"}}},
+		}},
 	})
 	c.create(t, kind(t, "telemetry.istio.io", "Telemetry"), ns, "tel", map[string]any{})
 	c.create(t, kind(t, gatewayAPI, "HTTPRoute"), ns, "route", map[string]any{})

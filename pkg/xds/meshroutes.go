@@ -18,7 +18,8 @@ func (s *Server) reportMeshRoutes(snap *model.Snapshot, closed failClosed, curre
 	if len(snap.Resources().VirtualServices) == 0 {
 		return
 	}
-	for _, p := range s.mesh.Load().envoy.Mesh.Routes.MeshProblems(snap) {
+	envoy := s.mesh.Load().envoy
+	for _, p := range append(envoy.Mesh.Routes.MeshProblems(snap), envoy.MeshL4Problems(snap)...) {
 		closed.add("VirtualService", "sidecar_routes_left_out")
 		msg := p.String()
 		if current[msg] {

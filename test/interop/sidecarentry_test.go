@@ -325,6 +325,53 @@ spec:
 `},
 	calls: []entryCall{httpTo("dup.example.com", 80, "outbound|80||dup.example.com")},
 }, {
+	sidecarScenario: sidecarScenario{name: "one host in two namespaces without clients: the oldest public one, else the one exported by name",
+		pods: []string{"app/sleep-1", "other/backend-1"},
+		istio: entryIn("third", "dup", "2026-01-01T00:05:00Z", `  hosts: [dup.example.com]
+  exportTo: [app]
+  location: MESH_EXTERNAL
+  resolution: STATIC
+  ports: [{name: tcp, number: 7000, protocol: TCP}]
+  addresses: [240.240.3.1]
+  endpoints: [{address: 192.0.2.53}]
+`) + entryIn("fourth", "dup", "2026-01-01T00:01:00Z", `  hosts: [dup.example.com]
+  location: MESH_EXTERNAL
+  resolution: STATIC
+  ports: [{name: tcp, number: 7000, protocol: TCP}]
+  addresses: [240.240.3.2]
+  endpoints: [{address: 192.0.2.54}]
+`) + entryIn("fifth", "dup", "2026-01-01T00:00:00Z", `  hosts: [dup.example.com]
+  exportTo: [fifth]
+  location: MESH_EXTERNAL
+  resolution: STATIC
+  ports: [{name: tcp, number: 7000, protocol: TCP}]
+  endpoints: [{address: 192.0.2.55}]
+`)},
+	calls: []entryCall{tcpTo("240.240.3.1", 7000, ""), tcpTo("240.240.3.2", 7000, "")},
+}, {
+	sidecarScenario: sidecarScenario{name: "one host in two namespaces, DNS, each namespace's own", pods: []string{"app/sleep-1", "other/backend-1"},
+		istio: entryIn("app", "dup", "2026-01-01T00:05:00Z", `  hosts: [dns.example.com]
+  location: MESH_EXTERNAL
+  resolution: DNS
+  ports: [{name: tls, number: 443, protocol: TLS}]
+  endpoints: [{address: a.example.net}]
+`) + entryIn("other", "dup", "2026-01-01T00:00:00Z", `  hosts: [dns.example.com]
+  location: MESH_EXTERNAL
+  resolution: DNS
+  ports: [{name: tls, number: 443, protocol: TLS}, {name: http, number: 8080, protocol: HTTP}]
+  endpoints: [{address: b.example.net}]
+`)},
+	calls: []entryCall{tlsTo(unknownIP, 443, "dns.example.com", "outbound|443||dns.example.com"), httpTo("dns.example.com", 8080, "")},
+}, {
+	sidecarScenario: sidecarScenario{name: "entry of another namespace for a Kubernetes service's host", pods: []string{"app/sleep-1", "other/backend-1"},
+		istio: entryIn("other", "shadow", "2026-01-01T00:00:00Z", `  hosts: [echo.app.svc.cluster.local]
+  location: MESH_INTERNAL
+  resolution: STATIC
+  ports: [{name: tcp-db, number: 9090, protocol: TCP}]
+  endpoints: [{address: 192.0.2.61}]
+`)},
+	calls: []entryCall{tcpTo("10.96.0.10", 9090, "outbound|9090||echo.app.svc.cluster.local")},
+}, {
 	sidecarScenario: sidecarScenario{name: "VirtualService splitting an entry host between two entries", pods: sleepOnly,
 		istio: entry("api", apiEntryDNS) + entry("api-v2", `  hosts: [api-v2.example.com]
   location: MESH_EXTERNAL
@@ -420,16 +467,15 @@ var entryAllowedDifferences = []allowedDifference{{
 	subject:  regexp.MustCompile(`^call outbound http to 10\.96\.0\.10:80 Host 10\.96\.0\.10(:80)?$`),
 	istio:    `ok, listener "0.0.0.0_80", chain plaintext/HTTP, cluster "PassthroughCluster"`,
 	ours:     `ok, listener "0.0.0.0_80", chain plaintext/HTTP, cluster "outbound|80||echo.app.svc.cluster.local"`,
-	reason: "a ServiceEntry for a Kubernetes Service's hostname: Istio lets it take the Service's place in the port's " +
-		"virtual host, dropping the Service's cluster IP from its domains; Bulwark leaves the hostname to the Service",
-}, {
-	scenario: regexp.MustCompile(`^one host in two namespaces$`),
-	subject:  regexp.MustCompile(`^endpoints outbound\|80\|\|dup\.example\.com$`),
-	istio:    "[192.0.2.52:80 tlsMode=-]",
-	ours:     "[192.0.2.51:80 tlsMode=-]",
-	reason: "one host in entries of two namespaces: Istio gives each client its own namespace's entry; " +
-		"Bulwark gives every client the oldest entry (then the first by namespace)",
+	reason: "a ServiceEntry of the Service's own namespace for its hostname: both keep the Service's cluster, endpoints " +
+		"and listeners, but Istio's virtual host of the port then drops the Service's cluster IP from its domains; " +
+		"Bulwark leaves the hostname to the Service whole (and reports the entry's host as taken)",
 }}
+
+// entryIn is a ServiceEntry of namespace ns named name, created at created.
+func entryIn(ns, name, created, spec string) string {
+	return fmt.Sprintf("---\napiVersion: networking.istio.io/v1\nkind: ServiceEntry\nmetadata: {name: %s, namespace: %s, creationTimestamp: %q}\nspec:\n%s", name, ns, created, spec)
+}
 
 // compareEntryClusters compares what ServiceEntries' clusters hold beyond
 // their type and TLS: a DNS cluster's inline endpoints (and their

@@ -9,7 +9,6 @@ import (
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
-	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	cares "github.com/envoyproxy/go-control-plane/envoy/extensions/network/dns_resolver/cares/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -180,51 +179,6 @@ func sniChosen(svc *model.Service, sp model.Port) bool {
 		return false
 	}
 	return strings.EqualFold(sp.Protocol, "TLS") || strings.EqualFold(sp.Protocol, "HTTPS")
-}
-
-// sniChain is a filter chain of an outbound listener chosen by SNI.
-type sniChain struct {
-	host, cluster string
-}
-
-// sniListener is the listener of an entry with SNI chains: one per host,
-// then, for a connection no SNI matches, the entry's TCP cluster when a
-// TCP service shares the port, else fallback.
-func (e *outboundEntry) sniListener(fallback string, t *Telemetry) resource.Resource {
-	name, addr, port, chains, def := e.name(), e.addr, e.port, e.sni, e.cluster
-	k := key("lds", name, def, fallback)
-	for _, c := range chains {
-		k = key(k, c.host, c.cluster)
-	}
-	return resource.Resource{Name: name, Key: k, Build: func() (proto.Message, error) {
-		l := outboundListenerShape()
-		l.Name, l.Address = name, socketAddress(addr, port)
-		for _, c := range chains {
-			filters, err := t.tcpChain(sidecarOutbound, nil, c.cluster, c.cluster, true)
-			if err != nil {
-				return nil, err
-			}
-			l.FilterChains = append(l.FilterChains, &listener.FilterChain{
-				FilterChainMatch: &listener.FilterChainMatch{ServerNames: []string{c.host}},
-				Filters:          filters,
-			})
-		}
-		target, chainName := def, ""
-		if target == "" {
-			target, chainName = fallback, "PassthroughFilterChain"
-		}
-		filters, err := t.tcpChain(sidecarOutbound, nil, target, target, true)
-		if err != nil {
-			return nil, err
-		}
-		l.DefaultFilterChain = &listener.FilterChain{Name: chainName, FilterChainMatch: &listener.FilterChainMatch{}, Filters: filters}
-		inspector, err := listenerFilter(tlsInspectorName, tlsInspectorConfig())
-		if err != nil {
-			return nil, err
-		}
-		l.ListenerFilters = []*listener.ListenerFilter{inspector}
-		return l, nil
-	}}
 }
 
 // fallbackCluster is where outbound traffic to no known destination goes:

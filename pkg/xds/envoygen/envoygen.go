@@ -174,6 +174,14 @@ func (g *Generator) Generate(snap *model.Snapshot, p *Proxy, typeURL string, nam
 			return nil
 		}
 	}
+	// Where ServiceEntries of several namespaces name one host, which
+	// one the proxy sees is part of every resource's content.
+	if choices := snap.HostChoices(p.Namespace); len(choices) > 0 {
+		salt := key(append([]string{"hosts"}, choices...)...)
+		for i := range out {
+			out[i].Key += salt
+		}
+	}
 	slices.SortFunc(out, func(x, y resource.Resource) int { return strings.Compare(x.Name, y.Name) })
 	if wildcard {
 		return out
@@ -290,6 +298,9 @@ type builder struct {
 
 	visibleOnce sync.Once
 	visible     []*model.Service // services, once computed
+
+	l4Once sync.Once
+	l4VS   []routes.L4VirtualService // meshL4's, once computed
 
 	mu         sync.Mutex
 	identities map[*model.Service][]string // serviceIdentities, once per service

@@ -8,6 +8,7 @@ import (
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/routes"
 )
 
 // EndpointsReadElsewhere reports whether resources other than load
@@ -67,11 +68,26 @@ func AuthorizationReaders(typeURL string) []string {
 //     or, headless, its endpoints' addresses (outboundEntries), and the
 //     listener "0.0.0.0_<port>" of each port (httpPorts);
 //   - the route "<port>" of each port (routes) and "<host>:<port>"
-//     (sniffedRoute).
+//     (sniffedRoute);
+//   - the listeners of the services whose VirtualService tls or tcp rules
+//     route to it (meshl4.go): a destination's cluster takes the port of
+//     a service with one port.
 func ServiceNames(snap *model.Snapshot, hostname string, add func(typeURL, name string)) {
 	svc := snap.Service(hostname)
 	if svc == nil {
 		return
+	}
+	if routes.HasL4(snap) {
+		for _, v := range routes.AllL4VirtualServices(snap) {
+			if !routes.RoutesTo(snap, v.VS, hostname) {
+				continue
+			}
+			for _, other := range snap.Services() {
+				if other != svc && slices.ContainsFunc(v.Hosts, func(h string) bool { return routes.HostsMatch(h, other.Hostname) }) {
+					listenerNames(other, add)
+				}
+			}
+		}
 	}
 	var subsets []string
 	for _, dr := range snap.DestinationRulesOf(hostname) {
@@ -81,6 +97,36 @@ func ServiceNames(snap *model.Snapshot, hostname string, add func(typeURL, name 
 			}
 		}
 	}
+	listenerNames(svc, add)
+	// The entries of other namespaces for the hostname are what some
+	// namespaces see of it.
+	for _, alt := range snap.Alternates(hostname) {
+		listenerNames(alt, add)
+		for _, sp := range alt.Ports {
+			for _, subset := range append([]string{""}, subsets...) {
+				name := resource.ClusterName(hostname, subset, sp.Port)
+				add(resource.ClusterType, name)
+				add(resource.EndpointType, name)
+			}
+			add(resource.RouteType, strconv.FormatUint(uint64(sp.Port), 10))
+			add(resource.RouteType, sniffedRouteName(hostname, sp.Port))
+		}
+	}
+	for _, sp := range svc.Ports {
+		for _, subset := range append([]string{""}, subsets...) {
+			name := resource.ClusterName(hostname, subset, sp.Port)
+			add(resource.ClusterType, name)
+			add(resource.EndpointType, name)
+		}
+		add(resource.RouteType, strconv.FormatUint(uint64(sp.Port), 10))
+		add(resource.RouteType, sniffedRouteName(hostname, sp.Port))
+	}
+}
+
+// listenerNames calls add with the names of svc's outbound listeners: of
+// its virtual IPs or, headless, its endpoints' addresses, and
+// "0.0.0.0_<port>", for each port.
+func listenerNames(svc *model.Service, add func(typeURL, name string)) {
 	addrs := slices.Clone(svc.Addresses)
 	if svc.Headless {
 		for _, eps := range svc.Endpoints {
@@ -90,16 +136,9 @@ func ServiceNames(snap *model.Snapshot, hostname string, add func(typeURL, name 
 		}
 	}
 	for _, sp := range svc.Ports {
-		for _, subset := range append([]string{""}, subsets...) {
-			name := resource.ClusterName(hostname, subset, sp.Port)
-			add(resource.ClusterType, name)
-			add(resource.EndpointType, name)
-		}
 		for _, a := range addrs {
 			add(resource.ListenerType, listenerName(a, sp.Port))
 		}
 		add(resource.ListenerType, listenerName("0.0.0.0", sp.Port))
-		add(resource.RouteType, strconv.FormatUint(uint64(sp.Port), 10))
-		add(resource.RouteType, sniffedRouteName(hostname, sp.Port))
 	}
 }

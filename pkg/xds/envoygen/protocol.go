@@ -60,3 +60,21 @@ func protocolOf(p model.Port) protocol {
 	}
 	return protoAuto
 }
+
+// tlsPort reports whether p's protocol is TLS or HTTPS (Istio's
+// IsTLS): a tcp_proxy port whose VirtualService routes choose by SNI
+// (tls rules) rather than by destination (tcp rules).
+func tlsPort(p model.Port) bool {
+	name := p.Name
+	switch up := strings.ToUpper(p.Protocol); up {
+	case "UDP", "KUBERNETES.IO/H2C", "KUBERNETES.IO/WS":
+		return false
+	case "KUBERNETES.IO/WSS":
+		return true
+	case "", "TCP", "SCTP":
+	default:
+		name = p.Protocol
+	}
+	name, _, _ = strings.Cut(name, "-")
+	return strings.EqualFold(name, "https") || strings.EqualFold(name, "tls")
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/routes"
 )
 
 // outboundEntry is an outbound listener bound to one address and port,
@@ -28,10 +29,13 @@ type outboundEntry struct {
 	route   string
 	svc     *model.Service
 	svcPort model.Port
-	// sni are chains chosen by SNI, of ServiceEntry hosts without
-	// addresses (entry.go); fallback takes what none matches when no
-	// service claims the port for TCP.
-	sni      []sniChain
+	// chains are chosen by SNI or destination subnets: of ServiceEntry
+	// hosts without addresses on a TLS port (entry.go), and of
+	// VirtualServices' tls and tcp rules (meshl4.go). def is a
+	// VirtualService route taking every other connection, in place of
+	// cluster; fallback takes them when neither is set.
+	chains   []routes.L4Route
+	def      *routes.L4Route
 	fallback string
 }
 
@@ -52,15 +56,33 @@ func (e *outboundEntry) name() string { return listenerName(e.addr, e.port) }
 func (b *builder) outboundEntries() []*outboundEntry {
 	byName := map[string]*outboundEntry{}
 	var out []*outboundEntry
-	add := func(addr string, svc *model.Service, sp model.Port, sniffed bool) {
-		e := &outboundEntry{addr: addr, port: sp.Port}
+	entry := func(addr string, port uint32) *outboundEntry {
+		e := &outboundEntry{addr: addr, port: port, fallback: b.fallbackCluster()}
 		if cur := byName[e.name()]; cur != nil {
-			e = cur
-		} else {
-			byName[e.name()] = e
-			out = append(out, e)
+			return cur
 		}
-		if e.cluster == "" {
+		byName[e.name()] = e
+		out = append(out, e)
+		return e
+	}
+	// add gives the listener of addr the chains of sp of svc: l4's (the
+	// VirtualServices'), else its own cluster, or, with sni, its own
+	// chain chosen by its host name.
+	add := func(addr string, svc *model.Service, sp model.Port, sniffed, sni bool, l4 *routes.SidecarL4) {
+		e := entry(addr, sp.Port)
+		switch {
+		case l4 != nil:
+			e.addChains(l4.Chains)
+			if l4.Default != nil && !e.claimed() {
+				e.def = l4.Default
+			} else if l4.Default == nil && !l4.Routed && sni {
+				e.addChains([]routes.L4Route{serviceRoute(svc.Hostname, sp.Port)})
+			} else if l4.Default == nil && !l4.Routed && !e.claimed() {
+				e.cluster = resource.ClusterName(svc.Hostname, "", sp.Port)
+			}
+		case sni:
+			e.addChains([]routes.L4Route{serviceRoute(svc.Hostname, sp.Port)})
+		case !e.claimed():
 			e.cluster = resource.ClusterName(svc.Hostname, "", sp.Port)
 		}
 		if sniffed && e.route == "" {
@@ -79,33 +101,22 @@ func (b *builder) outboundEntries() []*outboundEntry {
 				continue
 			}
 			sniffed := proto == protoAuto
+			l4 := b.meshL4(svc, sp)
 			for _, vip := range svc.Addresses {
-				add(vip, svc, sp, sniffed)
+				add(vip, svc, sp, sniffed, false, l4)
 			}
 			if addrs := entryListenerAddresses(svc); len(addrs) > 0 {
 				if slices.Contains(httpPorts(), sp.Port) {
 					continue
 				}
-				if sniChosen(svc, sp) {
-					e := &outboundEntry{addr: addrs[0], port: sp.Port}
-					if cur := byName[e.name()]; cur != nil {
-						e = cur
-					} else {
-						byName[e.name()] = e
-						out = append(out, e)
-					}
-					e.sni = append(e.sni, sniChain{host: svc.Hostname, cluster: resource.ClusterName(svc.Hostname, "", sp.Port)})
-					e.fallback = b.fallbackCluster()
-					continue
-				}
-				add(addrs[0], svc, sp, sniffed)
+				add(addrs[0], svc, sp, sniffed, sniChosen(svc, sp), l4)
 			}
 			if !svc.Headless {
 				continue
 			}
 			for _, ep := range svc.Endpoints[sp.Port] {
 				if validIP(ep.Address) && ep.Address != self {
-					add(ep.Address, svc, sp, sniffed)
+					add(ep.Address, svc, sp, sniffed, false, l4)
 				}
 			}
 		}
@@ -163,8 +174,8 @@ func sniffedRouteName(host string, port uint32) string {
 // sniffed, the HTTP chain for what the HTTP inspector calls plaintext
 // HTTP and the tcp_proxy chain as the default for everything else.
 func (e *outboundEntry) listener(t *Telemetry) resource.Resource {
-	if len(e.sni) > 0 {
-		return e.sniListener(e.fallback, t)
+	if e.routed() {
+		return e.routedListener(t)
 	}
 	name, addr, port, cluster, route := e.name(), e.addr, e.port, e.cluster, e.route
 	if route == "" {

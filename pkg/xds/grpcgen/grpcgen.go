@@ -90,6 +90,14 @@ func (g *Generator) Generate(snap *model.Snapshot, p *Proxy, typeURL string, nam
 			out = append(out, *r)
 		}
 	}
+	// Where ServiceEntries of several namespaces name one host, which
+	// one the proxy sees is part of every resource's content.
+	if choices := snap.HostChoices(p.Namespace); len(choices) > 0 {
+		salt := "|hosts|" + strings.Join(choices, ",")
+		for i := range out {
+			out[i].Key += salt
+		}
+	}
 	return out
 }
 

@@ -31,6 +31,9 @@ type Options struct {
 type Proxy struct {
 	Namespace string
 	Labels    map[string]string
+	// AnySource makes the matches of every client apply (sourceLabels and
+	// sourceNamespace are not read): to find what some client gets.
+	AnySource bool
 }
 
 // Scope is where one VirtualService's HTTP routes are built: the listener

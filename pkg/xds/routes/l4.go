@@ -7,6 +7,7 @@ import (
 	networkingv1 "istio.io/api/networking/v1"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
 
 // WeightedCluster is a destination of a TCP or TLS route.
@@ -21,9 +22,16 @@ type WeightedCluster struct {
 type L4Route struct {
 	// SNIHosts are the server names a TLS passthrough route matches;
 	// empty for a TCP route.
-	SNIHosts       []string
-	Destinations   []WeightedCluster
-	VirtualService model.Meta
+	SNIHosts []string
+	// DestinationCIDRs are the destination subnets a sidecar's route
+	// matches (destinationSubnets); gateways do not read them.
+	DestinationCIDRs []string
+	Destinations     []WeightedCluster
+	VirtualService   model.Meta
+	// Named: the chain names VirtualService in its metadata, as Istio's
+	// sidecar chains of a tls match or of a tcp rule matching every
+	// connection do (not those of destination subnets).
+	Named bool
 }
 
 // GatewayTLSRoutes is Options{}.GatewayTLSRoutes: Istio's defaults.
@@ -80,7 +88,7 @@ func (o Options) GatewayTLSRoutes(snap *model.Snapshot, gw *model.Gateway, srv *
 					problems = append(problems, vsProblem(vs, "tls[%d] left out of gateway %s port %d: SNI hosts %v already routed or none", i, gwName, srv.GetPort().GetNumber(), dup))
 					continue
 				}
-				dsts := l4Destinations(snap, vs, srv.GetPort().GetNumber(), rule.GetRoute())
+				dsts := l4Destinations(snap, vs, srv.GetPort().GetNumber(), rule.GetRoute(), snap.Service)
 				if len(dsts) == 0 {
 					problems = append(problems, vsProblem(vs, "tls[%d] left out of gateway %s: no destination of positive weight, or one without a host", i, gwName))
 					continue
@@ -125,7 +133,7 @@ func (o Options) GatewayTCPRoutes(snap *model.Snapshot, gw *model.Gateway, srv *
 			if !ok || len(rule.GetRoute()) == 0 {
 				continue
 			}
-			dsts := l4Destinations(snap, vs, srv.GetPort().GetNumber(), rule.GetRoute())
+			dsts := l4Destinations(snap, vs, srv.GetPort().GetNumber(), rule.GetRoute(), snap.Service)
 			if len(dsts) == 0 {
 				// Istio's generator fails on such a rule; it is refused.
 				problems = append(problems, vsProblem(vs, "tcp[%d] left out of gateway %s: no destination of positive weight, or one without a host", i, gwName))
@@ -163,23 +171,34 @@ func l4Applies(port uint32, gateways []string, srv *networkingv1.Server, gwName,
 }
 
 // l4Destinations: one destination is the cluster (whatever its weight);
-// several are weighted, those of weight 0 left out.
-func l4Destinations(snap *model.Snapshot, vs *model.VirtualService, port uint32, dsts []*networkingv1.RouteDestination) []WeightedCluster {
-	t := translator{snap: snap, vs: vs, scope: Scope{Port: port}}
+// several are weighted, those of weight 0 left out. A destination's port
+// is its own, else that of the service (as lookup finds it) when it has
+// one port, else the listener's (Istio's GetDestinationCluster).
+func l4Destinations(snap *model.Snapshot, vs *model.VirtualService, port uint32, dsts []*networkingv1.RouteDestination, lookup func(host string) *model.Service) []WeightedCluster {
 	for _, d := range dsts {
 		if d.GetDestination().GetHost() == "" {
 			return nil // refused by the caller: a destination without a host
 		}
 	}
+	cluster := func(d *networkingv1.Destination) string {
+		host := fqdn(snap, d.GetHost(), vs.Namespace)
+		p := port
+		if d.GetPort() != nil {
+			p = d.GetPort().GetNumber()
+		} else if svc := lookup(host); svc != nil && len(svc.Ports) == 1 {
+			p = svc.Ports[0].Port
+		}
+		return resource.ClusterName(host, d.GetSubset(), p)
+	}
 	if len(dsts) == 1 {
-		return []WeightedCluster{{Cluster: t.cluster(dsts[0].GetDestination())}}
+		return []WeightedCluster{{Cluster: cluster(dsts[0].GetDestination())}}
 	}
 	var out []WeightedCluster
 	for _, d := range dsts {
 		if d.GetWeight() <= 0 {
 			continue
 		}
-		out = append(out, WeightedCluster{Cluster: t.cluster(d.GetDestination()), Weight: uint32(d.GetWeight())})
+		out = append(out, WeightedCluster{Cluster: cluster(d.GetDestination()), Weight: uint32(d.GetWeight())})
 	}
 	return out
 }

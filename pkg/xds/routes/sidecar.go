@@ -10,6 +10,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/policy"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
 
@@ -42,7 +43,7 @@ func (o Options) MeshVirtualServices(snap *model.Snapshot, ns string) ([]*model.
 		if len(vs.Spec.GetHosts()) == 0 {
 			continue // a delegate: bound through its root alone
 		}
-		if reason := checkBounds(vs.Spec); reason != "" {
+		if reason := meshRefusal(vs); reason != "" {
 			problems = append(problems, vsProblem(vs, "%s", reason))
 			continue
 		}
@@ -150,8 +151,9 @@ func DefaultHashPolicy(snap *model.Snapshot, hostname string, port uint32, proxy
 // sidecars do not get, and why: a VirtualService with a rule this
 // translation refuses (left out whole, the services it names keep their
 // default routes), a delegation that cannot be followed (the rule left
-// out), tls and tcp routes, which sidecars do not apply, and a host
-// another VirtualService routes first (hostConflicts).
+// out), and a host another VirtualService routes first (hostConflicts).
+// The tls and tcp rules sidecars leave out are the sidecar generator's to
+// find (envoygen's MeshL4Problems), which knows the ports' protocols.
 func (o Options) MeshProblems(snap *model.Snapshot) []Problem {
 	var problems []Problem
 	var dmap delegates
@@ -166,7 +168,7 @@ func (o Options) MeshProblems(snap *model.Snapshot) []Problem {
 		if vs.Spec == nil || len(vs.Spec.GetHosts()) == 0 || !slices.Contains(gatewaysOf(vs), Mesh) {
 			continue
 		}
-		if reason := checkBounds(vs.Spec); reason != "" {
+		if reason := meshRefusal(vs); reason != "" {
 			problems = append(problems, vsProblem(vs, "left out of sidecars: %s", reason))
 			continue
 		}
@@ -177,9 +179,6 @@ func (o Options) MeshProblems(snap *model.Snapshot) []Problem {
 			if err != nil && !errors.Is(err, ErrNoRoutes) {
 				problems = append(problems, vsProblem(vs, "left out of sidecars: %v", err))
 			}
-		}
-		if len(vs.Spec.GetTls()) > 0 || len(vs.Spec.GetTcp()) > 0 {
-			problems = append(problems, vsProblem(vs, "tls and tcp routes are not applied by sidecars"))
 		}
 	}
 	return append(problems, hostConflicts(snap)...)
@@ -192,7 +191,7 @@ func (o Options) MeshProblems(snap *model.Snapshot) []Problem {
 func hostConflicts(snap *model.Snapshot) []Problem {
 	var bound []*model.VirtualService
 	for _, vs := range snap.Resources().VirtualServices {
-		if vs.Spec != nil && len(vs.Spec.GetHosts()) > 0 && slices.Contains(gatewaysOf(vs), Mesh) {
+		if vs.Spec != nil && len(vs.Spec.GetHosts()) > 0 && slices.Contains(gatewaysOf(vs), Mesh) && meshRefusal(vs) == "" {
 			bound = append(bound, vs)
 		}
 	}
@@ -214,4 +213,13 @@ func hostConflicts(snap *model.Snapshot) []Problem {
 		}
 	}
 	return out
+}
+
+// meshRefusal says why sidecars leave vs out whole, "" when they do not:
+// a limit it passes (checkBounds), or a rule of policy.RefusedForSidecars.
+func meshRefusal(vs *model.VirtualService) string {
+	if reason := checkBounds(vs.Spec); reason != "" {
+		return reason
+	}
+	return policy.RefusedForSidecars(vs.Spec)
 }
