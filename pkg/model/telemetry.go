@@ -86,7 +86,7 @@ func (s *Snapshot) TelemetriesFor(namespace string, labels map[string]string, ke
 		sc.Namespace = s.namespaceTelemetry(namespace, keep)
 	}
 	for _, t := range s.telemetriesOf(namespace, keep) {
-		if len(t.Spec.GetSelector().GetMatchLabels()) == 0 {
+		if len(t.Spec.GetSelector().GetMatchLabels()) == 0 || t.attached() {
 			continue
 		}
 		if Matches(t.Spec.GetSelector().GetMatchLabels(), labels) {

@@ -137,6 +137,9 @@ func ourSnapshot(t testing.TB, objects []runtime.Object, istioYAML string) *mode
 			{Name: "gateways", Namespaced: true, Kind: "Gateway"},
 			{Name: "virtualservices", Namespaced: true, Kind: "VirtualService"},
 		},
+	}, {
+		GroupVersion: "telemetry.istio.io/v1",
+		APIResources: []metav1.APIResource{{Name: "telemetries", Namespaced: true, Kind: "Telemetry"}},
 	}}
 	istio := istiofake.NewSimpleClientset()
 	for _, o := range decodeIstio(t, istioYAML) {

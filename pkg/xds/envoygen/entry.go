@@ -192,7 +192,7 @@ type sniChain struct {
 // TCP service shares the port, else fallback.
 func (e *outboundEntry) sniListener(fallback string, t *Telemetry) resource.Resource {
 	name, addr, port, chains, def := e.name(), e.addr, e.port, e.sni, e.cluster
-	k := key("lds", name, def, fallback)
+	k := telemetryKey(t, "lds", name, def, fallback)
 	for _, c := range chains {
 		k = key(k, c.host, c.cluster)
 	}
