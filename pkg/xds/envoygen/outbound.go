@@ -201,7 +201,10 @@ func tcpListenerWire(name, addr string, port uint32, cluster string, t *Telemetr
 		statsFilters, accessLogs = t.outboundStatsWire, t.accessLogWire
 	}
 	size := len(shape) + len(name) + len(addr) + 2*len(cluster) + len(tcpProxyType) + 72
-	for _, b := range append(slices.Clip(statsFilters), accessLogs...) {
+	for _, b := range statsFilters {
+		size += len(b) + 4
+	}
+	for _, b := range accessLogs {
 		size += len(b) + 4
 	}
 	w := append(make(wire, 0, size), shape...)
