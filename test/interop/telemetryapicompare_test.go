@@ -1,15 +1,24 @@
 package interop
 
 import (
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/protobuf/encoding/prototext"
 	meshconfig "istio.io/api/mesh/v1alpha1"
+	networkingv1 "istio.io/api/networking/v1"
+	telemetryv1alpha1 "istio.io/api/telemetry/v1alpha1"
+	"istio.io/istio/pilot/pkg/model"
+	"istio.io/istio/pilot/pkg/networking/core"
+	"istio.io/istio/pkg/config"
 	"istio.io/istio/pkg/config/mesh"
+	"istio.io/istio/pkg/config/schema/gvk"
 	"istio.io/istio/pkg/util/protomarshal"
 
+	bmodel "github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/envoygen"
 )
 
@@ -170,4 +179,75 @@ func TestTelemetryAPIMatchesIstio(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestGatewayTelemetryAPIMatchesIstio is TestGatewayTelemetryFiltersMatchIstio
+// with a Telemetry of the gateway's namespace selecting it: a client-side
+// access log with a CEL filter and a tag override, which a router takes
+// as a client (Istio's ListenerClassGateway).
+func TestGatewayTelemetryAPIMatchesIstio(t *testing.T) {
+	quietIstioLogs(t)
+	servers := []*networkingv1.Server{{
+		Port:  &networkingv1.Port{Number: 80, Name: "http", Protocol: "HTTP"},
+		Hosts: []string{"*"},
+	}}
+	spec := &telemetryv1alpha1.Telemetry{}
+	if err := protomarshal.ApplyYAMLStrict(`
+selector: {matchLabels: `+gatewaySelectorYAML()+`}
+accessLogging: [{match: {mode: CLIENT}, providers: [{name: envoy}], filter: {expression: "response.code >= 400"}}]
+metrics: [{overrides: [{match: {metric: REQUEST_COUNT}, tagOverrides: {request_host: {value: request.host}}}]}]
+`, spec); err != nil {
+		t.Fatal(err)
+	}
+	m := mesh.DefaultMeshConfig()
+	m.DefaultProviders = &meshconfig.MeshConfig_DefaultProviders{Metrics: []string{"prometheus"}}
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	cg := core.NewConfigGenTest(t, core.TestOptions{MeshConfig: m, Configs: []config.Config{{
+		Meta: config.Meta{GroupVersionKind: gvk.Gateway, Name: "gateway", Namespace: gwNs, CreationTimestamp: base},
+		Spec: &networkingv1.Gateway{Selector: gwLabels, Servers: servers},
+	}, {
+		Meta: config.Meta{GroupVersionKind: gvk.Telemetry, Name: "gw-logs", Namespace: gwNs, CreationTimestamp: base},
+		Spec: spec,
+	}}})
+	cg.ConfigGen.MeshConfigChanged(m)
+	t.Cleanup(func() { cg.ConfigGen.MeshConfigChanged(m) })
+	proxy := cg.SetupProxy(&model.Proxy{
+		Type: model.Router, ConfigNamespace: gwNs, Labels: gwLabels, ID: "gw.istio-system",
+		Metadata: &model.NodeMetadata{Namespace: gwNs, Labels: gwLabels},
+	})
+	snap, _ := ourGatewayWorld(gwRouteCase{}, servers)
+	res := *snap.Resources()
+	res.Telemetries = []*bmodel.Telemetry{{Meta: bmodel.Meta{Name: "gw-logs", Namespace: gwNs}, Created: base, Spec: spec}}
+	snap = bmodel.Build("2", bmodel.Options{}, res)
+	tel, err := envoygen.NewTelemetry(envoygen.TelemetryFromMesh(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &envoygen.Generator{TrustDomain: spiffeid.RequireTrustDomainFromString(trustDomain), Telemetry: tel}
+	ours := ourResources(t, g, snap, &envoygen.Proxy{Router: true, Namespace: gwNs, Labels: gwLabels})
+	c := &telemetryComparison{t: t, counts: map[string]int{}, class: "gateway"}
+	c.listeners("gateway", cg.Listeners(proxy), ours.listeners)
+	t.Logf("compared: %v", c.counts)
+	if c.counts["gateway http"] != 1 || c.counts["istio.stats"] != 1 || c.counts["logged"] != 2 {
+		t.Errorf("compared %v, want one HTTP chain with istio.stats, its log and the listener's", c.counts)
+	}
+	text := ""
+	for _, l := range ours.listeners {
+		text += prototext.Format(l)
+	}
+	for _, want := range []string{"response.code >= 400", "request_host"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("our gateway listeners do not hold %q", want)
+		}
+	}
+}
+
+// gatewaySelectorYAML is gwLabels in YAML flow.
+func gatewaySelectorYAML() string {
+	var parts []string
+	for k, v := range gwLabels {
+		parts = append(parts, k+": "+v)
+	}
+	slices.Sort(parts)
+	return "{" + strings.Join(parts, ", ") + "}"
 }
