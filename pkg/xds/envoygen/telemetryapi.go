@@ -94,10 +94,10 @@ type scopeEntry struct {
 
 // ForScope is t, a mesh config's Telemetry, with the Telemetries of sc
 // merged in, as Istio merges them; t itself when no Telemetry applies
-// and mesh config's defaultProviders.accessLogging is empty. Equal
-// contents share one Telemetry, whose filters are built once.
+// (its filters are the merge of none: mesh config's defaultProviders).
+// Equal contents share one Telemetry, whose filters are built once.
 func (t *Telemetry) ForScope(sc model.TelemetryScope) (*Telemetry, error) {
-	if t == nil || t.scopes == nil || (sc.Empty() && len(t.cfg.DefaultAccessLogging) == 0) {
+	if t == nil || t.scopes == nil || sc.Empty() {
 		return t, nil
 	}
 	all := sc.All()
