@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protojson"
 	telemetry "istio.io/api/telemetry/v1"
 )
 
@@ -70,4 +71,33 @@ func TestTelemetryIgnoredFields(t *testing.T) {
 	if got := k.Ignored(nil, map[string]any{"accessLogging": []any{map[string]any{}}}); len(got) != 0 {
 		t.Errorf("a Telemetry of access logging alone: %q", got)
 	}
+}
+
+// FuzzTelemetry drives arbitrary Telemetry specs (protojson, as the
+// webhook decodes them) and expressions through the rules. Nothing may
+// panic; findings stay within their bound; an admitted Telemetry holds no
+// expression CheckCEL refuses.
+func FuzzTelemetry(f *testing.F) {
+	f.Add([]byte(`{"accessLogging":[{"providers":[{"name":"envoy"}],"filter":{"expression":"response.code >= 400"}}]}`), "a.b[0] + 'x'")
+	f.Add([]byte(`{"metrics":[{"overrides":[{"match":{"customMetric":""},"tagOverrides":{"":{"value":"("},"x":{"operation":"REMOVE","value":"a"}}}]}]}`), strings.Repeat("(", 200))
+	f.Add([]byte(`{"selector":{"matchLabels":{"":"*"}},"targetRef":{"kind":"Pod"},"tracing":[{"randomSamplingPercentage":101,"customTags":{"":{}}}]}`), `"\u0000" in {}`)
+	f.Fuzz(func(t *testing.T, spec []byte, expr string) {
+		_ = CheckCEL(expr)
+		tel := &telemetry.Telemetry{}
+		if protojson.Unmarshal(spec, tel) != nil {
+			return
+		}
+		f := ValidateTelemetry(tel)
+		if len(f.Errors) > maxFindings || len(f.Warnings) > maxFindings {
+			t.Fatalf("%d errors, %d warnings: unbounded", len(f.Errors), len(f.Warnings))
+		}
+		if !f.OK() {
+			return
+		}
+		for _, l := range tel.GetAccessLogging() {
+			if l.GetFilter() != nil && CheckCEL(l.GetFilter().GetExpression()) != "" {
+				t.Fatalf("admitted a filter Envoy refuses: %q", l.GetFilter().GetExpression())
+			}
+		}
+	})
 }
