@@ -15,7 +15,7 @@ type Change struct {
 	// Config is true when anything but endpoints, pods and authorization
 	// differs: the services themselves (ports, addresses, selectors, a
 	// service added or removed), a PeerAuthentication, a DestinationRule,
-	// a Gateway, a VirtualService or the options. The other fields are empty then: everything may
+	// a Gateway, a VirtualService, a Telemetry or the options. The other fields are empty then: everything may
 	// differ.
 	Config bool
 	// Authorization is true when AuthorizationPolicies or
@@ -157,14 +157,16 @@ func samePod(a, b *Pod) bool {
 }
 
 // sameRules reports whether a and b hold equal PeerAuthentications,
-// DestinationRules, Gateways and VirtualServices. A Gateway or a
+// DestinationRules, Gateways, VirtualServices and Telemetries (which
+// change any listener of the proxies they select). A Gateway or a
 // VirtualService may change any listener or route of a gateway, and
 // (bound to "mesh") of a sidecar: their changes are config changes.
 func sameRules(a, b *Resources) bool {
 	return sameSpecs(a.PeerAuthentications, b.PeerAuthentications, (*PeerAuthentication).Parts) &&
 		sameSpecs(a.DestinationRules, b.DestinationRules, (*DestinationRule).Parts) &&
 		sameSpecs(a.Gateways, b.Gateways, (*Gateway).Parts) &&
-		sameSpecs(a.VirtualServices, b.VirtualServices, (*VirtualService).Parts)
+		sameSpecs(a.VirtualServices, b.VirtualServices, (*VirtualService).Parts) &&
+		sameSpecs(a.Telemetries, b.Telemetries, (*Telemetry).Parts)
 }
 
 // sameAuthorization reports whether a and b hold equal

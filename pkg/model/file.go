@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	networkingv1 "istio.io/api/networking/v1"
 	securityv1 "istio.io/api/security/v1"
+	telemetryv1 "istio.io/api/telemetry/v1"
 	corev1 "k8s.io/api/core/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
@@ -264,6 +265,12 @@ func decodeDocument(js []byte, res *Resources) error {
 		}
 		res.ServiceEntries = append(res.ServiceEntries,
 			&ServiceEntry{Meta: meta, Created: env.Metadata.CreationTimestamp, Spec: spec})
+	case "telemetry.istio.io/v1/Telemetry", "telemetry.istio.io/v1alpha1/Telemetry":
+		spec := &telemetryv1.Telemetry{}
+		if err := decodeSpec(env, spec); err != nil {
+			return err
+		}
+		res.Telemetries = append(res.Telemetries, &Telemetry{Meta: meta, Created: env.Metadata.CreationTimestamp, Spec: spec})
 	default:
 		return fmt.Errorf("unknown kind %s %s: %w", env.APIVersion, env.Kind, ErrInvalid)
 	}
@@ -331,4 +338,5 @@ func sortResources(r *Resources) {
 	slices.SortStableFunc(r.Gateways, func(a, b *Gateway) int { return byMeta(a.Meta, b.Meta) })
 	slices.SortStableFunc(r.VirtualServices, func(a, b *VirtualService) int { return byMeta(a.Meta, b.Meta) })
 	slices.SortStableFunc(r.ServiceEntries, func(a, b *ServiceEntry) int { return byMeta(a.Meta, b.Meta) })
+	slices.SortStableFunc(r.Telemetries, compareTelemetries)
 }

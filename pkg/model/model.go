@@ -181,6 +181,8 @@ type Resources struct {
 	// is a service of the snapshot (Snapshot.Services), unless a
 	// Kubernetes service or an older entry has that hostname.
 	ServiceEntries []*ServiceEntry
+	// Telemetries are sorted by namespace and name.
+	Telemetries []*Telemetry
 }
 
 // Options shape how a Snapshot reads its resources.
@@ -293,6 +295,10 @@ func Build(version string, opts Options, res Resources) *Snapshot {
 		svc.Hostname = opts.Hostname(svc.Namespace, svc.Name)
 		svc.Endpoints = endpointsOf(svc, res.Workloads)
 	}
+	if !slices.IsSortedFunc(res.Telemetries, compareTelemetries) {
+		res.Telemetries = slices.Clone(res.Telemetries)
+		slices.SortStableFunc(res.Telemetries, compareTelemetries)
+	}
 	if !slices.IsSortedFunc(res.Pods, comparePods) {
 		res.Pods = slices.Clone(res.Pods)
 		slices.SortStableFunc(res.Pods, comparePods)
@@ -301,6 +307,8 @@ func Build(version string, opts Options, res Resources) *Snapshot {
 }
 
 func comparePods(a, b *Pod) int { return byMeta(a.Meta, b.Meta) }
+
+func compareTelemetries(a, b *Telemetry) int { return byMeta(a.Meta, b.Meta) }
 
 // byMeta orders by namespace, then name.
 func byMeta(a, b Meta) int {

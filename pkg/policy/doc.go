@@ -5,9 +5,10 @@
 // README's compatibility table equal to it.
 //
 // It also holds the rules of validity of Gateway and VirtualService
-// (ValidateGateway, ValidateVirtualService, CheckRegex), Istio's rules
-// with bounds on hostile input: the validating webhook refuses by them
-// and the gateway generators skip what they refuse.
+// (ValidateGateway, ValidateVirtualService, CheckRegex), ServiceEntry
+// (ValidateServiceEntry) and Telemetry (ValidateTelemetry, CheckCEL),
+// Istio's rules with bounds on hostile input: the validating webhook
+// refuses by them and the generators skip what they refuse.
 //
 // A kind is honoured (every field read, or refused failing closed), partly
 // honoured (some fields read, the others reported per object by their

@@ -44,6 +44,8 @@ const (
 	sectionXDS    = "#xds-sds-and-mtls-between-services"
 	// sectionGateways is the README's "Gateways".
 	sectionGateways = "#gateways"
+	// sectionTelemetry is the README's "Istio's standard telemetry".
+	sectionTelemetry = "#istios-standard-telemetry"
 )
 
 const (
@@ -72,7 +74,9 @@ var kinds = []Kind{
 	{Group: groupNetworking, Resource: "workloadgroups", Name: "WorkloadGroup", Namespaced: true, Support: Not, Section: sectionUnread, unread: notRead},
 	{Group: groupNetworking, Resource: "envoyfilters", Name: "EnvoyFilter", Namespaced: true, Support: Not, Section: sectionUnread, unread: notRead},
 	{Group: groupNetworking, Resource: "proxyconfigs", Name: "ProxyConfig", Namespaced: true, Support: Not, Section: sectionUnread, unread: notRead},
-	{Group: groupTelemetry, Resource: "telemetries", Name: "Telemetry", Namespaced: true, Support: Not, Section: sectionUnread, unread: notRead},
+	// Read by Envoy sidecars: access logging and metrics; what they leave
+	// out is reported by path (ignoredtelemetry.go).
+	{Group: groupTelemetry, Resource: "telemetries", Name: "Telemetry", Namespaced: true, Support: Partly, Section: sectionTelemetry, ignored: ignoredInTelemetry},
 	{Group: groupExtensions, Resource: "wasmplugins", Name: "WasmPlugin", Namespaced: true, Support: Not, Section: sectionUnread, unread: notRead},
 	{Group: groupExtensions, Resource: "trafficextensions", Name: "TrafficExtension", Namespaced: true, Support: Not, Section: sectionUnread, unread: notRead},
 	{Group: groupGatewayAPI, Resource: "gatewayclasses", Name: "GatewayClass", Support: Not, Section: sectionUnread, unread: notRead},

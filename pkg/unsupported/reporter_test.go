@@ -112,7 +112,8 @@ func TestReportGaugeAndDebugList(t *testing.T) {
 			"route": []any{map[string]any{"destination": map[string]any{"host": "a"}}},
 		}},
 	})
-	c.create(t, kind(t, "telemetry.istio.io", "Telemetry"), ns, "tel", map[string]any{})
+	c.create(t, kind(t, "telemetry.istio.io", "Telemetry"), ns, "tel", map[string]any{"tracing": []any{map[string]any{}}}) // not generated
+	c.create(t, kind(t, "telemetry.istio.io", "Telemetry"), ns, "logs", map[string]any{"accessLogging": []any{map[string]any{}}})
 	c.create(t, kind(t, gatewayAPI, "HTTPRoute"), ns, "route", map[string]any{})
 	c.create(t, kind(t, gatewayAPI, "TCPRoute"), ns, "tcp", map[string]any{})
 	c.create(t, kind(t, gatewayAPI, "Gateway"), ns, "gw", map[string]any{"gatewayClassName": "x"})

@@ -13,8 +13,8 @@ import (
 // with a condition it cannot express (dropped), a RequestAuthentication
 // whose key set would come over plain http from loopback (its tokens
 // refused), a MUTUAL DestinationRule without a client certificate (no
-// endpoints) and a ServiceEntry for a Kubernetes service's hostname (not
-// served).
+// endpoints), a ServiceEntry for a Kubernetes service's hostname (not
+// served) and a Telemetry whose filter is not CEL (applied to none).
 const failingClosed = `---
 apiVersion: security.istio.io/v1
 kind: AuthorizationPolicy
@@ -48,6 +48,12 @@ spec:
   resolution: STATIC
   ports: [{name: http, number: 80, protocol: HTTP}]
   endpoints: [{address: 10.5.0.1}]
+---
+apiVersion: telemetry.istio.io/v1
+kind: Telemetry
+metadata: {name: logs, namespace: app}
+spec:
+  accessLogging: [{filter: {expression: "response.code >="}}]
 `
 
 // TestPoliciesFailingClosedAreCounted: bulwark_policy_fail_closed says,
@@ -64,6 +70,7 @@ func TestPoliciesFailingClosedAreCounted(t *testing.T) {
 		{"RequestAuthentication", "tokens_refused"}:   1,
 		{"DestinationRule", "tls_refused"}:            1,
 		{"ServiceEntry", "host_taken"}:                1,
+		{"Telemetry", "refused"}:                      1,
 	}
 	waitFor(t, "the policies failing closed counted", func() bool {
 		return testutil.CollectAndCount(h.srv.metrics.failClosed) == len(want)

@@ -445,6 +445,7 @@ func (s *Server) reportPolicies(snap *model.Snapshot) {
 		}
 	}
 	s.reportMeshRoutes(snap, closed, current)
+	s.reportTelemetries(snap, closed, current)
 	// A ServiceEntry host another service already has is not served.
 	for _, n := range snap.ServiceEntryNotes() {
 		closed.add("ServiceEntry", "host_taken")

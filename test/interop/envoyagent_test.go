@@ -47,7 +47,8 @@ const (
 // simulator, run on what the stand-in received, routes inbound mTLS and
 // outbound HTTP where Istio would; the agent's readiness turns 200; an
 // AuthorizationPolicy created through the API puts RBAC on the stand-in's
-// inbound chains and deleting it takes it off; while a root rotation
+// inbound chains and deleting it takes it off, and a Telemetry its
+// filtered access log; while a root rotation
 // prepares, the stand-in's ROOTCA holds the old root and the new; and a StatefulSet-style
 // restart (the agent stopped, the pod deleted and created again under its
 // name with a new UID and token) reconnects and gets the config again.
@@ -99,6 +100,9 @@ func TestPilotAgentEnvoy(t *testing.T) {
 	})
 	t.Run("an AuthorizationPolicy created through the API puts RBAC on the inbound chains, and deleting it takes it off", func(t *testing.T) {
 		changeEnvoyPolicy(t, env, a, w)
+	})
+	t.Run("a Telemetry created through the API puts its CEL-filtered access log on the stand-in's inbound chains, and deleting it takes it off", func(t *testing.T) {
+		changeEnvoyTelemetry(t, env, a, w)
 	})
 	t.Run("a DestinationRule's credentialName Secret reaches the stand-in over ADS through the agent, one its service account may not get does not, and deleting the rule drops them", func(t *testing.T) {
 		originateWithCredential(t, env, a, w, svc, p.MonitoringAddr)
@@ -169,6 +173,7 @@ func createEnvoyModel(t *testing.T, env *testenv.Env, w workload) (*corev1.Pod, 
 		t.Fatalf("Istio CRDs under charts/istiod/crds: %v (%d files)", err, len(crds))
 	}
 	env.InstallCRDs(t, crds...)
+	telemetryCRD(t, env)
 	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
 	defer cancel()
 	client := env.Client(t)

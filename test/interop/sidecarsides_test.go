@@ -148,6 +148,9 @@ func runKubesource(t testing.TB, objects []runtime.Object, istioYAML string, cfg
 			{Name: "gateways", Namespaced: true, Kind: "Gateway"},
 			{Name: "virtualservices", Namespaced: true, Kind: "VirtualService"},
 		},
+	}, {
+		GroupVersion: "telemetry.istio.io/v1",
+		APIResources: []metav1.APIResource{{Name: "telemetries", Namespaced: true, Kind: "Telemetry"}},
 	}}
 	istio := istiofake.NewSimpleClientset()
 	for _, o := range decodeIstio(t, istioYAML) {

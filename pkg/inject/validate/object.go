@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	networking "istio.io/api/networking/v1alpha3"
 	security "istio.io/api/security/v1beta1"
+	telemetry "istio.io/api/telemetry/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bulwark-mesh/bulwark/pkg/authn/keyfetch"
@@ -20,6 +21,7 @@ import (
 const (
 	groupSecurity   = "security.istio.io"
 	groupNetworking = "networking.istio.io"
+	groupTelemetry  = "telemetry.istio.io"
 )
 
 // kind is one resource kind this webhook validates.
@@ -95,6 +97,13 @@ var kinds = map[string]kind{
 			p.addFindings(policy.ValidateServiceEntry(meta.Namespace, meta.Labels, m.(*networking.ServiceEntry)))
 		},
 	},
+	"Telemetry": {
+		name:    "Telemetry",
+		newSpec: func() proto.Message { return &telemetry.Telemetry{} },
+		check: func(p *problems, _ rules, _ *metav1.ObjectMeta, m proto.Message, _ []byte) {
+			p.addFindings(policy.ValidateTelemetry(m.(*telemetry.Telemetry)))
+		},
+	},
 }
 
 // networkingKinds are the kinds of networking.istio.io this webhook
@@ -109,6 +118,10 @@ func lookupKind(group, version, name string) (kind, bool) {
 		return kind{}, false
 	}
 	switch {
+	case name == "Telemetry":
+		if group != groupTelemetry || (version != "v1" && version != "v1alpha1") {
+			return kind{}, false
+		}
 	case group == groupSecurity && !networkingKinds[name] && (version == "v1" || version == "v1beta1"):
 	case group == groupNetworking && networkingKinds[name] &&
 		(version == "v1" || version == "v1beta1" || version == "v1alpha3"):

@@ -28,9 +28,9 @@ func TestWarningsSayWhatIsIgnored(t *testing.T) {
 			kind: envoyFilter, spec: `{"configPatches":[]}`,
 			want: []string{"EnvoyFilter ns/p is not honoured as written: the whole object: Bulwark does not read this kind"},
 		},
-		"a Telemetry is admitted, ignored whole": {
-			kind: telemetry, spec: `{"accessLogging":[{}]}`,
-			want: []string{"Telemetry ns/p is not honoured as written: the whole object: Bulwark does not read this kind"},
+		"a Telemetry's tracing is named": {
+			kind: telemetry, spec: `{"accessLogging":[{}],"tracing":[{}]}`,
+			want: []string{"Telemetry ns/p is not honoured as written: spec.tracing: tracing is not generated: no proxy gets a tracer from a Telemetry"},
 		},
 		"a Gateway API route is ignored whole": {
 			kind: httpRoute, spec: `{}`,

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	securityv1 "istio.io/client-go/pkg/apis/security/v1"
+	telemetryv1 "istio.io/client-go/pkg/apis/telemetry/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -57,6 +58,8 @@ func buildReusing(l listers, opts model.Options, r *reuse, t *touched) *model.Sn
 		(*model.VirtualService).Parts), all, t.virtualSvcs)
 	r.svcEntries.update(policySource(l.serviceEntries.List, l.serviceEntries.ServiceEntries, serviceEntryOf,
 		(*model.ServiceEntry).Parts), all, t.svcEntries)
+	r.telemetries.update(policySource(l.telemetries.List, l.telemetries.Telemetries, telemetryOf,
+		(*model.Telemetry).Parts), all, t.telemetries)
 	res := model.Resources{
 		Services:               r.serviceList,
 		Pods:                   r.pods.items,
@@ -67,6 +70,7 @@ func buildReusing(l listers, opts model.Options, r *reuse, t *touched) *model.Sn
 		Gateways:               r.gateways.items,
 		VirtualServices:        r.virtualSvcs.items,
 		ServiceEntries:         r.svcEntries.items,
+		Telemetries:            r.telemetries.items,
 	}
 	if res.Pods == nil {
 		res.Pods = []*model.Pod{} // a registry, even when empty
@@ -161,6 +165,10 @@ func gatewayOf(o *networkingv1.Gateway) (*model.Gateway, bool) {
 
 func serviceEntryOf(o *networkingv1.ServiceEntry) (*model.ServiceEntry, bool) {
 	return &model.ServiceEntry{Meta: metaOf(o.Namespace, o.Name), Created: o.CreationTimestamp.Time, Spec: clone(&o.Spec)}, true
+}
+
+func telemetryOf(o *telemetryv1.Telemetry) (*model.Telemetry, bool) {
+	return &model.Telemetry{Meta: metaOf(o.Namespace, o.Name), Created: o.CreationTimestamp.Time, Spec: clone(&o.Spec)}, true
 }
 
 func virtualServiceOf(o *networkingv1.VirtualService) (*model.VirtualService, bool) {

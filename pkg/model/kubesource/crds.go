@@ -10,6 +10,7 @@ import (
 	istioinformers "istio.io/client-go/pkg/informers/externalversions"
 	networkinglisters "istio.io/client-go/pkg/listers/networking/v1"
 	securitylisters "istio.io/client-go/pkg/listers/security/v1"
+	telemetrylisters "istio.io/client-go/pkg/listers/telemetry/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
@@ -84,6 +85,12 @@ func istioKinds() []istioKind {
 		setLister: func(l *listers, idx cache.Indexer) {
 			l.serviceEntries = networkinglisters.NewServiceEntryLister(idx)
 		},
+	}, {
+		resource: "telemetries", groupVersion: "telemetry.istio.io/v1", kind: "Telemetry",
+		informer: func(f istioinformers.SharedInformerFactory) cache.SharedIndexInformer {
+			return f.Telemetry().V1().Telemetries().Informer()
+		},
+		setLister: func(l *listers, idx cache.Indexer) { l.telemetries = telemetrylisters.NewTelemetryLister(idx) },
 	}}
 }
 

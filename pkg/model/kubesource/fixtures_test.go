@@ -9,6 +9,7 @@ import (
 	istiosecurity "istio.io/client-go/pkg/apis/security/v1"
 	networkinglisters "istio.io/client-go/pkg/listers/networking/v1"
 	securitylisters "istio.io/client-go/pkg/listers/security/v1"
+	telemetrylisters "istio.io/client-go/pkg/listers/telemetry/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,12 +30,12 @@ func cacheListers(tb testing.TB, objs ...any) listers {
 }
 
 // cacheIndexers is cacheListers, with the caches by kind: "svc", "eps",
-// "pod", "node", "pa", "ap", "ra", "dr", "gw", "vs" and "se".
+// "pod", "node", "pa", "ap", "ra", "dr", "gw", "vs", "se" and "tel".
 func cacheIndexers(tb testing.TB, objs ...any) (listers, map[string]cache.Indexer) {
 	tb.Helper()
 	nsIndex := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	idx := map[string]cache.Indexer{}
-	for _, kind := range []string{"svc", "eps", "pod", "node", "pa", "ap", "ra", "dr", "gw", "vs", "se"} {
+	for _, kind := range []string{"svc", "eps", "pod", "node", "pa", "ap", "ra", "dr", "gw", "vs", "se", "tel"} {
 		idx[kind] = cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIndex)
 	}
 	if err := idx["pod"].AddIndexers(cache.Indexers{podIPIndex: indexPodIPs}); err != nil {
@@ -66,6 +67,7 @@ func cacheIndexers(tb testing.TB, objs ...any) (listers, map[string]cache.Indexe
 		gateways:        networkinglisters.NewGatewayLister(idx["gw"]),
 		virtualServices: networkinglisters.NewVirtualServiceLister(idx["vs"]),
 		serviceEntries:  networkinglisters.NewServiceEntryLister(idx["se"]),
+		telemetries:     telemetrylisters.NewTelemetryLister(idx["tel"]),
 	}, idx
 }
 
@@ -76,6 +78,7 @@ func kindOf(tb testing.TB, o any) string {
 		"*v1.PeerAuthentication": "pa", "*v1.AuthorizationPolicy": "ap",
 		"*v1.RequestAuthentication": "ra", "*v1.DestinationRule": "dr",
 		"*v1.Gateway": "gw", "*v1.VirtualService": "vs", "*v1.ServiceEntry": "se",
+		"*v1.Telemetry": "tel",
 	}[fmt.Sprintf("%T", o)]
 	if kind == "" {
 		tb.Fatalf("fixture of unknown type %T", o)

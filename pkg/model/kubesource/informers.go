@@ -10,6 +10,7 @@ import (
 	istioinformers "istio.io/client-go/pkg/informers/externalversions"
 	networkinglisters "istio.io/client-go/pkg/listers/networking/v1"
 	securitylisters "istio.io/client-go/pkg/listers/security/v1"
+	telemetrylisters "istio.io/client-go/pkg/listers/telemetry/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	k8sinformers "k8s.io/client-go/informers"
@@ -41,6 +42,8 @@ type listers struct {
 	virtualServices networkinglisters.VirtualServiceLister
 	// serviceEntries is the lister of ServiceEntries.
 	serviceEntries networkinglisters.ServiceEntryLister
+	// telemetries is the lister of Telemetries.
+	telemetries telemetrylisters.TelemetryLister
 }
 
 // informers are the cluster-wide informers a Source reads. Run's goroutine

@@ -6,6 +6,7 @@ import (
 
 	networkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	securityv1 "istio.io/client-go/pkg/apis/security/v1"
+	telemetryv1 "istio.io/client-go/pkg/apis/telemetry/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
@@ -29,6 +30,7 @@ type reuse struct {
 	gateways    collection[*networkingv1.Gateway, *model.Gateway]
 	virtualSvcs collection[*networkingv1.VirtualService, *model.VirtualService]
 	svcEntries  collection[*networkingv1.ServiceEntry, *model.ServiceEntry]
+	telemetries collection[*telemetryv1.Telemetry, *model.Telemetry]
 	workloads   memo[*corev1.Pod, *workload] // what endpoints take from their pod
 	last        *model.Snapshot              // the last rebuild's
 }
@@ -38,7 +40,7 @@ type reuse struct {
 func (r *reuse) version() string {
 	h := sha256.New()
 	for _, d := range [][sha256.Size]byte{r.services.digest, r.pods.digest, r.peerAuthn.digest, r.authz.digest,
-		r.reqAuthn.digest, r.destRules.digest, r.gateways.digest, r.virtualSvcs.digest, r.svcEntries.digest} {
+		r.reqAuthn.digest, r.destRules.digest, r.gateways.digest, r.virtualSvcs.digest, r.svcEntries.digest, r.telemetries.digest} {
 		h.Write(d[:])
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]

@@ -5,6 +5,7 @@ import (
 
 	istionetworking "istio.io/client-go/pkg/apis/networking/v1"
 	istiosecurity "istio.io/client-go/pkg/apis/security/v1"
+	istiotelemetry "istio.io/client-go/pkg/apis/telemetry/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/tools/cache"
@@ -28,6 +29,7 @@ type touched struct {
 	// The policies, by kind.
 	peerAuthn, authz, reqAuthn, destRules map[string]bool
 	gateways, virtualSvcs, svcEntries     map[string]bool
+	telemetries                           map[string]bool
 }
 
 // add records a changed object.
@@ -65,6 +67,8 @@ func (t *touched) add(obj any) {
 		mark(&t.virtualSvcs, o.Namespace+"/"+o.Name)
 	case *istionetworking.ServiceEntry:
 		mark(&t.svcEntries, o.Namespace+"/"+o.Name)
+	case *istiotelemetry.Telemetry:
+		mark(&t.telemetries, o.Namespace+"/"+o.Name)
 	default:
 		t.all = true // a kind this does not know: read everything again
 	}

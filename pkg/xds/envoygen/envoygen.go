@@ -148,19 +148,25 @@ type Generator struct {
 	// in jwt_authn; nil (or a key set not held) gives the issuer's
 	// provider a key set that rejects every token.
 	Keys reqauthn.Keys
-	// Telemetry is the standard telemetry of every proxy (telemetry.go);
+	// Telemetry is the standard telemetry of every proxy (telemetry.go),
+	// which the Telemetries selecting a proxy change (telemetryapi.go);
 	// nil adds none.
 	Telemetry *Telemetry
 
 	// memo keeps routers' route configurations per snapshot.
 	memo routeMemo
+	// valid keeps which Telemetries validation admits.
+	valid validTelemetries
 }
 
 // Generate returns the resources of typeURL that p asked for in names
 // (everything it may see when wildcard). Names that do not exist are left
 // out. Unknown type URLs give nothing.
 func (g *Generator) Generate(snap *model.Snapshot, p *Proxy, typeURL string, names []string, wildcard bool) []resource.Resource {
-	b := &builder{g: g, snap: snap, p: p}
+	b := &builder{g: g, snap: snap, p: p, tel: g.Telemetry}
+	if typeURL == resource.ListenerType {
+		b.tel = g.TelemetryFor(snap, p.Namespace, p.Labels)
+	}
 	var out []resource.Resource
 	switch {
 	case p.Router:
@@ -291,6 +297,7 @@ func appendPart(b []byte, s string) []byte {
 // builder generates for one snapshot and proxy.
 type builder struct {
 	g       *Generator
+	tel     *Telemetry // the proxy's: the Telemetries selecting it merged in
 	snap    *model.Snapshot
 	p       *Proxy
 	targets *[]inboundTarget // inboundTargets, once computed
@@ -312,6 +319,15 @@ type builder struct {
 func (b *builder) services() []*model.Service {
 	b.visibleOnce.Do(func() { b.visible = b.snap.ServicesVisibleTo(b.p.Namespace) })
 	return b.visible
+}
+
+// telemetryKey is key(parts...) for a resource carrying t's telemetry:
+// the scope of t is part of it when Telemetries configure it.
+func telemetryKey(t *Telemetry, parts ...string) string {
+	if k := t.Key(); k != "" {
+		parts = append(parts, k)
+	}
+	return key(parts...)
 }
 
 // key is a resource's content key: the envoygen namespace, then each part

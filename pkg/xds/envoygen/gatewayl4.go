@@ -46,7 +46,7 @@ func (b *builder) l4Routes(l *gwListener) []routes.Problem {
 		// A route whose chain Envoy would refuse (an SNI name it does
 		// not take) is left out alone, not the listener with it.
 		s.l4 = slices.DeleteFunc(s.l4, func(r routes.L4Route) bool {
-			fc, err := b.g.Telemetry.l4Chain(s, r, nil)
+			fc, err := b.tel.l4Chain(s, r, nil)
 			if err == nil {
 				err = fc.ValidateAll()
 			}

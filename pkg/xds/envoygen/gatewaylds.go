@@ -58,7 +58,7 @@ func (b *builder) gatewayListeners() []resource.Resource {
 			Name: name,
 			// The servers are those of the router's scope: its Gateways,
 			// its namespace and labels, the Services selecting it.
-			Key: key("lds", "router", name, b.routerScope(), k.String()),
+			Key: telemetryKey(b.tel, "lds", "router", name, b.routerScope(), k.String()),
 			Build: func() (proto.Message, error) {
 				return b.gatewayListener(name, l, policies, requestAuthn)
 			},
@@ -93,7 +93,7 @@ func (b *builder) gatewayListener(name string, l *gwListener, policies []*model.
 		Name:             name,
 		Address:          socketAddress("0.0.0.0", l.port),
 		TrafficDirection: core.TrafficDirection_OUTBOUND,
-		AccessLog:        b.g.Telemetry.listenerLogs(),
+		AccessLog:        b.tel.listenerLogs(gatewayClass),
 	}
 	if b.g.Mesh.GatewayTopology.ProxyProtocol {
 		lf, err := listenerFilter(proxyProtocolFilterName, &proxyprotocol.ProxyProtocol{})
@@ -115,7 +115,7 @@ func (b *builder) gatewayListener(name string, l *gwListener, policies []*model.
 		for _, s := range l.servers {
 			if !s.terminatesHTTPS() {
 				for _, r := range s.l4 {
-					fc, err := b.g.Telemetry.l4Chain(s, r, tcpRBAC)
+					fc, err := b.tel.l4Chain(s, r, tcpRBAC)
 					if err != nil {
 						return nil, fmt.Errorf("listener %s: %w", name, err)
 					}
@@ -139,7 +139,7 @@ func (b *builder) gatewayListener(name string, l *gwListener, policies []*model.
 	case kindTCP:
 		// One opaque TCP server: its route, any connection.
 		for _, r := range l.servers[0].l4 {
-			fc, err := b.g.Telemetry.l4Chain(l.servers[0], r, tcpRBAC)
+			fc, err := b.tel.l4Chain(l.servers[0], r, tcpRBAC)
 			if err != nil {
 				return nil, fmt.Errorf("listener %s: %w", name, err)
 			}
@@ -204,7 +204,7 @@ func (b *builder) gatewayHCMShape(httpFilters []*hcm.HttpFilter) ([]byte, error)
 		}
 	}
 	commonHCM(m)
-	b.g.Telemetry.hcm(m, gatewayClass)
+	b.tel.hcm(m, gatewayClass)
 	m.UseRemoteAddress = wrapperspb.Bool(true)
 	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 	if err != nil {

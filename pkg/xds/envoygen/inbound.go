@@ -167,7 +167,7 @@ func (b *builder) inboundListener() resource.Resource {
 	for _, p := range requestAuthn {
 		k.WriteString(p.Namespace + "/" + p.Name + ",")
 	}
-	return resource.Resource{Name: virtualInbound, Key: key("lds", virtualInbound, k.String()), Build: func() (proto.Message, error) {
+	return resource.Resource{Name: virtualInbound, Key: telemetryKey(b.tel, "lds", virtualInbound, k.String()), Build: func() (proto.Message, error) {
 		return b.buildInbound(specs, policies, requestAuthn)
 	}}
 }
@@ -201,7 +201,7 @@ func (b *builder) buildInbound(specs []chainSpec, policies []*model.Authorizatio
 	if err != nil {
 		return nil, fmt.Errorf("listener %s: %w", virtualInbound, err)
 	}
-	blackhole, err := b.g.Telemetry.tcpChain(sidecarInbound, nil, blackholeCluster, blackholeCluster, false)
+	blackhole, err := b.tel.tcpChain(sidecarInbound, nil, blackholeCluster, blackholeCluster, false)
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +216,7 @@ func (b *builder) buildInbound(specs []chainSpec, policies []*model.Authorizatio
 			FilterChainMatch: &listener.FilterChainMatch{DestinationPort: wrapperspb.UInt32(virtualInboundPort)},
 			Filters:          blackhole,
 		}},
-		AccessLog: b.g.Telemetry.listenerLogs(),
+		AccessLog: b.tel.listenerLogs(sidecarInbound),
 	}
 	for _, s := range specs {
 		fc, err := b.inboundChain(s, httpRBAC, tcpRBAC)
@@ -253,7 +253,7 @@ func (b *builder) inboundChain(s chainSpec, httpRBAC []*hcm.HttpFilter, tcpRBAC 
 		fc.TransportSocket = ts
 	}
 	if !s.http {
-		filters, err := b.g.Telemetry.tcpChain(sidecarInbound, tcpRBAC, s.cluster, s.cluster, true)
+		filters, err := b.tel.tcpChain(sidecarInbound, tcpRBAC, s.cluster, s.cluster, true)
 		if err != nil {
 			return nil, err
 		}
@@ -291,12 +291,12 @@ func (b *builder) inboundChain(s chainSpec, httpRBAC []*hcm.HttpFilter, tcpRBAC 
 		},
 	}
 	commonHCM(m)
-	b.g.Telemetry.hcm(m, sidecarInbound)
+	b.tel.hcm(m, sidecarInbound)
 	f, err := hcmFilter(m)
 	if err != nil {
 		return nil, err
 	}
-	fc.Filters = append(b.g.Telemetry.inboundNetwork(), f)
+	fc.Filters = append(b.tel.inboundNetwork(), f)
 	return fc, nil
 }
 

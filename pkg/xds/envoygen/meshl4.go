@@ -96,7 +96,7 @@ func (e *outboundEntry) routedKey() string {
 // listener whose only chain is its default has it as its one chain.
 func (e *outboundEntry) routedListener(t *Telemetry) resource.Resource {
 	name, addr, port, chains, def, cluster, route, fallback := e.name(), e.addr, e.port, e.chains, e.def, e.cluster, e.route, e.fallback
-	k := key("lds", name, cluster, route, e.routedKey())
+	k := telemetryKey(t, "lds", name, cluster, route, e.routedKey())
 	return resource.Resource{Name: name, Key: k, Build: func() (proto.Message, error) {
 		l := outboundListenerShape()
 		l.Name, l.Address = name, socketAddress(addr, port)

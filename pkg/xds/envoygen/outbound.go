@@ -26,10 +26,10 @@ const (
 func (b *builder) listeners() []resource.Resource {
 	out := []resource.Resource{b.virtualOutbound()}
 	for _, e := range b.outboundEntries() {
-		out = append(out, e.listener(b.g.Telemetry))
+		out = append(out, e.listener(b.tel))
 	}
 	for _, port := range b.httpPorts() {
-		out = append(out, httpListener(port, b.httpDefault(port), b.g.Telemetry))
+		out = append(out, httpListener(port, b.httpDefault(port), b.tel))
 	}
 	out = append(out, b.inboundListener())
 	// One listener per name: outboundEntries merged those of one address,
@@ -49,12 +49,12 @@ func (b *builder) namedOutboundListeners(names []string) []resource.Resource {
 	var out []resource.Resource
 	for _, e := range b.outboundEntries() {
 		if want[e.name()] {
-			out = append(out, e.listener(b.g.Telemetry))
+			out = append(out, e.listener(b.tel))
 		}
 	}
 	for _, port := range b.httpPorts() {
 		if name := listenerName("0.0.0.0", port); want[name] && !slices.ContainsFunc(out, func(r resource.Resource) bool { return r.Name == name }) {
-			out = append(out, httpListener(port, b.httpDefault(port), b.g.Telemetry))
+			out = append(out, httpListener(port, b.httpDefault(port), b.tel))
 		}
 	}
 	return out
@@ -85,12 +85,12 @@ func listenerName(ip string, port uint32) string {
 // nowhere under REGISTRY_ONLY.
 func (b *builder) virtualOutbound() resource.Resource {
 	fallback := b.fallbackCluster()
-	return resource.Resource{Name: virtualOutbound, Key: key("lds", virtualOutbound, fallback), Build: func() (proto.Message, error) {
-		loop, err := b.g.Telemetry.tcpChain(sidecarOutbound, nil, blackholeCluster, blackholeCluster, false)
+	return resource.Resource{Name: virtualOutbound, Key: telemetryKey(b.tel, "lds", virtualOutbound, fallback), Build: func() (proto.Message, error) {
+		loop, err := b.tel.tcpChain(sidecarOutbound, nil, blackholeCluster, blackholeCluster, false)
 		if err != nil {
 			return nil, err
 		}
-		catchAll, err := b.g.Telemetry.tcpChain(sidecarOutbound, nil, fallback, fallback, true)
+		catchAll, err := b.tel.tcpChain(sidecarOutbound, nil, fallback, fallback, true)
 		if err != nil {
 			return nil, err
 		}
@@ -107,7 +107,7 @@ func (b *builder) virtualOutbound() resource.Resource {
 				},
 				{Name: "virtualOutbound-catchall-tcp", Filters: catchAll},
 			},
-			AccessLog: b.g.Telemetry.listenerLogs(),
+			AccessLog: b.tel.listenerLogs(sidecarOutbound),
 		}, nil
 	}}
 }
@@ -119,7 +119,7 @@ func (b *builder) virtualOutbound() resource.Resource {
 func httpListener(port uint32, fallback string, t *Telemetry) resource.Resource {
 	name := listenerName("0.0.0.0", port)
 	routeName := strconv.FormatUint(uint64(port), 10)
-	return resource.Resource{Name: name, Key: key("lds", name, fallback), Build: func() (proto.Message, error) {
+	return resource.Resource{Name: name, Key: telemetryKey(t, "lds", name, fallback), Build: func() (proto.Message, error) {
 		f, err := outboundHCM(name, routeName, t)
 		if err != nil {
 			return nil, err
@@ -196,18 +196,25 @@ func tcpListenerWire(name, addr string, port uint32, cluster string, t *Telemetr
 		return nil, err
 	}
 	var a, sa, fc, f, tc, v int
-	var statsFilter, accessLog []byte
+	var statsFilters, accessLogs [][]byte
 	if t != nil {
-		statsFilter, accessLog = t.outboundStatsWire, t.accessLogWire
+		statsFilters, accessLogs = t.outboundStatsWire, t.accessLogWire
 	}
-	w := append(make(wire, 0, len(shape)+len(name)+len(addr)+2*len(cluster)+len(tcpProxyType)+len(statsFilter)+len(accessLog)+72), shape...)
+	size := len(shape) + len(name) + len(addr) + 2*len(cluster) + len(tcpProxyType) + 72
+	for _, b := range statsFilters {
+		size += len(b) + 4
+	}
+	for _, b := range accessLogs {
+		size += len(b) + 4
+	}
+	w := append(make(wire, 0, size), shape...)
 	w = w.str(listenerNameField, name)
 	w, a = w.open(listenerAddress)
 	w, sa = w.open(addressSocketAddress)
 	w = w.str(socketAddressAddress, addr).varint(socketAddressPort, uint64(port)).close(sa).close(a)
 	w, fc = w.open(listenerFilterChains)
-	if statsFilter != nil {
-		w = w.message(filterChainFilters, statsFilter)
+	for _, f := range statsFilters {
+		w = w.message(filterChainFilters, f)
 	}
 	w, f = w.open(filterChainFilters)
 	w = w.str(filterName, tcpProxyFilterName)
@@ -215,8 +222,8 @@ func tcpListenerWire(name, addr string, port uint32, cluster string, t *Telemetr
 	w = w.str(anyTypeURL, tcpProxyType)
 	w, v = w.open(anyValue)
 	w = w.str(tcpProxyStatPrefix, cluster).str(tcpProxyCluster, cluster)
-	if accessLog != nil {
-		w = w.message(tcpProxyAccessLog, accessLog)
+	for _, al := range accessLogs {
+		w = w.message(tcpProxyAccessLog, al)
 	}
 	return w.close(v).close(tc).close(f).close(fc), nil
 }

@@ -180,11 +180,11 @@ func (e *outboundEntry) listener(t *Telemetry) resource.Resource {
 	name, addr, port, cluster, route := e.name(), e.addr, e.port, e.cluster, e.route
 	if route == "" {
 		// One per TCP service port of the mesh: encoded directly.
-		return resource.Resource{Name: name, Key: key("lds", name, cluster), Encode: func() ([]byte, error) {
+		return resource.Resource{Name: name, Key: telemetryKey(t, "lds", name, cluster), Encode: func() ([]byte, error) {
 			return tcpListenerWire(name, addr, port, cluster, t)
 		}}
 	}
-	return resource.Resource{Name: name, Key: key("lds", name, cluster, route), Build: func() (proto.Message, error) {
+	return resource.Resource{Name: name, Key: telemetryKey(t, "lds", name, cluster, route), Build: func() (proto.Message, error) {
 		tcp, err := t.tcpChain(sidecarOutbound, nil, cluster, cluster, true)
 		if err != nil {
 			return nil, err

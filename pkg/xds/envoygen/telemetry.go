@@ -19,8 +19,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
-	stats "istio.io/api/envoy/extensions/stats"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
+	telemetryv1 "istio.io/api/telemetry/v1"
 )
 
 // Istio's standard telemetry, as istio-proxy implements it: the metadata
@@ -45,7 +45,8 @@ const (
 type TelemetryConfig struct {
 	// Metrics puts istio.stats on every filter chain: mesh config
 	// defaultProviders.metrics names a Prometheus provider, as Istio's
-	// default ("prometheus") does.
+	// default ("prometheus") does. It stands for DefaultMetrics
+	// ["prometheus"] when DefaultMetrics is nil.
 	Metrics bool
 	// AccessLogFile is mesh config accessLogFile: the path Envoy writes
 	// an access log line to for every request and connection; "" for
@@ -59,30 +60,55 @@ type TelemetryConfig struct {
 	// format; a JSON format that does not parse also gives the default,
 	// as in Istio.
 	AccessLogFormat string
+	// Providers are mesh config extensionProviders, which Telemetries
+	// and DefaultMetrics and DefaultAccessLogging name; Istio's built-in
+	// "prometheus", "stackdriver" and "envoy" (a file access log to
+	// /dev/stdout) are added where none takes their name.
+	Providers []*meshv1alpha1.MeshConfig_ExtensionProvider
+	// DefaultMetrics and DefaultAccessLogging are mesh config
+	// defaultProviders: the providers of proxies no Telemetry gives
+	// others.
+	DefaultMetrics, DefaultAccessLogging []string
 }
 
 // MaxAccessLogFormat bounds mesh config accessLogFormat.
 const MaxAccessLogFormat = 16 << 10
 
-// Telemetry is the telemetry configuration of every proxy, its filters
-// built once (NewTelemetry) and shared by every chain and listener that
-// carries them. A nil *Telemetry adds nothing.
+// Telemetry is the telemetry configuration of the proxies of one scope
+// (the mesh config, and the Telemetries selecting them), its filters
+// built once (NewTelemetry, ForScope) and shared by every chain and
+// listener that carries them. A nil *Telemetry adds nothing.
 type Telemetry struct {
 	cfg TelemetryConfig
+	// key tells, within one model snapshot, this Telemetry's filters from
+	// those of other scopes: "" for the mesh config's alone. Resource
+	// keys carry it.
+	key string
 
-	tcpMX     *listener.Filter
-	httpMX    [telemetryClasses]*hcm.HttpFilter
-	httpStats [telemetryClasses]*hcm.HttpFilter
-	tcpStats  [telemetryClasses]*listener.Filter
-
-	accessLog         []*accesslog.AccessLog // on connection managers and tcp_proxy
-	listenerAccessLog []*accesslog.AccessLog // on listeners: connections no chain took (NR)
+	tcpMX  *listener.Filter
+	httpMX [telemetryClasses]*hcm.HttpFilter
+	class  [telemetryClasses]classTelemetry
 
 	// Wire forms, for the listeners encoded directly (wire.go): the
-	// outbound istio.stats Filter and the AccessLog, each a message's
+	// outbound istio.stats Filters and AccessLogs, each a message's
 	// content.
-	outboundStatsWire []byte
-	accessLogWire     []byte
+	outboundStatsWire [][]byte
+	accessLogWire     [][]byte
+
+	// scopes memoizes ForScope (telemetryapi.go); only on the mesh
+	// config's Telemetry.
+	scopes *scopeMemo
+	// notes say what of the mesh config's providers or the scope's
+	// Telemetries is not generated.
+	notes []string
+}
+
+// classTelemetry is what a Telemetry puts on the chains of one class.
+type classTelemetry struct {
+	httpStats         []*hcm.HttpFilter
+	tcpStats          []*listener.Filter
+	accessLog         []*accesslog.AccessLog // on connection managers and tcp_proxy
+	listenerAccessLog []*accesslog.AccessLog // on listeners: connections no chain took (NR)
 }
 
 // telemetryClass is Istio's listener class, which decides the direction
@@ -101,7 +127,11 @@ func NewTelemetry(c TelemetryConfig) (*Telemetry, error) {
 	if len(c.AccessLogFormat) > MaxAccessLogFormat {
 		return nil, fmt.Errorf("accessLogFormat is %d bytes, more than the limit of %d", len(c.AccessLogFormat), MaxAccessLogFormat)
 	}
-	t := &Telemetry{cfg: c}
+	c.Providers = withBuiltinProviders(c.Providers)
+	if c.DefaultMetrics == nil && c.Metrics {
+		c.DefaultMetrics = []string{defaultMetricsProvider}
+	}
+	t := &Telemetry{cfg: c, scopes: &scopeMemo{}}
 	var err error
 	if t.tcpMX, err = tcpMetadataExchange(); err != nil {
 		return nil, err
@@ -110,48 +140,73 @@ func NewTelemetry(c TelemetryConfig) (*Telemetry, error) {
 		if t.httpMX[class], err = httpMetadataExchange(class == sidecarInbound); err != nil {
 			return nil, err
 		}
-		if !c.Metrics {
-			continue
-		}
-		// The server's side and a gateway do not take the destination
-		// service from the Host header.
-		a, err := deterministicAny(&stats.PluginConfig{DisableHostHeaderFallback: class != sidecarOutbound})
-		if err != nil {
-			return nil, fmt.Errorf("stats filter: %w", err)
-		}
-		t.httpStats[class] = &hcm.HttpFilter{Name: statsFilterName, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: a}}
-		t.tcpStats[class] = &listener.Filter{Name: statsFilterName, ConfigType: &listener.Filter_TypedConfig{TypedConfig: a}}
 	}
-	if c.Metrics {
-		t.outboundStatsWire, err = proto.MarshalOptions{Deterministic: true}.Marshal(t.tcpStats[sidecarOutbound])
-		if err != nil {
-			return nil, fmt.Errorf("stats filter: %w", err)
-		}
-	}
-	if c.AccessLogFile != "" {
-		al, err := fileAccessLog(c)
-		if err != nil {
-			return nil, err
-		}
-		if err := al.ValidateAll(); err != nil {
-			return nil, fmt.Errorf("access log: %w", err)
-		}
-		t.accessLog = []*accesslog.AccessLog{al}
-		t.listenerAccessLog = []*accesslog.AccessLog{{
-			Name:       al.Name,
-			ConfigType: al.ConfigType,
-			// NR: no filter chain took the connection, which no chain's
-			// own log would record.
-			Filter: &accesslog.AccessLogFilter{FilterSpecifier: &accesslog.AccessLogFilter_ResponseFlagFilter{
-				ResponseFlagFilter: &accesslog.ResponseFlagFilter{Flags: []string{"NR"}},
-			}},
-		}}
-		t.accessLogWire, err = proto.MarshalOptions{Deterministic: true}.Marshal(al)
-		if err != nil {
-			return nil, fmt.Errorf("access log: %w", err)
-		}
+	if err := t.build(nil); err != nil {
+		return nil, err
 	}
 	return t, nil
+}
+
+// build makes the istio.stats filters and access logs of each class from
+// the mesh config and specs, the Telemetries of t's scope in Istio's
+// order of merging.
+func (t *Telemetry) build(specs []*telemetryv1.Telemetry) error {
+	for class := range telemetryClasses {
+		stats, err := t.statsConfigs(specs, class)
+		if err != nil {
+			return err
+		}
+		ct := &t.class[class]
+		for _, a := range stats {
+			ct.httpStats = append(ct.httpStats, &hcm.HttpFilter{Name: statsFilterName, ConfigType: &hcm.HttpFilter_TypedConfig{TypedConfig: a}})
+			ct.tcpStats = append(ct.tcpStats, &listener.Filter{Name: statsFilterName, ConfigType: &listener.Filter_TypedConfig{TypedConfig: a}})
+		}
+		if ct.accessLog, ct.listenerAccessLog, err = t.accessLogs(specs, class); err != nil {
+			return err
+		}
+	}
+	for _, f := range t.class[sidecarOutbound].tcpStats {
+		raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(f)
+		if err != nil {
+			return fmt.Errorf("stats filter: %w", err)
+		}
+		t.outboundStatsWire = append(t.outboundStatsWire, raw)
+	}
+	for _, al := range t.class[sidecarOutbound].accessLog {
+		raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(al)
+		if err != nil {
+			return fmt.Errorf("access log: %w", err)
+		}
+		t.accessLogWire = append(t.accessLogWire, raw)
+	}
+	return nil
+}
+
+// meshAccessLogs are the access logs of mesh config accessLogFile, on
+// chains and on listeners, as Istio applies them when no Telemetry (nor
+// defaultProviders.accessLogging) configures logging.
+func (t *Telemetry) meshAccessLogs() (logs, listenerLogs []*accesslog.AccessLog, err error) {
+	if t.cfg.AccessLogFile == "" {
+		return nil, nil, nil
+	}
+	al, err := fileAccessLog(t.cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := al.ValidateAll(); err != nil {
+		return nil, nil, fmt.Errorf("access log: %w", err)
+	}
+	return []*accesslog.AccessLog{al}, []*accesslog.AccessLog{{
+		Name: al.Name, ConfigType: al.ConfigType, Filter: noRouteFilter(),
+	}}, nil
+}
+
+// noRouteFilter keeps what a listener logs to NR: no filter chain took
+// the connection, which no chain's own log would record.
+func noRouteFilter() *accesslog.AccessLogFilter {
+	return &accesslog.AccessLogFilter{FilterSpecifier: &accesslog.AccessLogFilter_ResponseFlagFilter{
+		ResponseFlagFilter: &accesslog.ResponseFlagFilter{Flags: []string{"NR"}},
+	}}
 }
 
 // typedStruct is Istio's way of configuring istio-proxy's own filters: a
@@ -322,25 +377,91 @@ func fileAccessLog(c TelemetryConfig) (*accesslog.AccessLog, error) {
 	return &accesslog.AccessLog{Name: fileAccessLogName, ConfigType: &accesslog.AccessLog_TypedConfig{TypedConfig: a}}, nil
 }
 
-// Metrics reports whether istio.stats is on.
-func (t *Telemetry) Metrics() bool { return t != nil && t.cfg.Metrics }
+// providerFileAccessLog is the file access log of an
+// envoyFileAccessLog extension provider, as Istio builds it: to
+// /dev/stdout unless it says where; its text format (Istio's default when
+// empty, a newline added) or its JSON labels (Istio's default object when
+// it has none).
+func providerFileAccessLog(fp *meshv1alpha1.MeshConfig_ExtensionProvider_EnvoyFileAccessLogProvider) (*accesslog.AccessLog, error) {
+	format := &core.SubstitutionFormatString{OmitEmptyValues: fp.GetOmitEmptyValues()}
+	needsReqWithoutQuery := false
+	if labels := fp.GetLogFormat().GetLabels(); labels != nil {
+		if len(labels.GetFields()) == 0 {
+			fields := map[string]any{}
+			for k, v := range defaultJSONFormat {
+				fields[k] = v
+			}
+			var err error
+			if labels, err = structpb.NewStruct(fields); err != nil {
+				return nil, fmt.Errorf("access log: %w", err)
+			}
+		}
+		for _, v := range labels.GetFields() {
+			needsReqWithoutQuery = needsReqWithoutQuery || strings.Contains(v.GetStringValue(), reqWithoutQuery)
+		}
+		format.Format = &core.SubstitutionFormatString_JsonFormat{JsonFormat: labels}
+		format.JsonFormatOptions = &core.JsonFormatOptions{}
+	} else {
+		text := fp.GetLogFormat().GetText()
+		switch {
+		case text == "":
+			text = defaultTextFormat
+		case !strings.HasSuffix(text, "\n"):
+			text += "\n"
+		}
+		needsReqWithoutQuery = strings.Contains(text, reqWithoutQuery)
+		format.Format = &core.SubstitutionFormatString_TextFormatSource{TextFormatSource: &core.DataSource{
+			Specifier: &core.DataSource_InlineString{InlineString: text},
+		}}
+	}
+	if needsReqWithoutQuery {
+		f, err := reqWithoutQueryFormatter()
+		if err != nil {
+			return nil, err
+		}
+		format.Formatters = []*core.TypedExtensionConfig{f}
+	}
+	path := fp.GetPath()
+	if path == "" {
+		path = "/dev/stdout"
+	}
+	a, err := deterministicAny(&fileaccesslog.FileAccessLog{
+		Path:            path,
+		AccessLogFormat: &fileaccesslog.FileAccessLog_LogFormat{LogFormat: format},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("access log: %w", err)
+	}
+	return &accesslog.AccessLog{Name: fileAccessLogName, ConfigType: &accesslog.AccessLog_TypedConfig{TypedConfig: a}}, nil
+}
+
+// Metrics reports whether istio.stats is on the outbound side.
+func (t *Telemetry) Metrics() bool { return t != nil && len(t.class[sidecarOutbound].httpStats) > 0 }
+
+// Key tells t's filters from those of other scopes within one snapshot:
+// "" for the mesh config's alone.
+func (t *Telemetry) Key() string {
+	if t == nil {
+		return ""
+	}
+	return t.key
+}
 
 // hcm adds to m, a connection manager of class c whose last filter is the
 // router, what Istio's telemetry puts there: the metadata exchange
 // first (before authorization, which may read the peer), istio.stats just
-// before the router, and the access log.
+// before the router, and the access logs.
 func (t *Telemetry) hcm(m *hcm.HttpConnectionManager, c telemetryClass) {
 	if t == nil || len(m.HttpFilters) == 0 {
 		return // no router: not a connection manager generation makes
 	}
-	filters := make([]*hcm.HttpFilter, 0, len(m.HttpFilters)+2)
+	ct := &t.class[c]
+	filters := make([]*hcm.HttpFilter, 0, len(m.HttpFilters)+1+len(ct.httpStats))
 	filters = append(filters, t.httpMX[c])
 	filters = append(filters, m.HttpFilters[:len(m.HttpFilters)-1]...)
-	if s := t.httpStats[c]; s != nil {
-		filters = append(filters, s)
-	}
+	filters = append(filters, ct.httpStats...)
 	m.HttpFilters = append(filters, m.HttpFilters[len(m.HttpFilters)-1])
-	m.AccessLog = append(m.AccessLog, t.accessLog...)
+	m.AccessLog = append(m.AccessLog, ct.accessLog...)
 }
 
 // inboundNetwork are the filters that come first on every chain of
@@ -369,12 +490,12 @@ func (t *Telemetry) tcpFilters(c telemetryClass, authz []*listener.Filter, tp *t
 			out = append(out, t.tcpMX)
 		}
 		if logged {
-			tp.AccessLog = t.accessLog
+			tp.AccessLog = t.class[c].accessLog
 		}
 	}
 	out = append(out, authz...)
-	if t != nil && t.tcpStats[c] != nil {
-		out = append(out, t.tcpStats[c])
+	if t != nil {
+		out = append(out, t.class[c].tcpStats...)
 	}
 	a, err := anypb.New(tp)
 	if err != nil {
@@ -383,13 +504,13 @@ func (t *Telemetry) tcpFilters(c telemetryClass, authz []*listener.Filter, tp *t
 	return append(out, &listener.Filter{Name: tcpProxyFilterName, ConfigType: &listener.Filter_TypedConfig{TypedConfig: a}}), nil
 }
 
-// listenerLogs are the access logs of a listener, for connections no
-// filter chain takes.
-func (t *Telemetry) listenerLogs() []*accesslog.AccessLog {
+// listenerLogs are the access logs of a listener of class c, for
+// connections no filter chain takes.
+func (t *Telemetry) listenerLogs(c telemetryClass) []*accesslog.AccessLog {
 	if t == nil {
 		return nil
 	}
-	return slices.Clone(t.listenerAccessLog)
+	return slices.Clone(t.class[c].listenerAccessLog)
 }
 
 func reqWithoutQueryFormatter() (*core.TypedExtensionConfig, error) {
@@ -413,29 +534,26 @@ const defaultMetricsProvider = "prometheus"
 //     writes defaultProviders.metrics [prometheus] into it.
 //   - accessLogFile, accessLogEncoding and accessLogFormat as Istio
 //     applies them when no Telemetry resource configures logging.
+//   - extensionProviders and defaultProviders, which Telemetries name.
 func TelemetryFromMesh(mc *meshv1alpha1.MeshConfig) TelemetryConfig {
 	c := TelemetryConfig{
-		AccessLogFile:   mc.GetAccessLogFile(),
-		AccessLogJSON:   mc.GetAccessLogEncoding() == meshv1alpha1.MeshConfig_JSON,
-		AccessLogFormat: mc.GetAccessLogFormat(),
+		AccessLogFile:        mc.GetAccessLogFile(),
+		AccessLogJSON:        mc.GetAccessLogEncoding() == meshv1alpha1.MeshConfig_JSON,
+		AccessLogFormat:      mc.GetAccessLogFormat(),
+		Providers:            withBuiltinProviders(mc.GetExtensionProviders()),
+		DefaultMetrics:       slices.Clone(mc.GetDefaultProviders().GetMetrics()),
+		DefaultAccessLogging: slices.Clone(mc.GetDefaultProviders().GetAccessLogging()),
 	}
 	if mc.GetDefaultProviders() == nil {
-		c.Metrics = true
-		return c
+		c.DefaultMetrics = []string{defaultMetricsProvider}
 	}
-	for _, name := range mc.GetDefaultProviders().GetMetrics() {
-		if isPrometheus(mc, name) {
+	for _, name := range c.DefaultMetrics {
+		if p := findProvider(c.Providers, name); p != nil && p.GetPrometheus() != nil {
 			c.Metrics = true
 		}
 	}
-	return c
-}
-
-func isPrometheus(mc *meshv1alpha1.MeshConfig, name string) bool {
-	for _, p := range mc.GetExtensionProviders() {
-		if p.GetName() == name {
-			return p.GetPrometheus() != nil
-		}
+	if c.DefaultMetrics == nil {
+		c.DefaultMetrics = []string{} // named none: not Metrics' shorthand
 	}
-	return name == defaultMetricsProvider
+	return c
 }

@@ -1,6 +1,7 @@
 package envoygen
 
 import (
+	"bytes"
 	"slices"
 	"strings"
 	"testing"
@@ -80,11 +81,12 @@ func TestAccessLogFormats(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(tel.accessLog) != 1 || len(tel.listenerLogs()) != 1 {
-				t.Fatalf("access logs %d, listener logs %d; want 1 and 1", len(tel.accessLog), len(tel.listenerLogs()))
+			logs := tel.class[sidecarInbound].accessLog
+			if len(logs) != 1 || len(tel.listenerLogs(sidecarInbound)) != 1 {
+				t.Fatalf("access logs %d, listener logs %d; want 1 and 1", len(logs), len(tel.listenerLogs(sidecarInbound)))
 			}
 			var f fileaccesslog.FileAccessLog
-			if err := tel.accessLog[0].GetTypedConfig().UnmarshalTo(&f); err != nil {
+			if err := logs[0].GetTypedConfig().UnmarshalTo(&f); err != nil {
 				t.Fatal(err)
 			}
 			if !tc.want(&f) {
@@ -235,7 +237,7 @@ func TestTelemetryBytesDoNotChangeBetweenBuilds(t *testing.T) {
 			first = tel
 			continue
 		}
-		if string(tel.accessLogWire) != string(first.accessLogWire) {
+		if !slices.EqualFunc(tel.accessLogWire, first.accessLogWire, bytes.Equal) || !slices.EqualFunc(tel.outboundStatsWire, first.outboundStatsWire, bytes.Equal) {
 			t.Error("access log bytes differ between builds")
 		}
 		for c := range telemetryClasses {
