@@ -166,6 +166,9 @@ type Resources struct {
 	// is a service of the snapshot (Snapshot.Services), unless a
 	// Kubernetes service or an older entry has that hostname.
 	ServiceEntries []*ServiceEntry
+	// Sidecars are sorted by namespace and name (SidecarFor chooses
+	// among them).
+	Sidecars []*Sidecar
 }
 
 // Options shape how a Snapshot reads its resources.
@@ -198,6 +201,8 @@ type Snapshot struct {
 	exporting bool
 	// entryNotes: ServiceEntry hosts left out (serviceentry.go).
 	entryNotes []EntryNote
+	// sidecars index the Sidecars under Options, once asked for.
+	sidecars *lazySidecars
 }
 
 // Services returns the services sorted by hostname.
@@ -300,7 +305,7 @@ func BuildShared(version string, opts Options, res Resources, prev *Snapshot) *S
 }
 
 func assemble(version string, opts Options, res Resources, prev *Snapshot) *Snapshot {
-	s := &Snapshot{Version: version, Options: opts, res: res, rules: &lazyRules{}}
+	s := &Snapshot{Version: version, Options: opts, res: res, rules: &lazyRules{}, sidecars: &lazySidecars{}}
 	s.clientSelected = slices.ContainsFunc(res.DestinationRules, func(dr *DestinationRule) bool {
 		return dr.Spec.GetWorkloadSelector() != nil
 	})
@@ -348,6 +353,7 @@ func (s *Snapshot) WithRootNamespace(ns string) *Snapshot {
 	c := *s
 	c.Options.RootNamespace = ns
 	c.rules = &lazyRules{}
+	c.sidecars = &lazySidecars{}
 	if s.Version != "" {
 		c.Version = s.Version + "+root:" + ns
 	}

@@ -95,11 +95,18 @@ var kinds = map[string]kind{
 			p.addFindings(policy.ValidateServiceEntry(meta.Namespace, meta.Labels, m.(*networking.ServiceEntry)))
 		},
 	},
+	"Sidecar": {
+		name:    "Sidecar",
+		newSpec: func() proto.Message { return &networking.Sidecar{} },
+		check: func(p *problems, _ rules, meta *metav1.ObjectMeta, m proto.Message, _ []byte) {
+			p.addFindings(policy.ValidateSidecar(meta.Namespace, m.(*networking.Sidecar)))
+		},
+	},
 }
 
 // networkingKinds are the kinds of networking.istio.io this webhook
 // validates.
-var networkingKinds = map[string]bool{"DestinationRule": true, "Gateway": true, "VirtualService": true, "ServiceEntry": true}
+var networkingKinds = map[string]bool{"DestinationRule": true, "Gateway": true, "VirtualService": true, "ServiceEntry": true, "Sidecar": true}
 
 // lookupKind reports whether group/version/kind is one this webhook
 // validates.

@@ -57,6 +57,8 @@ func buildReusing(l listers, opts model.Options, r *reuse, t *touched) *model.Sn
 		(*model.VirtualService).Parts), all, t.virtualSvcs)
 	r.svcEntries.update(policySource(l.serviceEntries.List, l.serviceEntries.ServiceEntries, serviceEntryOf,
 		(*model.ServiceEntry).Parts), all, t.svcEntries)
+	r.sidecars.update(policySource(l.sidecars.List, l.sidecars.Sidecars, sidecarOf,
+		(*model.Sidecar).Parts), all, t.sidecars)
 	res := model.Resources{
 		Services:               r.serviceList,
 		Pods:                   r.pods.items,
@@ -67,6 +69,7 @@ func buildReusing(l listers, opts model.Options, r *reuse, t *touched) *model.Sn
 		Gateways:               r.gateways.items,
 		VirtualServices:        r.virtualSvcs.items,
 		ServiceEntries:         r.svcEntries.items,
+		Sidecars:               r.sidecars.items,
 	}
 	if res.Pods == nil {
 		res.Pods = []*model.Pod{} // a registry, even when empty
@@ -161,6 +164,10 @@ func gatewayOf(o *networkingv1.Gateway) (*model.Gateway, bool) {
 
 func serviceEntryOf(o *networkingv1.ServiceEntry) (*model.ServiceEntry, bool) {
 	return &model.ServiceEntry{Meta: metaOf(o.Namespace, o.Name), Created: o.CreationTimestamp.Time, Spec: clone(&o.Spec)}, true
+}
+
+func sidecarOf(o *networkingv1.Sidecar) (*model.Sidecar, bool) {
+	return &model.Sidecar{Meta: metaOf(o.Namespace, o.Name), Created: o.CreationTimestamp.Time, Spec: clone(&o.Spec)}, true
 }
 
 func virtualServiceOf(o *networkingv1.VirtualService) (*model.VirtualService, bool) {

@@ -84,6 +84,12 @@ func istioKinds() []istioKind {
 		setLister: func(l *listers, idx cache.Indexer) {
 			l.serviceEntries = networkinglisters.NewServiceEntryLister(idx)
 		},
+	}, {
+		resource: "sidecars", groupVersion: "networking.istio.io/v1", kind: "Sidecar",
+		informer: func(f istioinformers.SharedInformerFactory) cache.SharedIndexInformer {
+			return f.Networking().V1().Sidecars().Informer()
+		},
+		setLister: func(l *listers, idx cache.Indexer) { l.sidecars = networkinglisters.NewSidecarLister(idx) },
 	}}
 }
 

@@ -29,12 +29,12 @@ func cacheListers(tb testing.TB, objs ...any) listers {
 }
 
 // cacheIndexers is cacheListers, with the caches by kind: "svc", "eps",
-// "pod", "node", "pa", "ap", "ra", "dr", "gw", "vs" and "se".
+// "pod", "node", "pa", "ap", "ra", "dr", "gw", "vs", "se" and "sc".
 func cacheIndexers(tb testing.TB, objs ...any) (listers, map[string]cache.Indexer) {
 	tb.Helper()
 	nsIndex := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	idx := map[string]cache.Indexer{}
-	for _, kind := range []string{"svc", "eps", "pod", "node", "pa", "ap", "ra", "dr", "gw", "vs", "se"} {
+	for _, kind := range []string{"svc", "eps", "pod", "node", "pa", "ap", "ra", "dr", "gw", "vs", "se", "sc"} {
 		idx[kind] = cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIndex)
 	}
 	if err := idx["pod"].AddIndexers(cache.Indexers{podIPIndex: indexPodIPs}); err != nil {
@@ -66,6 +66,7 @@ func cacheIndexers(tb testing.TB, objs ...any) (listers, map[string]cache.Indexe
 		gateways:        networkinglisters.NewGatewayLister(idx["gw"]),
 		virtualServices: networkinglisters.NewVirtualServiceLister(idx["vs"]),
 		serviceEntries:  networkinglisters.NewServiceEntryLister(idx["se"]),
+		sidecars:        networkinglisters.NewSidecarLister(idx["sc"]),
 	}, idx
 }
 
@@ -75,7 +76,7 @@ func kindOf(tb testing.TB, o any) string {
 		"*v1.Service": "svc", "*v1.EndpointSlice": "eps", "*v1.Pod": "pod", "*v1.Node": "node",
 		"*v1.PeerAuthentication": "pa", "*v1.AuthorizationPolicy": "ap",
 		"*v1.RequestAuthentication": "ra", "*v1.DestinationRule": "dr",
-		"*v1.Gateway": "gw", "*v1.VirtualService": "vs", "*v1.ServiceEntry": "se",
+		"*v1.Gateway": "gw", "*v1.VirtualService": "vs", "*v1.ServiceEntry": "se", "*v1.Sidecar": "sc",
 	}[fmt.Sprintf("%T", o)]
 	if kind == "" {
 		tb.Fatalf("fixture of unknown type %T", o)
@@ -180,6 +181,18 @@ func newServiceEntry(ns, name, host string, resolution networkingv1.ServiceEntry
 		se.Spec.WorkloadSelector = &networkingv1.WorkloadSelector{Labels: map[string]string{"app": app}}
 	}
 	return se
+}
+
+// newSidecar scopes the egress of ns (of the workloads of app, when not
+// empty) to hosts.
+func newSidecar(ns, name, app string, created int64, hosts ...string) *istionetworking.Sidecar {
+	sc := &istionetworking.Sidecar{ObjectMeta: objectMeta(ns, name, nil)}
+	sc.CreationTimestamp = metav1.Unix(created, 0)
+	sc.Spec.Egress = []*networkingv1.IstioEgressListener{{Hosts: hosts}}
+	if app != "" {
+		sc.Spec.WorkloadSelector = &networkingv1.WorkloadSelector{Labels: map[string]string{"app": app}}
+	}
+	return sc
 }
 
 func newDestinationRule(ns, name, host string) *istionetworking.DestinationRule {

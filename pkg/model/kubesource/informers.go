@@ -41,6 +41,8 @@ type listers struct {
 	virtualServices networkinglisters.VirtualServiceLister
 	// serviceEntries is the lister of ServiceEntries.
 	serviceEntries networkinglisters.ServiceEntryLister
+	// sidecars is the lister of Sidecars.
+	sidecars networkinglisters.SidecarLister
 }
 
 // informers are the cluster-wide informers a Source reads. Run's goroutine

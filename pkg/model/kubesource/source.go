@@ -281,7 +281,7 @@ func (s *Source) rebuild(l listers) time.Duration {
 		"services", len(res.Services), "peerAuthentications", len(res.PeerAuthentications),
 		"authorizationPolicies", len(res.AuthorizationPolicies), "destinationRules", len(res.DestinationRules),
 		"gateways", len(res.Gateways), "virtualServices", len(res.VirtualServices),
-		"serviceEntries", len(res.ServiceEntries),
+		"serviceEntries", len(res.ServiceEntries), "sidecars", len(res.Sidecars),
 		"took", took)
 	return took
 }

@@ -28,6 +28,7 @@ type touched struct {
 	// The policies, by kind.
 	peerAuthn, authz, reqAuthn, destRules map[string]bool
 	gateways, virtualSvcs, svcEntries     map[string]bool
+	sidecars                              map[string]bool
 }
 
 // add records a changed object.
@@ -65,6 +66,8 @@ func (t *touched) add(obj any) {
 		mark(&t.virtualSvcs, o.Namespace+"/"+o.Name)
 	case *istionetworking.ServiceEntry:
 		mark(&t.svcEntries, o.Namespace+"/"+o.Name)
+	case *istionetworking.Sidecar:
+		mark(&t.sidecars, o.Namespace+"/"+o.Name)
 	default:
 		t.all = true // a kind this does not know: read everything again
 	}
