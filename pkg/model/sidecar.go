@@ -288,3 +288,17 @@ func (c *Sidecar) RegistryOnly() (registryOnly, set bool) {
 	}
 	return p.GetMode() == networkingv1.OutboundTrafficPolicy_REGISTRY_ONLY, true
 }
+
+// Imports reports whether one of the Sidecar's egress listeners imports
+// svc (some port of it) for the proxies of namespace.
+func (c *Sidecar) Imports(svc *Service, namespace string) bool {
+	for _, l := range c.EgressListeners() {
+		if !ParseEgressHosts(l.GetHosts(), namespace).ImportsService(svc) {
+			continue
+		}
+		if n := l.GetPort().GetNumber(); n == 0 || slices.ContainsFunc(svc.Ports, func(p Port) bool { return p.Port == n }) {
+			return true
+		}
+	}
+	return false
+}

@@ -230,7 +230,7 @@ func (e *outboundEntry) sniListener(fallback string, t *Telemetry) resource.Reso
 // fallbackCluster is where outbound traffic to no known destination goes:
 // PassthroughCluster, or BlackHoleCluster under REGISTRY_ONLY.
 func (b *builder) fallbackCluster() string {
-	if b.g.Mesh.RegistryOnly {
+	if b.registryOnly() {
 		return blackholeCluster
 	}
 	return passthroughCluster

@@ -154,6 +154,8 @@ type Generator struct {
 
 	// memo keeps routers' route configurations per snapshot.
 	memo routeMemo
+	// scopes keep sidecars' views per snapshot (sidecarscope.go).
+	scopes scopeMemo
 }
 
 // Generate returns the resources of typeURL that p asked for in names
@@ -224,7 +226,9 @@ func (b *builder) sidecarResources(typeURL string, names []string, wildcard bool
 // Scope is what generation reads of p in snap, as one string: proxies
 // with equal scopes get equal resources. The namespace decides which
 // services the proxy sees (their exportTo) and, with the labels, which
-// DestinationRule applies to each. The proxy's addresses count only
+// DestinationRule applies to each and which Sidecar scopes it (whose key
+// is part of the scope, so that a Sidecar's change changes the scope of
+// the proxies it configures, and only theirs). The proxy's addresses count only
 // through the target ports they resolve, and, for an endpoint of a
 // headless service, through the listener to itself that it lacks; so the
 // replicas of one workload share a scope unless a headless service
@@ -252,6 +256,10 @@ func (g *Generator) Scope(snap *model.Snapshot, p *Proxy) string {
 	if len(snap.ServiceEntries()) > 0 {
 		out = appendPart(append(out, '|'), b.dnsLookupFamily().String())
 	}
+	// The Sidecar configuring it, content and all.
+	if k := b.sidecarKey(); k != "" {
+		out = appendPart(append(out, "|sidecar|"...), k)
+	}
 	return string(out)
 }
 
@@ -272,6 +280,12 @@ func (g *Generator) EndpointScope(snap *model.Snapshot, p *Proxy) string {
 			out = appendPart(appendPart(out, k), p.Labels[k])
 		}
 	}
+	// Which clusters it has: its Sidecar's.
+	if !p.Router {
+		if sc := snap.SidecarFor(p.Namespace, p.Labels); sc != nil {
+			out = appendPart(append(out, "|sidecar|"...), sc.Key())
+		}
+	}
 	return string(out)
 }
 
@@ -288,20 +302,18 @@ type builder struct {
 	targets *[]inboundTarget // inboundTargets, once computed
 	gw      *mergedGateway   // merged, once computed
 
-	visibleOnce sync.Once
-	visible     []*model.Service // services, once computed
+	egressOnce sync.Once
+	scope      *egressScope // egress, once computed
 
 	mu         sync.Mutex
 	identities map[*model.Service][]string // serviceIdentities, once per service
 }
 
-// services are the services the proxy's namespace sees (their exportTo),
-// sorted by hostname: those it has outbound clusters, listeners and
-// routes for.
-func (b *builder) services() []*model.Service {
-	b.visibleOnce.Do(func() { b.visible = b.snap.ServicesVisibleTo(b.p.Namespace) })
-	return b.visible
-}
+// services are the services the proxy sees, sorted by hostname: those
+// its namespace sees (their exportTo) and its Sidecar imports
+// (sidecarscope.go); those it has outbound clusters, listeners and routes
+// for.
+func (b *builder) services() []*model.Service { return b.egress().services }
 
 // key is a resource's content key: the envoygen namespace, then each part
 // length-prefixed so that no two part lists share a key.

@@ -40,6 +40,9 @@ func (b *builder) meshVirtualServices() *meshVS {
 		return nil
 	}
 	vss, _ := b.g.Mesh.Routes.MeshVirtualServices(b.snap, b.p.Namespace)
+	if sc := b.egress(); sc.vs != nil {
+		vss = slices.DeleteFunc(slices.Clone(vss), func(vs *model.VirtualService) bool { return !sc.importsVirtualService(vs) })
+	}
 	if len(vss) == 0 {
 		return nil
 	}

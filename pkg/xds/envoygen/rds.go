@@ -33,10 +33,7 @@ func (b *builder) routes(sniffed bool) []resource.Resource {
 			}
 		}
 	}
-	fallback := passthroughCluster
-	if b.g.Mesh.RegistryOnly {
-		fallback = blackholeCluster
-	}
+	fallback := b.fallbackCluster()
 	mesh := b.meshVirtualServices()
 	scope := b.routeScope(mesh)
 	var out []resource.Resource
@@ -114,10 +111,11 @@ func (c *portHostsCache) get(port uint32, build func() []portVHost) []portVHost 
 // takes) does; its namespace too, for the routes of sniffed listeners,
 // when a VirtualService or DestinationRule may apply.
 func (b *builder) routeScope(mesh *meshVS) string {
-	if mesh == nil && len(b.snap.Resources().DestinationRules) == 0 {
+	sidecar := b.sidecarKey() // which services and VirtualServices it sees
+	if mesh == nil && len(b.snap.Resources().DestinationRules) == 0 && sidecar == "" {
 		return ""
 	}
-	out := appendPart(nil, b.p.Namespace)
+	out := appendPart(appendPart(nil, b.p.Namespace), sidecar)
 	if routes.UsesSourceLabels(b.snap) || b.snap.SelectsClients() {
 		for _, k := range slices.Sorted(maps.Keys(b.p.Labels)) {
 			out = appendPart(appendPart(out, k), b.p.Labels[k])
