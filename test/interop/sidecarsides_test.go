@@ -136,6 +136,7 @@ func ourSnapshot(t testing.TB, objects []runtime.Object, istioYAML string) *mode
 			{Name: "serviceentries", Namespaced: true, Kind: "ServiceEntry"},
 			{Name: "gateways", Namespaced: true, Kind: "Gateway"},
 			{Name: "virtualservices", Namespaced: true, Kind: "VirtualService"},
+			{Name: "sidecars", Namespaced: true, Kind: "Sidecar"},
 		},
 	}}
 	istio := istiofake.NewSimpleClientset()

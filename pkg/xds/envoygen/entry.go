@@ -248,7 +248,7 @@ func sniffedOnAnyAddress(svc *model.Service, sp model.Port) bool {
 // addresses whose TCP or undeclared port it is, as Istio makes that
 // entry's chain the listener's default; else the fallback.
 func (b *builder) httpDefault(port uint32) string {
-	for _, svc := range b.services() {
+	for _, svc := range b.listenerServices() {
 		if len(entryListenerAddresses(svc)) == 0 {
 			continue
 		}

@@ -315,6 +315,12 @@ type builder struct {
 // for.
 func (b *builder) services() []*model.Service { return b.egress().services }
 
+// listenerServices are the services the proxy has listeners and virtual
+// hosts for, sorted by hostname: those its Sidecar's egress hosts name
+// (without the destinations of its VirtualServices, which have clusters
+// alone), or, without a Sidecar, services().
+func (b *builder) listenerServices() []*model.Service { return b.egress().listed }
+
 // key is a resource's content key: the envoygen namespace, then each part
 // length-prefixed so that no two part lists share a key.
 func key(parts ...string) string {

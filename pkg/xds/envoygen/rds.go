@@ -26,7 +26,7 @@ import (
 func (b *builder) routes(sniffed bool) []resource.Resource {
 	httpPorts := b.httpPorts()
 	byPort := map[uint32][]*model.Service{} // whatever the protocol
-	for _, svc := range b.services() {
+	for _, svc := range b.listenerServices() {
 		for _, sp := range svc.Ports {
 			if l := byPort[sp.Port]; len(l) == 0 || l[len(l)-1] != svc {
 				byPort[sp.Port] = append(l, svc)

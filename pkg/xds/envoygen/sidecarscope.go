@@ -28,6 +28,12 @@ type egressScope struct {
 	key      string           // sidecar.Key(); "" without one
 	services []*model.Service // sorted by hostname
 	byHost   map[string]*model.Service
+	// listed are the services its egress hosts name, sorted by hostname:
+	// those it has listeners and virtual hosts for. The services its
+	// VirtualServices route to besides have clusters alone, as in Istio,
+	// whose listeners and routes read the egress listener's services and
+	// its clusters the scope's.
+	listed []*model.Service
 	// vs are the mesh VirtualServices imported, by name; nil imports all.
 	vs map[model.Meta]bool
 }
@@ -42,7 +48,7 @@ func (b *builder) egress() *egressScope {
 		}
 		if sc == nil {
 			svcs := b.snap.ServicesVisibleTo(b.p.Namespace)
-			b.scope = &egressScope{services: svcs}
+			b.scope = &egressScope{services: svcs, listed: svcs}
 			return
 		}
 		key := sc.Key()
@@ -86,20 +92,20 @@ func (b *builder) buildEgressScope(sc *model.Sidecar, key string) *egressScope {
 		vss, _ = b.g.Mesh.Routes.MeshVirtualServices(b.snap, ns)
 	}
 	out := &egressScope{sidecar: sc, key: key, byHost: map[string]*model.Service{}, vs: map[model.Meta]bool{}}
-	add := func(s *model.Service) {
+	listed := map[string]*model.Service{}
+	merge := func(into map[string]*model.Service, s *model.Service) {
 		if s == nil {
 			return
 		}
-		prev, ok := out.byHost[s.Hostname]
-		if !ok {
-			out.byHost[s.Hostname] = s
-			return
+		prev, ok := into[s.Hostname]
+		switch {
+		case !ok:
+			into[s.Hostname] = s
+		case prev != s:
+			into[s.Hostname] = mergePorts(b.snap.Service(s.Hostname), prev, s)
 		}
-		if prev == s {
-			return
-		}
-		out.byHost[s.Hostname] = mergePorts(b.snap.Service(s.Hostname), prev, s)
 	}
+	add := func(s *model.Service) { merge(out.byHost, s) }
 	for _, l := range sc.EgressListeners() {
 		hosts := model.ParseEgressHosts(l.GetHosts(), ns)
 		port := uint32(0)
@@ -108,7 +114,9 @@ func (b *builder) buildEgressScope(sc *model.Sidecar, key string) *egressScope {
 		}
 		for _, svc := range visible {
 			if hosts.ImportsService(svc) {
-				add(withPorts(svc, port, nil))
+				s := withPorts(svc, port, nil)
+				add(s)
+				merge(listed, s)
 			}
 		}
 		// The services the listener's VirtualServices route to, as
@@ -127,10 +135,7 @@ func (b *builder) buildEgressScope(sc *model.Sidecar, key string) *egressScope {
 			}
 		}
 	}
-	for _, s := range out.byHost {
-		out.services = append(out.services, s)
-	}
-	slices.SortFunc(out.services, func(a, c *model.Service) int { return strings.Compare(a.Hostname, c.Hostname) })
+	out.services, out.listed = sortedServices(out.byHost), sortedServices(listed)
 	return out
 }
 
@@ -287,4 +292,13 @@ func (m *scopeMemo) get(snap *model.Snapshot, key string, build func() *egressSc
 	m.mu.Unlock()
 	e.once.Do(func() { e.sc = build() })
 	return e.sc
+}
+
+func sortedServices(byHost map[string]*model.Service) []*model.Service {
+	out := make([]*model.Service, 0, len(byHost))
+	for _, s := range byHost {
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, c *model.Service) int { return strings.Compare(a.Hostname, c.Hostname) })
+	return out
 }

@@ -209,3 +209,32 @@ func TestSidecarScopeKeys(t *testing.T) {
 		t.Error("a Sidecar of another namespace changes web's scope")
 	}
 }
+
+// TestVirtualServiceDestinationsHaveClustersAlone: a service a Sidecar
+// imports only as a VirtualService's destination gets clusters, not a
+// virtual host nor listeners, as in Istio.
+func TestVirtualServiceDestinationsHaveClustersAlone(t *testing.T) {
+	snap := modeltest.Load(t, scopeManifests+sidecarDoc("app", "default", "", "  egress: [{hosts: [\"./*\"]}]\n")+`
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: echo-to-other, namespace: app}
+spec:
+  hosts: [echo.app.svc.cluster.local]
+  http: [{route: [{destination: {host: other.web.svc.cluster.local, port: {number: 80}}}]}]
+`)
+	c := generate(t, &Generator{TrustDomain: td}, snap, &Proxy{Namespace: "app", Labels: map[string]string{"app": "sleep"}, IPs: []string{sleepIP}})
+	if _, ok := c.clusters["outbound|80||other.web.svc.cluster.local"]; !ok {
+		t.Fatal("the VirtualService's destination has no cluster")
+	}
+	for _, vh := range c.routes["80"].GetVirtualHosts() {
+		if strings.HasPrefix(vh.GetName(), "other.web.svc.cluster.local") {
+			t.Errorf("route 80 has a virtual host for the destination: %s", vh.GetName())
+		}
+	}
+	for n := range c.listeners {
+		if strings.HasPrefix(n, "10.96.0.11_") {
+			t.Errorf("listener %s of the destination", n)
+		}
+	}
+}
