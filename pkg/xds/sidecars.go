@@ -17,6 +17,7 @@ func (s *Server) reportSidecars(snap *model.Snapshot, closed failClosed, current
 	if len(snap.Sidecars()) == 0 {
 		return
 	}
+	s.reportProxylessSidecars(snap, closed, current)
 	system := s.cfg.SystemNamespace
 	if system == "" {
 		system = snap.Options.RootNamespace
@@ -54,6 +55,24 @@ func (s *Server) reportSidecars(snap *model.Snapshot, closed failClosed, current
 		if !s.reported[msg] {
 			s.log.Warn("sidecar resource hides istiod from the proxies it configures; they keep xDS and certificates through their bootstrap, their applications cannot reach istiod through the mesh",
 				"sidecar", sc.Namespace+"/"+sc.Name, "istiod", istiod[0].Hostname)
+		}
+	}
+}
+
+// reportProxylessSidecars logs and counts, once each while a proxyless
+// gRPC client is connected, the Sidecars it does not read: proxyless
+// clients see every service exported to their namespace, Sidecar or not.
+func (s *Server) reportProxylessSidecars(snap *model.Snapshot, closed failClosed, current map[string]bool) {
+	if !s.proxylessConnected() {
+		return
+	}
+	for _, sc := range snap.Sidecars() {
+		closed.add("Sidecar", "proxyless_unscoped")
+		msg := "grpc|sidecar|" + sc.Namespace + "/" + sc.Name
+		current[msg] = true
+		if !s.reported[msg] {
+			s.log.Warn("sidecar resource not honoured by proxyless gRPC: its clients see every service exported to their namespace",
+				"sidecar", sc.Namespace+"/"+sc.Name)
 		}
 	}
 }

@@ -154,3 +154,24 @@ func onlyRegenerated(t *testing.T, h *harness, ns string) {
 		t.Errorf("no clusters generated for %s", ns)
 	}
 }
+
+// TestSidecarsProxylessDoNotReadAreReported: while a proxyless gRPC
+// client is connected, each Sidecar is logged and counted as not read by
+// it.
+func TestSidecarsProxylessDoNotReadAreReported(t *testing.T) {
+	rec, log := logtest.New(t)
+	h := newHarness(t, modeltest.Load(t, sidecarManifests), func(c *Config) { c.Logger = log })
+	st := h.stream(clientID)
+	if err := st.Send(&discovery.DiscoveryRequest{Node: testNode("app", "client", nil), TypeUrl: resource.ListenerType, ResourceNames: []string{"echo.app.svc.cluster.local:8080"}}); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, st)
+	h.store.Publish(modeltest.Load(t, sidecarManifests+scopedTo(`"./*", "istio-system/*"`)))
+	gauge := func() float64 {
+		return testutil.ToFloat64(h.srv.metrics.failClosed.WithLabelValues("Sidecar", "proxyless_unscoped"))
+	}
+	waitFor(t, "the Sidecar counted as not read by proxyless gRPC", func() bool { return gauge() == 1 })
+	if n := rec.Count("not honoured by proxyless gRPC"); n != 1 {
+		t.Errorf("logged %d times", n)
+	}
+}
