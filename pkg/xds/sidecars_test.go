@@ -105,7 +105,9 @@ func TestSidecarHidingIstiodIsReported(t *testing.T) {
 		c.Logger = log
 		c.SystemNamespace = "istio-system"
 	})
-	gauge := func() float64 { return testutil.ToFloat64(h.srv.metrics.failClosed.WithLabelValues("Sidecar", "hides_istiod")) }
+	gauge := func() float64 {
+		return testutil.ToFloat64(h.srv.metrics.failClosed.WithLabelValues("Sidecar", "hides_istiod"))
+	}
 	waitFor(t, "the Sidecar hiding istiod counted", func() bool { return gauge() == 1 })
 	if n := rec.Count("sidecar resource hides istiod"); n != 1 {
 		t.Errorf("logged %d times", n)
