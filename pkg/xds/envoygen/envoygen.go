@@ -22,6 +22,10 @@
 //   - RDS: per outbound HTTP port, a virtual host per service; per
 //     sniffed service listener, "<host>:<port>" to that service alone.
 //
+// A sidecar's Sidecar resource (model.Snapshot.SidecarFor) scopes all of
+// these to the services its egress hosts import, and its
+// outboundTrafficPolicy overrides the mesh's (sidecarscope.go).
+//
 // A router (an Envoy gateway, pilot-agent's "router" mode) gets instead
 // what the Gateways selecting it say (gateway.go): "0.0.0.0_<port>"
 // listeners on the ports their servers resolve to, a shared chain and
