@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -175,5 +176,51 @@ func TestSidecarsProxylessDoNotReadAreReported(t *testing.T) {
 	waitFor(t, "the Sidecar counted as not read by proxyless gRPC", func() bool { return gauge() == 1 })
 	if n := rec.Count("not honoured by proxyless gRPC"); n != 1 {
 		t.Errorf("logged %d times", n)
+	}
+}
+
+// TestSidecarChangeOverDelta: over incremental ADS, a Sidecar's change
+// removes what it hides from the proxy it configures, and the proxy of
+// another namespace is brought up to date without its clusters being
+// generated again.
+func TestSidecarChangeOverDelta(t *testing.T) {
+	h := newHarness(t, modeltest.Load(t, sidecarManifests), nil)
+	open := func(id string, node *core.Node) deltaStream {
+		st := h.deltaStream(id)
+		if err := st.Send(&discovery.DeltaDiscoveryRequest{Node: node, TypeUrl: resource.ClusterType}); err != nil {
+			t.Fatal(err)
+		}
+		r := recvDelta(t, st)
+		if err := st.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResponseNonce: r.GetNonce()}); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	app := open(clientID, envoyNode("app", "client", "10.0.0.9"))
+	open("spiffe://cluster.local/ns/other/sa/db", envoyNode("other", "db", "10.0.1.9"))
+	h.store.Publish(modeltest.Load(t, sidecarManifests+scopedTo(`"./*", "istio-system/*"`)))
+	r := recvDelta(t, app)
+	if !slices.Equal(r.GetRemovedResources(), []string{"outbound|5432||db.other.svc.cluster.local"}) || len(r.GetResources()) != 0 {
+		t.Fatalf("app's delta: %d resources, removed %q; want db's cluster removed alone", len(r.GetResources()), r.GetRemovedResources())
+	}
+	st := h.srv.state.Load()
+	waitFor(t, "every proxy brought up to the push", func() bool {
+		for _, p := range h.srv.proxies() {
+			p.mu.Lock()
+			d := p.delta[typeCluster]
+			seq := d.basis.seq
+			p.mu.Unlock()
+			if seq != st.seq {
+				return false
+			}
+		}
+		return true
+	})
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for k := range st.shared {
+		if k.typeURL == typeCluster && strings.HasPrefix(k.proxy, "envoy\x005:other") {
+			t.Errorf("clusters generated again for other's scope %q", k.proxy)
+		}
 	}
 }
