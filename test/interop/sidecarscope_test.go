@@ -110,6 +110,14 @@ spec:
 	sidecarScenario: sidecarScenario{name: "an egress listener of one port", pods: appPods,
 		istio: sidecarRes("app", "default", "  egress: [{port: {number: 80, name: http, protocol: HTTP}, hosts: [\"*/*\"]}, {hosts: [\"istio-system/*\"]}]\n")},
 }, {
+	sidecarScenario: sidecarScenario{name: "a port listener narrower than the catch-all", pods: appPods,
+		istio: sidecarRes("app", "default", "  egress: [{port: {number: 80, name: http, protocol: HTTP}, hosts: [\"./*\"]}, {hosts: [\"*/*\"]}]\n")},
+	calls: []entryCall{httpTo("backend.other.svc.cluster.local", 80, "")},
+}, {
+	sidecarScenario: sidecarScenario{name: "a TCP port listener narrower than the catch-all", pods: appPods,
+		istio: sidecarRes("app", "default", "  egress: [{port: {number: 9090, name: tcp, protocol: TCP}, hosts: [\"./*\"]}, {hosts: [\"*/*\"]}]\n")},
+	calls: []entryCall{tcpTo("10.96.1.10", 9090, "")},
+}, {
 	sidecarScenario: sidecarScenario{name: "exclusions", pods: appPods,
 		istio: extEntryOther + sidecarRes("app", "default", "  egress: [{hosts: [\"*/*\", \"~other/*\", \"~/legacy.app.svc.cluster.local\"]}]\n")},
 }, {

@@ -39,7 +39,10 @@ func (b *builder) routes(sniffed bool) []resource.Resource {
 	var out []resource.Resource
 	for _, port := range httpPorts {
 		name := strconv.FormatUint(uint64(port), 10)
-		svcs := byPort[port]
+		svcs, mesh := byPort[port], mesh
+		if l := b.egress().routeListener(port); l != nil {
+			svcs, mesh = l.byPort[port], b.listenerVirtualServices(l)
+		}
 		// Short names depend on the proxy's namespace: "svc" resolves
 		// only within it.
 		out = append(out, resource.Resource{Name: name, Key: key("rds", name, b.p.Namespace, fallback, scope), Encode: func() ([]byte, error) {

@@ -36,6 +36,31 @@ type egressScope struct {
 	listed []*model.Service
 	// vs are the mesh VirtualServices imported, by name; nil imports all.
 	vs map[model.Meta]bool
+	// listeners are the egress listeners' own views, when the Sidecar
+	// has several: a port's route reads the listener of that port, else
+	// the catch-all (Istio's GetEgressListenerForRDS).
+	listeners []*listenerView
+}
+
+// listenerView is what one egress listener imports.
+type listenerView struct {
+	port     uint32 // 0: the catch-all
+	byPort   map[uint32][]*model.Service
+	vs       map[model.Meta]bool
+	meshOnce sync.Once
+	mesh     *meshVS
+}
+
+// routeListener is the egress listener whose services and VirtualServices
+// route "<port>" reads: the first of that port, else the catch-all; nil
+// when the Sidecar has one listener (or none), whose view is the scope's.
+func (sc *egressScope) routeListener(port uint32) *listenerView {
+	for _, l := range sc.listeners {
+		if l.port == 0 || l.port == port {
+			return l
+		}
+	}
+	return nil
 }
 
 // egress returns b's proxy's view, computed once per builder and, through
@@ -106,7 +131,13 @@ func (b *builder) buildEgressScope(sc *model.Sidecar, key string) *egressScope {
 		}
 	}
 	add := func(s *model.Service) { merge(out.byHost, s) }
-	for _, l := range sc.EgressListeners() {
+	egress := sc.EgressListeners()
+	for _, l := range egress {
+		var view *listenerView
+		if len(egress) > 1 && (l.GetPort() == nil || l.GetPort().GetNumber() != 0) {
+			view = &listenerView{port: l.GetPort().GetNumber(), byPort: map[uint32][]*model.Service{}, vs: map[model.Meta]bool{}}
+			out.listeners = append(out.listeners, view)
+		}
 		hosts := model.ParseEgressHosts(l.GetHosts(), ns)
 		port := uint32(0)
 		if l.GetPort().GetNumber() != 0 && !strings.EqualFold(l.GetPort().GetProtocol(), "HTTP_PROXY") {
@@ -117,6 +148,11 @@ func (b *builder) buildEgressScope(sc *model.Sidecar, key string) *egressScope {
 				s := withPorts(svc, port, nil)
 				add(s)
 				merge(listed, s)
+				if view != nil && s != nil {
+					for _, p := range s.Ports {
+						view.byPort[p.Port] = append(view.byPort[p.Port], s)
+					}
+				}
 			}
 		}
 		// The services the listener's VirtualServices route to, as
@@ -126,6 +162,9 @@ func (b *builder) buildEgressScope(sc *model.Sidecar, key string) *egressScope {
 				continue
 			}
 			out.vs[vs.Meta] = true
+			if view != nil {
+				view.vs[vs.Meta] = true
+			}
 			for _, d := range vsDestinations(b.snap, vs, ns) {
 				svc := b.snap.Service(d.host)
 				if svc == nil || (svc.Namespace != ns && !b.snap.ServiceVisible(svc, ns)) {
