@@ -125,6 +125,7 @@ type EgressHosts struct {
 type egressClass struct {
 	exact    map[string]bool
 	all      []string // exact and wildcard hosts
+	wild     []string // the wildcard hosts of all
 	excluded []string
 }
 
@@ -152,7 +153,9 @@ func ParseEgressHosts(hosts []string, namespace string) EgressHosts {
 			c.excluded = append(c.excluded, name)
 			continue
 		}
-		if !Wildcard(name) {
+		if Wildcard(name) {
+			c.wild = append(c.wild, name)
+		} else {
 			c.exact[name] = true
 		}
 		c.all = append(c.all, name)
@@ -207,9 +210,12 @@ func (c *egressClass) matches(h string) bool {
 	if c.exact[h] {
 		return true
 	}
-	hw := Wildcard(h)
-	for _, o := range c.all {
-		if (hw || Wildcard(o)) && hostSubsetOf(h, o) {
+	candidates := c.wild // an exact host is covered by a wildcard alone
+	if Wildcard(h) {
+		candidates = c.all
+	}
+	for _, o := range candidates {
+		if hostSubsetOf(h, o) {
 			return true
 		}
 	}
@@ -225,9 +231,12 @@ func (c *egressClass) vsMatches(h string) bool {
 	if c.exact[h] {
 		return true
 	}
-	hw := Wildcard(h)
-	for _, o := range c.all {
-		if (hw || Wildcard(o)) && hostsMatch(h, o) {
+	candidates := c.wild
+	if Wildcard(h) {
+		candidates = c.all
+	}
+	for _, o := range candidates {
+		if hostsMatch(h, o) {
 			return true
 		}
 	}
@@ -259,14 +268,42 @@ func (e EgressHosts) ImportsVirtualService(vsNamespace string, hosts []string) b
 	return false
 }
 
+// MaxSidecarHosts bounds the egress hosts of one Sidecar, all listeners
+// together: every proxy it configures matches every service against them.
+// The webhook refuses more; of a Sidecar it did not see, the hosts past
+// the bound are not read (OverLimit), so that it imports less, not more.
+const MaxSidecarHosts = 1024
+
 // EgressListeners are the Sidecar's egress listeners as Istio reads them:
 // one catch-all listener importing "*/*" when it lists none (or for a nil
-// Sidecar).
+// Sidecar). Hosts past MaxSidecarHosts are left out.
 func (c *Sidecar) EgressListeners() []*networkingv1.IstioEgressListener {
-	if eg := c.GetSpec().GetEgress(); len(eg) > 0 {
+	eg := c.GetSpec().GetEgress()
+	if len(eg) == 0 {
+		return []*networkingv1.IstioEgressListener{{Hosts: []string{"*/*"}}}
+	}
+	if !c.OverLimit() {
 		return eg
 	}
-	return []*networkingv1.IstioEgressListener{{Hosts: []string{"*/*"}}}
+	out := make([]*networkingv1.IstioEgressListener, 0, len(eg))
+	left := MaxSidecarHosts
+	for _, l := range eg {
+		cp := proto.CloneOf(l)
+		cp.Hosts = cp.Hosts[:min(len(cp.Hosts), left)]
+		left -= len(cp.Hosts)
+		out = append(out, cp)
+	}
+	return out
+}
+
+// OverLimit reports whether the Sidecar has more than MaxSidecarHosts
+// egress hosts.
+func (c *Sidecar) OverLimit() bool {
+	n := 0
+	for _, l := range c.GetSpec().GetEgress() {
+		n += len(l.GetHosts())
+	}
+	return n > MaxSidecarHosts
 }
 
 // GetSpec returns the Sidecar's spec; nil for a nil Sidecar.

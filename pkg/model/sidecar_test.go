@@ -3,6 +3,7 @@ package model
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -168,5 +169,35 @@ spec:
 	}
 	if only, set := sc.RegistryOnly(); !only || !set {
 		t.Errorf("outboundTrafficPolicy: registry only %t, set %t", only, set)
+	}
+}
+
+// TestSidecarHostsPastTheBoundAreNotRead: of a Sidecar with more egress
+// hosts than MaxSidecarHosts (one the webhook did not see), only the
+// first are read, so that it imports less, never more.
+func TestSidecarHostsPastTheBoundAreNotRead(t *testing.T) {
+	hosts := make([]string, MaxSidecarHosts+10)
+	for i := range hosts {
+		hosts[i] = "ns" + strconv.Itoa(i) + "/*"
+	}
+	sc := sidecar("app", "many", 0, nil, hosts[:MaxSidecarHosts-5]...)
+	sc.Spec.Egress = append(sc.Spec.Egress, &networkingv1.IstioEgressListener{Hosts: hosts[MaxSidecarHosts-5:]})
+	if !sc.OverLimit() {
+		t.Fatal("not over the limit")
+	}
+	read := 0
+	for _, l := range sc.EgressListeners() {
+		read += len(l.GetHosts())
+	}
+	if read != MaxSidecarHosts || len(sc.Spec.Egress[1].Hosts) != 15 {
+		t.Fatalf("%d hosts read (the spec's second listener now has %d): want %d, the spec untouched", read, len(sc.Spec.Egress[1].Hosts), MaxSidecarHosts)
+	}
+	last := &Service{Meta: Meta{Namespace: "ns" + strconv.Itoa(MaxSidecarHosts+5)}, Hostname: "a.b.svc.cluster.local"}
+	if sc.Imports(last, "app") {
+		t.Error("a host past the bound is read")
+	}
+	first := &Service{Meta: Meta{Namespace: "ns0"}, Hostname: "a.ns0.svc.cluster.local"}
+	if !sc.Imports(first, "app") {
+		t.Error("a host within the bound is not read")
 	}
 }

@@ -8,6 +8,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 	networking "istio.io/api/networking/v1alpha3"
+
+	"github.com/bulwark-mesh/bulwark/pkg/model"
 )
 
 // Limits on a Sidecar: what one object may make the generators scope by.
@@ -16,8 +18,9 @@ const (
 	// each.
 	MaxSidecarListeners = 128
 	// MaxSidecarHosts bounds the egress hosts of all its listeners
-	// together: each proxy it selects matches every service against them.
-	MaxSidecarHosts = 1024
+	// together: each proxy it selects matches every service against them
+	// (the model reads no more of one).
+	MaxSidecarHosts = model.MaxSidecarHosts
 )
 
 // modeAllowAnyDynamicDNS is mesh config's ALLOW_ANY_DYNAMIC_DNS, which a

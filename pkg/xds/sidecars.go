@@ -18,6 +18,18 @@ func (s *Server) reportSidecars(snap *model.Snapshot, closed failClosed, current
 		return
 	}
 	s.reportProxylessSidecars(snap, closed, current)
+	for _, sc := range snap.Sidecars() {
+		if !sc.OverLimit() {
+			continue
+		}
+		closed.add("Sidecar", "hosts_over_limit")
+		msg := "sidecar|" + sc.Namespace + "/" + sc.Name + "|over limit"
+		current[msg] = true
+		if !s.reported[msg] {
+			s.log.Warn("sidecar resource has more egress hosts than are read; the proxies it configures import only the first ones",
+				"sidecar", sc.Namespace+"/"+sc.Name, "limit", model.MaxSidecarHosts)
+		}
+	}
 	system := s.cfg.SystemNamespace
 	if system == "" {
 		system = snap.Options.RootNamespace

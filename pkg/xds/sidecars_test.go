@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/bulwark-mesh/bulwark/internal/logtest"
+	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
@@ -122,6 +124,20 @@ func TestSidecarHidingIstiodIsReported(t *testing.T) {
 	}
 	h.store.Publish(modeltest.Load(t, sidecarManifests+scopedTo(`"./*", "istio-system/istiod.istio-system.svc.cluster.local"`)))
 	waitFor(t, "the count gone with the Sidecar's fix", func() bool { return testutil.CollectAndCount(h.srv.metrics.failClosed) == 0 })
+
+	// More hosts than are read: counted and logged, the first ones read.
+	many := make([]string, model.MaxSidecarHosts+1)
+	for i := range many {
+		many[i] = fmt.Sprintf("%q", fmt.Sprintf("ns%d/*", i))
+	}
+	many[0] = `"istio-system/*"`
+	h.store.Publish(modeltest.Load(t, sidecarManifests+scopedTo(strings.Join(many, ", "))))
+	waitFor(t, "the Sidecar over the limit counted", func() bool {
+		return testutil.ToFloat64(h.srv.metrics.failClosed.WithLabelValues("Sidecar", "hosts_over_limit")) == 1
+	})
+	if n := rec.Count("more egress hosts than are read"); n != 1 {
+		t.Errorf("over the limit logged %d times", n)
+	}
 }
 
 // onlyRegenerated waits for every proxy to have been brought up to the
