@@ -32,11 +32,15 @@ type Change struct {
 	Endpoints map[string]bool
 	// Pods are the registry's pods added, removed or changed.
 	Pods map[Meta]bool
+	// Sidecars are the Sidecars added, removed or changed (those before
+	// and after a change): a proxy configured by none of them, before or
+	// after, keeps its configuration.
+	Sidecars []*Sidecar
 }
 
 // None reports whether nothing differs.
 func (c Change) None() bool {
-	return !c.Config && !c.Authorization && len(c.Services) == 0 && len(c.Endpoints) == 0 && len(c.Pods) == 0
+	return !c.Config && !c.Authorization && len(c.Services) == 0 && len(c.Endpoints) == 0 && len(c.Pods) == 0 && len(c.Sidecars) == 0
 }
 
 // Diff is what differs from old to new. WorkloadEntries count through the
@@ -92,7 +96,36 @@ func Diff(old, new *Snapshot) Change {
 		mark(&c.Services, h)
 	}
 	c.Pods = podChanges(old.res.Pods, new.res.Pods)
+	c.Sidecars = changedSidecars(old.res.Sidecars, new.res.Sidecars)
 	return c
+}
+
+// changedSidecars are the Sidecars of a or b that the other does not hold
+// as they are.
+func changedSidecars(a, b []*Sidecar) []*Sidecar {
+	if sameSpecs(a, b, (*Sidecar).Parts) {
+		return nil
+	}
+	key := func(c *Sidecar) string { m, _ := c.Parts(); return m.Namespace + "/" + m.Name + "#" + c.Key() }
+	inA, inB := map[string]bool{}, map[string]bool{}
+	for _, c := range a {
+		inA[key(c)] = true
+	}
+	for _, c := range b {
+		inB[key(c)] = true
+	}
+	var out []*Sidecar
+	for _, c := range a {
+		if !inB[key(c)] {
+			out = append(out, c)
+		}
+	}
+	for _, c := range b {
+		if !inA[key(c)] {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // sameService reports whether a and b are the same service but for their

@@ -48,6 +48,10 @@
 //     metadata.creationTimestamp when given (of conflicting ones the
 //     oldest applies, as in Istio). Snapshot.GatewaysFor selects a gateway
 //     pod's Gateways as Istio does.
+//   - networking.istio.io/v1 Sidecar, with metadata.creationTimestamp
+//     (of several that could apply to a workload, the oldest does).
+//     Snapshot.SidecarFor chooses a sidecar proxy's as Istio does;
+//     ParseEgressHosts reads its egress hosts.
 //
 // Specs are decoded strictly: an unknown field, a duplicate key, a wrong type
 // or an unknown kind rejects the whole directory read, which is logged, and

@@ -271,6 +271,12 @@ func decodeDocument(js []byte, res *Resources) error {
 			return err
 		}
 		res.Telemetries = append(res.Telemetries, &Telemetry{Meta: meta, Created: env.Metadata.CreationTimestamp, Spec: spec})
+	case "networking.istio.io/v1/Sidecar":
+		spec := &networkingv1.Sidecar{}
+		if err := decodeSpec(env, spec); err != nil {
+			return err
+		}
+		res.Sidecars = append(res.Sidecars, &Sidecar{Meta: meta, Created: env.Metadata.CreationTimestamp, Spec: spec})
 	default:
 		return fmt.Errorf("unknown kind %s %s: %w", env.APIVersion, env.Kind, ErrInvalid)
 	}
@@ -339,4 +345,5 @@ func sortResources(r *Resources) {
 	slices.SortStableFunc(r.VirtualServices, func(a, b *VirtualService) int { return byMeta(a.Meta, b.Meta) })
 	slices.SortStableFunc(r.ServiceEntries, func(a, b *ServiceEntry) int { return byMeta(a.Meta, b.Meta) })
 	slices.SortStableFunc(r.Telemetries, compareTelemetries)
+	slices.SortStableFunc(r.Sidecars, func(a, b *Sidecar) int { return byMeta(a.Meta, b.Meta) })
 }

@@ -183,6 +183,9 @@ type Resources struct {
 	ServiceEntries []*ServiceEntry
 	// Telemetries are sorted by namespace and name.
 	Telemetries []*Telemetry
+	// Sidecars are sorted by namespace and name (SidecarFor chooses
+	// among them).
+	Sidecars []*Sidecar
 }
 
 // Options shape how a Snapshot reads its resources.
@@ -219,6 +222,8 @@ type Snapshot struct {
 	// for the hostname of a service, oldest first, by hostname without a
 	// final dot (serviceentry.go, choose).
 	alternates map[string][]*Service
+	// sidecars index the Sidecars under Options, once asked for.
+	sidecars *lazySidecars
 }
 
 // Services returns the services sorted by hostname.
@@ -327,7 +332,7 @@ func BuildShared(version string, opts Options, res Resources, prev *Snapshot) *S
 }
 
 func assemble(version string, opts Options, res Resources, prev *Snapshot) *Snapshot {
-	s := &Snapshot{Version: version, Options: opts, res: res, rules: &lazyRules{}}
+	s := &Snapshot{Version: version, Options: opts, res: res, rules: &lazyRules{}, sidecars: &lazySidecars{}}
 	s.clientSelected = slices.ContainsFunc(res.DestinationRules, func(dr *DestinationRule) bool {
 		return dr.Spec.GetWorkloadSelector() != nil
 	})
@@ -382,6 +387,7 @@ func (s *Snapshot) WithRootNamespace(ns string) *Snapshot {
 	c := *s
 	c.Options.RootNamespace = ns
 	c.rules = &lazyRules{}
+	c.sidecars = &lazySidecars{}
 	if s.Version != "" {
 		c.Version = s.Version + "+root:" + ns
 	}

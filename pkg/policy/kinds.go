@@ -70,7 +70,9 @@ var kinds = []Kind{
 	// reported by path (ignoredrouting.go).
 	{Group: groupNetworking, Resource: "virtualservices", Name: "VirtualService", Namespaced: true, Support: Partly, Section: sectionGateways, ignored: ignoredInVirtualService},
 	{Group: groupNetworking, Resource: "gateways", Name: "Gateway", Namespaced: true, Support: Partly, Section: sectionGateways, ignored: ignoredInGateway},
-	{Group: groupNetworking, Resource: "sidecars", Name: "Sidecar", Namespaced: true, Support: Not, Section: sectionUnread, unread: notRead},
+	// Read by Envoy sidecars: egress hosts scope what each proxy gets
+	// (ignoredsidecar.go says what is not honoured).
+	{Group: groupNetworking, Resource: "sidecars", Name: "Sidecar", Namespaced: true, Support: Partly, Section: sectionXDS, ignored: ignoredInSidecar},
 	{Group: groupNetworking, Resource: "workloadgroups", Name: "WorkloadGroup", Namespaced: true, Support: Not, Section: sectionUnread, unread: notRead},
 	{Group: groupNetworking, Resource: "envoyfilters", Name: "EnvoyFilter", Namespaced: true, Support: Not, Section: sectionUnread, unread: notRead},
 	{Group: groupNetworking, Resource: "proxyconfigs", Name: "ProxyConfig", Namespaced: true, Support: Not, Section: sectionUnread, unread: notRead},

@@ -13,7 +13,7 @@ import (
 // sidecarBenchModel is n services of namespace bench, each with an HTTP
 // and a TCP port, a virtual IP and two sidecar endpoints, STRICT mTLS and
 // an ALLOW policy on svc-0.
-func sidecarBenchModel(b *testing.B, n int) *model.Snapshot {
+func sidecarBenchModel(b testing.TB, n int) *model.Snapshot {
 	b.Helper()
 	res := model.Resources{Pods: []*model.Pod{}}
 	for i := range n {
@@ -83,7 +83,7 @@ func BenchmarkSidecarPush(b *testing.B) {
 	}
 }
 
-func benchWorkload(b *testing.B, pod, ip string) *nodeWorkload {
+func benchWorkload(b testing.TB, pod, ip string) *nodeWorkload {
 	b.Helper()
 	return &nodeWorkload{envoy: true, namespace: "bench", serviceAccount: "svc-0", pod: pod, ips: []string{ip}}
 }

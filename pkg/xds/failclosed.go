@@ -29,7 +29,7 @@ func (f failClosed) addAuthz(e authz.Effect) {
 func newFailClosedGauge() *prometheus.GaugeVec {
 	return prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "bulwark_policy_fail_closed",
-		Help: "Parts of policies not applied as written, failing closed instead, by kind and reason: AuthorizationPolicy allow_rule_dropped, deny_rule_widened, denies_all; RequestAuthentication tokens_refused; DestinationRule tls_refused; Gateway server_conflict, server_invalid, server_unsupported, server_refused (servers a connected router does not serve); VirtualService (or Gateway) route_left_out (parts of VirtualServices a connected router's routes leave out); Telemetry refused (Telemetries validation refuses, which no proxy applies). Each is logged once.",
+		Help: "Parts of policies not applied as written, failing closed instead, by kind and reason: AuthorizationPolicy allow_rule_dropped, deny_rule_widened, denies_all; RequestAuthentication tokens_refused; DestinationRule tls_refused; Gateway server_conflict, server_invalid, server_unsupported, server_refused (servers a connected router does not serve); VirtualService (or Gateway) route_left_out (parts of VirtualServices a connected router's routes leave out), sidecar_routes_left_out (mesh VirtualService rules sidecars leave out); ServiceEntry host_taken; Sidecar hides_istiod (its egress leaves out istiod's Service), hosts_over_limit (egress hosts past the bound, not read), proxyless_unscoped (Sidecars proxyless gRPC clients, one being connected, do not read); Telemetry refused (Telemetries validation refuses, which no proxy applies). Each is logged once.",
 	}, []string{"kind", "reason"})
 }
 

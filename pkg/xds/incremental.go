@@ -36,7 +36,7 @@ type change struct {
 // pods), "config" otherwise.
 func (c change) trigger() string {
 	switch {
-	case c.full || c.authz:
+	case c.full || c.authz || len(c.sidecars) > 0:
 		return "config"
 	case len(c.services) > 0:
 		return "service"
@@ -58,6 +58,10 @@ type endpointChanges struct {
 	// (envoygen.ServiceNames).
 	services     map[string]bool
 	serviceNames map[string]map[string]bool
+	// sidecars are the namespaces of the Sidecars that changed: a proxy
+	// of another namespace keeps its Sidecar, unless one of the root
+	// namespace changed.
+	sidecars map[string]bool
 }
 
 // add adds o to c, allocating what c lacks.
@@ -71,6 +75,7 @@ func (c *endpointChanges) add(o endpointChanges) {
 		}
 		c.serviceNames[typeURL] = union(c.serviceNames[typeURL], names)
 	}
+	c.sidecars = union(c.sidecars, o.sidecars)
 	c.hosts = union(c.hosts, o.hosts)
 	c.addrs = union(c.addrs, o.addrs)
 	c.pods = union(c.pods, o.pods)
@@ -106,6 +111,10 @@ func (c endpointChanges) authzFor(snap *model.Snapshot, namespace string, labels
 // whose changes are never endpoint changes alone.
 func (c endpointChanges) touches(w *nodeWorkload, snap *model.Snapshot) bool {
 	if len(c.services) > 0 { // a service may select the workload
+		return true
+	}
+	// Its Sidecar may have changed, and with it its scope's key.
+	if c.sidecars[w.namespace] || c.sidecars[snap.Options.RootNamespace] {
 		return true
 	}
 	if w.pod != "" && c.pods[model.Meta{Name: w.pod, Namespace: w.namespace}] {
@@ -197,6 +206,12 @@ func (s *Server) classify(prev, st *pushState) change {
 	}
 	c.full, c.hosts, c.pods, c.authz, c.services = false, d.Endpoints, d.Pods, d.Authorization, d.Services
 	c.authzScopes = d.AuthorizationScopes
+	for _, sc := range d.Sidecars {
+		if c.sidecars == nil {
+			c.sidecars = map[string]bool{}
+		}
+		c.sidecars[sc.Namespace] = true
+	}
 	for host := range d.Services {
 		for _, snap := range []*model.Snapshot{prev.snap, st.snap} {
 			envoygen.ServiceNames(snap, host, func(typeURL, name string) {

@@ -358,7 +358,7 @@ func (s *Server) push(snap *model.Snapshot, changedAt time.Time) {
 	c := s.classify(prev, st)
 	// Policies and rules are read again only when they may have changed:
 	// not for services and endpoints, the changes a mesh sees most.
-	policies := c.full || c.authz
+	policies := c.full || c.authz || len(c.sidecars) > 0
 	if policies {
 		s.wantKeys(snap)
 	}
@@ -446,6 +446,7 @@ func (s *Server) reportPolicies(snap *model.Snapshot) {
 	}
 	s.reportMeshRoutes(snap, closed, current)
 	s.reportTelemetries(snap, closed, current)
+	s.reportSidecars(snap, closed, current)
 	// A ServiceEntry host another service already has is not served.
 	for _, n := range snap.ServiceEntryNotes() {
 		closed.add("ServiceEntry", "host_taken")

@@ -147,6 +147,7 @@ func runKubesource(t testing.TB, objects []runtime.Object, istioYAML string, cfg
 			{Name: "serviceentries", Namespaced: true, Kind: "ServiceEntry"},
 			{Name: "gateways", Namespaced: true, Kind: "Gateway"},
 			{Name: "virtualservices", Namespaced: true, Kind: "VirtualService"},
+			{Name: "sidecars", Namespaced: true, Kind: "Sidecar"},
 		},
 	}, {
 		GroupVersion: "telemetry.istio.io/v1",

@@ -46,7 +46,7 @@ func TestUnsupportedConfigIsReportedWithoutAPush(t *testing.T) {
 
 	objects := []struct{ group, kind, name string }{
 		{"networking.istio.io", "EnvoyFilter", "add-header"},
-		{"networking.istio.io", "Sidecar", "egress"},
+		{"networking.istio.io", "WorkloadGroup", "group"},
 		{"extensions.istio.io", "WasmPlugin", "plugin"},
 		{"telemetry.istio.io", "Telemetry", "mesh-logs"},
 		{"gateway.networking.k8s.io", "HTTPRoute", "route"},

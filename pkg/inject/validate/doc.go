@@ -92,6 +92,12 @@
 //     refused: Bulwark does not serve one. A ServiceEntry holds at most
 //     256 addresses, 256 ports, 4096 endpoints and 1024 hosts; Istio sets
 //     no bound.
+//   - A Sidecar holds at most 128 egress and 128 ingress listeners and
+//     1024 egress hosts in all; Istio sets no bound. Its connection pool
+//     settings are checked as Istio checks them but for TCP keepalive
+//     probes, which no rule reads. An outboundTrafficPolicy mode of a
+//     number Istio names no mode for is refused (Istio reads it as
+//     ALLOW_ANY).
 //
 // # Warnings
 //

@@ -104,11 +104,18 @@ var kinds = map[string]kind{
 			p.addFindings(policy.ValidateTelemetry(m.(*telemetry.Telemetry)))
 		},
 	},
+	"Sidecar": {
+		name:    "Sidecar",
+		newSpec: func() proto.Message { return &networking.Sidecar{} },
+		check: func(p *problems, _ rules, meta *metav1.ObjectMeta, m proto.Message, _ []byte) {
+			p.addFindings(policy.ValidateSidecar(meta.Namespace, m.(*networking.Sidecar)))
+		},
+	},
 }
 
 // networkingKinds are the kinds of networking.istio.io this webhook
 // validates.
-var networkingKinds = map[string]bool{"DestinationRule": true, "Gateway": true, "VirtualService": true, "ServiceEntry": true}
+var networkingKinds = map[string]bool{"DestinationRule": true, "Gateway": true, "VirtualService": true, "ServiceEntry": true, "Sidecar": true}
 
 // lookupKind reports whether group/version/kind is one this webhook
 // validates.

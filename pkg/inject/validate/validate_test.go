@@ -301,7 +301,7 @@ func TestOperationsAndKindsOutsideScopeAreAllowed(t *testing.T) {
 		"a CONNECT":                            {authzPolicy, admissionv1.Connect},
 		"a v1alpha1 security kind":             {gvk{"security.istio.io", "v1alpha1", "AuthorizationPolicy"}, admissionv1.Create},
 		"a kind of another group":              {gvk{"example.com", "v1", "AuthorizationPolicy"}, admissionv1.Create},
-		"a Sidecar":                            {gvk{"networking.istio.io", "v1", "Sidecar"}, admissionv1.Create},
+		"a WorkloadGroup":                      {gvk{"networking.istio.io", "v1", "WorkloadGroup"}, admissionv1.Create},
 		"a DestinationRule in the wrong group": {gvk{"security.istio.io", "v1", "DestinationRule"}, admissionv1.Create},
 	} {
 		t.Run(name, func(t *testing.T) {

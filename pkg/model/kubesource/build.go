@@ -60,6 +60,8 @@ func buildReusing(l listers, opts model.Options, r *reuse, t *touched) *model.Sn
 		(*model.ServiceEntry).Parts), all, t.svcEntries)
 	r.telemetries.update(policySource(l.telemetries.List, l.telemetries.Telemetries, telemetryOf,
 		(*model.Telemetry).Parts), all, t.telemetries)
+	r.sidecars.update(policySource(l.sidecars.List, l.sidecars.Sidecars, sidecarOf,
+		(*model.Sidecar).Parts), all, t.sidecars)
 	res := model.Resources{
 		Services:               r.serviceList,
 		Pods:                   r.pods.items,
@@ -71,6 +73,7 @@ func buildReusing(l listers, opts model.Options, r *reuse, t *touched) *model.Sn
 		VirtualServices:        r.virtualSvcs.items,
 		ServiceEntries:         r.svcEntries.items,
 		Telemetries:            r.telemetries.items,
+		Sidecars:               r.sidecars.items,
 	}
 	if res.Pods == nil {
 		res.Pods = []*model.Pod{} // a registry, even when empty
@@ -169,6 +172,10 @@ func serviceEntryOf(o *networkingv1.ServiceEntry) (*model.ServiceEntry, bool) {
 
 func telemetryOf(o *telemetryv1.Telemetry) (*model.Telemetry, bool) {
 	return &model.Telemetry{Meta: metaOf(o.Namespace, o.Name), Created: o.CreationTimestamp.Time, Spec: clone(&o.Spec)}, true
+}
+
+func sidecarOf(o *networkingv1.Sidecar) (*model.Sidecar, bool) {
+	return &model.Sidecar{Meta: metaOf(o.Namespace, o.Name), Created: o.CreationTimestamp.Time, Spec: clone(&o.Spec)}, true
 }
 
 func virtualServiceOf(o *networkingv1.VirtualService) (*model.VirtualService, bool) {

@@ -91,6 +91,12 @@ func istioKinds() []istioKind {
 			return f.Telemetry().V1().Telemetries().Informer()
 		},
 		setLister: func(l *listers, idx cache.Indexer) { l.telemetries = telemetrylisters.NewTelemetryLister(idx) },
+	}, {
+		resource: "sidecars", groupVersion: "networking.istio.io/v1", kind: "Sidecar",
+		informer: func(f istioinformers.SharedInformerFactory) cache.SharedIndexInformer {
+			return f.Networking().V1().Sidecars().Informer()
+		},
+		setLister: func(l *listers, idx cache.Indexer) { l.sidecars = networkinglisters.NewSidecarLister(idx) },
 	}}
 }
 

@@ -3,8 +3,8 @@
 // A Source watches, cluster-wide, core/v1 Services, Pods and Nodes,
 // discovery.k8s.io/v1 EndpointSlices, security.istio.io/v1
 // PeerAuthentication, AuthorizationPolicy and RequestAuthentication, and
-// networking.istio.io/v1 DestinationRule, Gateway, VirtualService and
-// ServiceEntry, and telemetry.istio.io/v1 Telemetry (their
+// networking.istio.io/v1 DestinationRule, Gateway, VirtualService,
+// ServiceEntry and Sidecar, and telemetry.istio.io/v1 Telemetry (their
 // creation times too: of conflicting ones, the oldest applies). Once every cache has synced it
 // publishes a model.Snapshot, and again after changes: events coalesce into
 // at most one rebuild per Config.Delay, and handlers never block. A

@@ -30,12 +30,12 @@ func cacheListers(tb testing.TB, objs ...any) listers {
 }
 
 // cacheIndexers is cacheListers, with the caches by kind: "svc", "eps",
-// "pod", "node", "pa", "ap", "ra", "dr", "gw", "vs", "se" and "tel".
+// "pod", "node", "pa", "ap", "ra", "dr", "gw", "vs", "se", "tel" and "sc".
 func cacheIndexers(tb testing.TB, objs ...any) (listers, map[string]cache.Indexer) {
 	tb.Helper()
 	nsIndex := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
 	idx := map[string]cache.Indexer{}
-	for _, kind := range []string{"svc", "eps", "pod", "node", "pa", "ap", "ra", "dr", "gw", "vs", "se", "tel"} {
+	for _, kind := range []string{"svc", "eps", "pod", "node", "pa", "ap", "ra", "dr", "gw", "vs", "se", "tel", "sc"} {
 		idx[kind] = cache.NewIndexer(cache.MetaNamespaceKeyFunc, nsIndex)
 	}
 	if err := idx["pod"].AddIndexers(cache.Indexers{podIPIndex: indexPodIPs}); err != nil {
@@ -68,6 +68,7 @@ func cacheIndexers(tb testing.TB, objs ...any) (listers, map[string]cache.Indexe
 		virtualServices: networkinglisters.NewVirtualServiceLister(idx["vs"]),
 		serviceEntries:  networkinglisters.NewServiceEntryLister(idx["se"]),
 		telemetries:     telemetrylisters.NewTelemetryLister(idx["tel"]),
+		sidecars:        networkinglisters.NewSidecarLister(idx["sc"]),
 	}, idx
 }
 
@@ -78,7 +79,7 @@ func kindOf(tb testing.TB, o any) string {
 		"*v1.PeerAuthentication": "pa", "*v1.AuthorizationPolicy": "ap",
 		"*v1.RequestAuthentication": "ra", "*v1.DestinationRule": "dr",
 		"*v1.Gateway": "gw", "*v1.VirtualService": "vs", "*v1.ServiceEntry": "se",
-		"*v1.Telemetry": "tel",
+		"*v1.Sidecar": "sc", "*v1.Telemetry": "tel",
 	}[fmt.Sprintf("%T", o)]
 	if kind == "" {
 		tb.Fatalf("fixture of unknown type %T", o)
@@ -183,6 +184,18 @@ func newServiceEntry(ns, name, host string, resolution networkingv1.ServiceEntry
 		se.Spec.WorkloadSelector = &networkingv1.WorkloadSelector{Labels: map[string]string{"app": app}}
 	}
 	return se
+}
+
+// newSidecar scopes the egress of ns (of the workloads of app, when not
+// empty) to hosts.
+func newSidecar(ns, name, app string, created int64, hosts ...string) *istionetworking.Sidecar {
+	sc := &istionetworking.Sidecar{ObjectMeta: objectMeta(ns, name, nil)}
+	sc.CreationTimestamp = metav1.Unix(created, 0)
+	sc.Spec.Egress = []*networkingv1.IstioEgressListener{{Hosts: hosts}}
+	if app != "" {
+		sc.Spec.WorkloadSelector = &networkingv1.WorkloadSelector{Labels: map[string]string{"app": app}}
+	}
+	return sc
 }
 
 func newDestinationRule(ns, name, host string) *istionetworking.DestinationRule {

@@ -34,7 +34,7 @@ func TestIncrementalRebuildsAreFreshBuilds(t *testing.T) {
 			c := newChurnCluster(t, seed)
 			var r reuse
 			buildReusing(c.l, model.Options{}, &r, &touched{})
-			reused, routed, entries := 0, 0, 0
+			reused, routed, entries, scoped := 0, 0, 0, 0
 			for step := range 300 {
 				for range 1 + c.rng.IntN(3) {
 					c.mutate()
@@ -60,12 +60,18 @@ func TestIncrementalRebuildsAreFreshBuilds(t *testing.T) {
 				if res := got.Resources(); len(res.Gateways) > 0 && len(res.VirtualServices) > 0 {
 					routed++
 				}
+				if len(got.Sidecars()) > 0 {
+					scoped++
+				}
 				if slices.ContainsFunc(got.Services(), func(s *model.Service) bool { return s.Entry != nil && len(s.Endpoints[80]) > 0 }) {
 					entries++
 				}
 			}
 			if routed == 0 {
 				t.Fatal("no snapshot had both Gateways and VirtualServices: the test checks nothing of them")
+			}
+			if scoped == 0 {
+				t.Fatal("no snapshot had a Sidecar: the test checks nothing of them")
 			}
 			if entries == 0 {
 				t.Fatal("no snapshot had a ServiceEntry with endpoints: the test checks nothing of them")
@@ -178,7 +184,7 @@ func (c *churnCluster) ns() string { return churnNamespaces[c.pick(len(churnName
 // mutate makes one random change.
 func (c *churnCluster) mutate() {
 	ns := c.ns()
-	switch c.pick(15) {
+	switch c.pick(16) {
 	case 0, 1, 2:
 		c.put(c.pod(ns, c.pick(10)))
 	case 3:
@@ -246,6 +252,14 @@ func (c *churnCluster) mutate() {
 		addrs := [][]string{nil, {"10.9.0.1"}, {"10.9.0.1", "10.9.0.2"}}[c.pick(3)]
 		c.put(newServiceEntry(ns, name, host, networkingv1.ServiceEntry_Resolution(c.pick(4)),
 			fmt.Sprintf("s%d", c.pick(4)), int64(c.pick(3)), addrs...))
+	case 15:
+		name := fmt.Sprintf("sc%d", c.pick(3))
+		if c.pick(3) == 0 {
+			c.del("sc", ns+"/"+name)
+			return
+		}
+		app := []string{"", "s0", "s1"}[c.pick(3)]
+		c.put(newSidecar(ns, name, app, int64(c.pick(3)), []string{"./*", "*/*", "b/s0.b.svc.cluster.local"}[c.pick(3)]))
 	}
 }
 

@@ -44,6 +44,8 @@ type listers struct {
 	serviceEntries networkinglisters.ServiceEntryLister
 	// telemetries is the lister of Telemetries.
 	telemetries telemetrylisters.TelemetryLister
+	// sidecars is the lister of Sidecars.
+	sidecars networkinglisters.SidecarLister
 }
 
 // informers are the cluster-wide informers a Source reads. Run's goroutine

@@ -51,7 +51,7 @@ func newCluster(t *testing.T) *cluster {
 	// a cluster has Istio's CRDs of them, here open ones as the reporter's
 	// tests install.
 	var routing strings.Builder
-	for _, name := range []string{"Gateway", "VirtualService", "ServiceEntry"} {
+	for _, name := range []string{"Gateway", "VirtualService", "ServiceEntry", "Sidecar"} {
 		k, ok := policy.Lookup("networking.istio.io", name)
 		if !ok {
 			t.Fatalf("no kind %s", name)
@@ -127,6 +127,8 @@ func (c *cluster) create(t *testing.T, obj any) {
 		_, err = c.istio.NetworkingV1().VirtualServices(c.ns).Create(ctx, o, opts)
 	case *istionetworking.ServiceEntry:
 		_, err = c.istio.NetworkingV1().ServiceEntries(c.ns).Create(ctx, o, opts)
+	case *istionetworking.Sidecar:
+		_, err = c.istio.NetworkingV1().Sidecars(c.ns).Create(ctx, o, opts)
 	default:
 		t.Fatalf("cannot create %T", obj)
 	}
@@ -375,6 +377,17 @@ func TestSourceAgainstAPIServer(t *testing.T) {
 		}
 		check(t, "delete service entry", c.istio.NetworkingV1().ServiceEntries(c.ns).Delete(ctx, "api", metav1.DeleteOptions{}))
 		waitFor(t, store.Store, "no ServiceEntry host", func(s *model.Snapshot) bool { return s.Service("api.example.com") == nil })
+	})
+
+	t.Run("sidecars are read with their creation times", func(t *testing.T) {
+		c.create(t, newSidecar(c.ns, "scoped", "", 100, "./*", "istio-system/*"))
+		snap := waitFor(t, store.Store, "the Sidecar", func(s *model.Snapshot) bool { return len(s.Sidecars()) == 1 })
+		sc := snap.SidecarFor(c.ns, nil)
+		if sc == nil || sc.Name != "scoped" || sc.Created.IsZero() || len(sc.Spec.GetEgress()) != 1 {
+			t.Fatalf("Sidecar of %s: %+v", c.ns, sc)
+		}
+		check(t, "delete sidecar", c.istio.NetworkingV1().Sidecars(c.ns).Delete(ctx, "scoped", metav1.DeleteOptions{}))
+		waitFor(t, store.Store, "no Sidecar", func(s *model.Snapshot) bool { return len(s.Sidecars()) == 0 })
 	})
 
 	t.Run("a change the model does not read publishes no new version", func(t *testing.T) {

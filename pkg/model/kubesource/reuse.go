@@ -31,6 +31,7 @@ type reuse struct {
 	virtualSvcs collection[*networkingv1.VirtualService, *model.VirtualService]
 	svcEntries  collection[*networkingv1.ServiceEntry, *model.ServiceEntry]
 	telemetries collection[*telemetryv1.Telemetry, *model.Telemetry]
+	sidecars    collection[*networkingv1.Sidecar, *model.Sidecar]
 	workloads   memo[*corev1.Pod, *workload] // what endpoints take from their pod
 	last        *model.Snapshot              // the last rebuild's
 }
@@ -40,7 +41,8 @@ type reuse struct {
 func (r *reuse) version() string {
 	h := sha256.New()
 	for _, d := range [][sha256.Size]byte{r.services.digest, r.pods.digest, r.peerAuthn.digest, r.authz.digest,
-		r.reqAuthn.digest, r.destRules.digest, r.gateways.digest, r.virtualSvcs.digest, r.svcEntries.digest, r.telemetries.digest} {
+		r.reqAuthn.digest, r.destRules.digest, r.gateways.digest, r.virtualSvcs.digest, r.svcEntries.digest, r.telemetries.digest,
+		r.sidecars.digest} {
 		h.Write(d[:])
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]

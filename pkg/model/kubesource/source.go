@@ -303,6 +303,7 @@ func (s *Source) rebuild(l listers) time.Duration {
 		"authorizationPolicies", len(res.AuthorizationPolicies), "destinationRules", len(res.DestinationRules),
 		"gateways", len(res.Gateways), "virtualServices", len(res.VirtualServices),
 		"serviceEntries", len(res.ServiceEntries), "telemetries", len(res.Telemetries),
+		"serviceEntries", len(res.ServiceEntries), "sidecars", len(res.Sidecars),
 		"took", took)
 	return took
 }

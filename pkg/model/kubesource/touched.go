@@ -30,6 +30,7 @@ type touched struct {
 	peerAuthn, authz, reqAuthn, destRules map[string]bool
 	gateways, virtualSvcs, svcEntries     map[string]bool
 	telemetries                           map[string]bool
+	sidecars                              map[string]bool
 }
 
 // add records a changed object.
@@ -69,6 +70,8 @@ func (t *touched) add(obj any) {
 		mark(&t.svcEntries, o.Namespace+"/"+o.Name)
 	case *istiotelemetry.Telemetry:
 		mark(&t.telemetries, o.Namespace+"/"+o.Name)
+	case *istionetworking.Sidecar:
+		mark(&t.sidecars, o.Namespace+"/"+o.Name)
 	default:
 		t.all = true // a kind this does not know: read everything again
 	}

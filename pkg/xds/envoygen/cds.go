@@ -75,7 +75,7 @@ func (b *builder) outboundClusterNamed(name string) (outboundCluster, bool) {
 	if !ok {
 		return outboundCluster{}, false
 	}
-	svc := b.snap.VisibleService(host, b.p.Namespace)
+	svc := b.service(host)
 	if svc == nil {
 		return outboundCluster{}, false
 	}

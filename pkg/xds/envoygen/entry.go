@@ -184,7 +184,7 @@ func sniChosen(svc *model.Service, sp model.Port) bool {
 // fallbackCluster is where outbound traffic to no known destination goes:
 // PassthroughCluster, or BlackHoleCluster under REGISTRY_ONLY.
 func (b *builder) fallbackCluster() string {
-	if b.g.Mesh.RegistryOnly {
+	if b.registryOnly() {
 		return blackholeCluster
 	}
 	return passthroughCluster
@@ -202,7 +202,7 @@ func sniffedOnAnyAddress(svc *model.Service, sp model.Port) bool {
 // addresses whose TCP or undeclared port it is, as Istio makes that
 // entry's chain the listener's default; else the fallback.
 func (b *builder) httpDefault(port uint32) string {
-	for _, svc := range b.services() {
+	for _, svc := range b.listenerServices() {
 		if len(entryListenerAddresses(svc)) == 0 {
 			continue
 		}

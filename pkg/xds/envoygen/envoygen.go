@@ -22,6 +22,10 @@
 //   - RDS: per outbound HTTP port, a virtual host per service; per
 //     sniffed service listener, "<host>:<port>" to that service alone.
 //
+// A sidecar's Sidecar resource (model.Snapshot.SidecarFor) scopes all of
+// these to the services its egress hosts import, and its
+// outboundTrafficPolicy overrides the mesh's (sidecarscope.go).
+//
 // A router (an Envoy gateway, pilot-agent's "router" mode) gets instead
 // what the Gateways selecting it say (gateway.go): "0.0.0.0_<port>"
 // listeners on the ports their servers resolve to, a shared chain and
@@ -157,6 +161,8 @@ type Generator struct {
 	memo routeMemo
 	// valid keeps which Telemetries validation admits.
 	valid validTelemetries
+	// scopes keep sidecars' views per snapshot (sidecarscope.go).
+	scopes egressMemo
 }
 
 // Generate returns the resources of typeURL that p asked for in names
@@ -238,7 +244,9 @@ func (b *builder) sidecarResources(typeURL string, names []string, wildcard bool
 // Scope is what generation reads of p in snap, as one string: proxies
 // with equal scopes get equal resources. The namespace decides which
 // services the proxy sees (their exportTo) and, with the labels, which
-// DestinationRule applies to each. The proxy's addresses count only
+// DestinationRule applies to each and which Sidecar scopes it (whose key
+// is part of the scope, so that a Sidecar's change changes the scope of
+// the proxies it configures, and only theirs). The proxy's addresses count only
 // through the target ports they resolve, and, for an endpoint of a
 // headless service, through the listener to itself that it lacks; so the
 // replicas of one workload share a scope unless a headless service
@@ -266,6 +274,10 @@ func (g *Generator) Scope(snap *model.Snapshot, p *Proxy) string {
 	if len(snap.ServiceEntries()) > 0 {
 		out = appendPart(append(out, '|'), b.dnsLookupFamily().String())
 	}
+	// The Sidecar configuring it, content and all.
+	if k := b.sidecarKey(); k != "" {
+		out = appendPart(append(out, "|sidecar|"...), k)
+	}
 	return string(out)
 }
 
@@ -286,6 +298,12 @@ func (g *Generator) EndpointScope(snap *model.Snapshot, p *Proxy) string {
 			out = appendPart(appendPart(out, k), p.Labels[k])
 		}
 	}
+	// Which clusters it has: its Sidecar's.
+	if !p.Router {
+		if sc := snap.SidecarFor(p.Namespace, p.Labels); sc != nil {
+			out = appendPart(append(out, "|sidecar|"...), sc.Key())
+		}
+	}
 	return string(out)
 }
 
@@ -303,8 +321,8 @@ type builder struct {
 	targets *[]inboundTarget // inboundTargets, once computed
 	gw      *mergedGateway   // merged, once computed
 
-	visibleOnce sync.Once
-	visible     []*model.Service // services, once computed
+	egressOnce sync.Once
+	scope      *egressScope // egress, once computed
 
 	l4Once sync.Once
 	l4VS   []routes.L4VirtualService // meshL4's, once computed
@@ -313,13 +331,17 @@ type builder struct {
 	identities map[*model.Service][]string // serviceIdentities, once per service
 }
 
-// services are the services the proxy's namespace sees (their exportTo),
-// sorted by hostname: those it has outbound clusters, listeners and
-// routes for.
-func (b *builder) services() []*model.Service {
-	b.visibleOnce.Do(func() { b.visible = b.snap.ServicesVisibleTo(b.p.Namespace) })
-	return b.visible
-}
+// services are the services the proxy sees, sorted by hostname: those
+// its namespace sees (their exportTo) and its Sidecar imports
+// (sidecarscope.go); those it has outbound clusters, listeners and routes
+// for.
+func (b *builder) services() []*model.Service { return b.egress().services }
+
+// listenerServices are the services the proxy has listeners and virtual
+// hosts for, sorted by hostname: those its Sidecar's egress hosts name
+// (without the destinations of its VirtualServices, which have clusters
+// alone), or, without a Sidecar, services().
+func (b *builder) listenerServices() []*model.Service { return b.egress().listed }
 
 // telemetryKey is key(parts...) for a resource carrying t's telemetry:
 // the scope of t is part of it when Telemetries configure it.

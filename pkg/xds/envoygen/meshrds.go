@@ -40,6 +40,14 @@ func (b *builder) meshVirtualServices() *meshVS {
 		return nil
 	}
 	vss, _ := b.g.Mesh.Routes.MeshVirtualServices(b.snap, b.p.Namespace)
+	if sc := b.egress(); sc.vs != nil {
+		vss = slices.DeleteFunc(slices.Clone(vss), func(vs *model.VirtualService) bool { return !sc.importsVirtualService(vs) })
+	}
+	return b.indexMeshVS(vss)
+}
+
+// indexMeshVS indexes vss by their hosts; nil for none.
+func (b *builder) indexMeshVS(vss []*model.VirtualService) *meshVS {
 	if len(vss) == 0 {
 		return nil
 	}
@@ -57,6 +65,25 @@ func (b *builder) meshVirtualServices() *meshVS {
 		}
 	}
 	return m
+}
+
+// listenerVirtualServices is meshVirtualServices of the egress listener
+// l alone, once per scope.
+func (b *builder) listenerVirtualServices(l *listenerView) *meshVS {
+	l.meshOnce.Do(func() {
+		all := b.meshVirtualServices()
+		if all == nil {
+			return
+		}
+		var vss []*model.VirtualService
+		for _, vs := range all.vss {
+			if l.vs[vs.Meta] {
+				vss = append(vss, vs)
+			}
+		}
+		l.mesh = b.indexMeshVS(vss)
+	})
+	return l.mesh
 }
 
 // claims returns the VirtualService whose host is the most specific match

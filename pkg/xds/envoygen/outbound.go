@@ -65,7 +65,7 @@ func (b *builder) namedOutboundListeners(names []string) []resource.Resource {
 // the listener "0.0.0.0_<port>" and the route "<port>".
 func (b *builder) httpPorts() []uint32 {
 	ports := map[uint32]bool{}
-	for _, svc := range b.services() {
+	for _, svc := range b.listenerServices() {
 		for _, sp := range svc.Ports {
 			if protocolOf(sp).isHTTP() || sniffedOnAnyAddress(svc, sp) {
 				ports[sp.Port] = true

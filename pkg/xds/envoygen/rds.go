@@ -26,23 +26,23 @@ import (
 func (b *builder) routes(sniffed bool) []resource.Resource {
 	httpPorts := b.httpPorts()
 	byPort := map[uint32][]*model.Service{} // whatever the protocol
-	for _, svc := range b.services() {
+	for _, svc := range b.listenerServices() {
 		for _, sp := range svc.Ports {
 			if l := byPort[sp.Port]; len(l) == 0 || l[len(l)-1] != svc {
 				byPort[sp.Port] = append(l, svc)
 			}
 		}
 	}
-	fallback := passthroughCluster
-	if b.g.Mesh.RegistryOnly {
-		fallback = blackholeCluster
-	}
+	fallback := b.fallbackCluster()
 	mesh := b.meshVirtualServices()
 	scope := b.routeScope(mesh)
 	var out []resource.Resource
 	for _, port := range httpPorts {
 		name := strconv.FormatUint(uint64(port), 10)
-		svcs := byPort[port]
+		svcs, mesh := byPort[port], mesh
+		if l := b.egress().routeListener(port); l != nil {
+			svcs, mesh = l.byPort[port], b.listenerVirtualServices(l)
+		}
 		// Short names depend on the proxy's namespace: "svc" resolves
 		// only within it.
 		out = append(out, resource.Resource{Name: name, Key: key("rds", name, b.p.Namespace, fallback, scope), Encode: func() ([]byte, error) {
@@ -114,10 +114,11 @@ func (c *portHostsCache) get(port uint32, build func() []portVHost) []portVHost 
 // takes) does; its namespace too, for the routes of sniffed listeners,
 // when a VirtualService or DestinationRule may apply.
 func (b *builder) routeScope(mesh *meshVS) string {
-	if mesh == nil && len(b.snap.Resources().DestinationRules) == 0 {
+	sidecar := b.sidecarKey() // which services and VirtualServices it sees
+	if mesh == nil && len(b.snap.Resources().DestinationRules) == 0 && sidecar == "" {
 		return ""
 	}
-	out := appendPart(nil, b.p.Namespace)
+	out := appendPart(appendPart(nil, b.p.Namespace), sidecar)
 	if routes.UsesSourceLabels(b.snap) || b.snap.SelectsClients() {
 		for _, k := range slices.Sorted(maps.Keys(b.p.Labels)) {
 			out = appendPart(appendPart(out, k), b.p.Labels[k])

@@ -94,7 +94,7 @@ func (b *builder) outboundEntries() []*outboundEntry {
 	// The ports of "0.0.0.0_<port>" HTTP listeners, which a ServiceEntry's
 	// TCP port does not take; listed when an entry asks.
 	httpPorts := sync.OnceValue(b.httpPorts)
-	for _, svc := range b.services() {
+	for _, svc := range b.listenerServices() {
 		for _, sp := range svc.Ports {
 			proto := protocolOf(sp)
 			if proto != protoTCP && proto != protoAuto {

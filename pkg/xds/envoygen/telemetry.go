@@ -97,7 +97,7 @@ type Telemetry struct {
 
 	// scopes memoizes ForScope (telemetryapi.go); only on the mesh
 	// config's Telemetry.
-	scopes *scopeMemo
+	scopes *telemetryMemo
 	// notes say what of the mesh config's providers or the scope's
 	// Telemetries is not generated.
 	notes []string
@@ -131,7 +131,7 @@ func NewTelemetry(c TelemetryConfig) (*Telemetry, error) {
 	if c.DefaultMetrics == nil && c.Metrics {
 		c.DefaultMetrics = []string{defaultMetricsProvider}
 	}
-	t := &Telemetry{cfg: c, scopes: &scopeMemo{}}
+	t := &Telemetry{cfg: c, scopes: &telemetryMemo{}}
 	var err error
 	if t.tcpMX, err = tcpMetadataExchange(); err != nil {
 		return nil, err

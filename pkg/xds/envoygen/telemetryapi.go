@@ -80,8 +80,8 @@ func findProvider(providers []*meshv1alpha1.MeshConfig_ExtensionProvider, name s
 // them all and builds again.
 const maxScopes = 4096
 
-// scopeMemo keeps the Telemetries of the scopes asked for, by content.
-type scopeMemo struct {
+// telemetryMemo keeps the Telemetries of the scopes asked for, by content.
+type telemetryMemo struct {
 	mu    sync.Mutex
 	built map[string]*scopeEntry
 }

@@ -64,6 +64,10 @@ func Hosts(snap *model.Snapshot, vs *model.VirtualService) []string {
 	return out
 }
 
+// ResolveHost is host h of a VirtualService of namespace ns as a sidecar
+// matches it: lower-cased, a short name resolved in ns.
+func ResolveHost(snap *model.Snapshot, h, ns string) string { return lower(fqdn(snap, h, ns)) }
+
 // HostsMatch reports whether host names a and b ("*.example.com"
 // wildcards allowed) have a name in common, as Istio's host.Name.Matches.
 func HostsMatch(a, b string) bool { return matches(a, b) }

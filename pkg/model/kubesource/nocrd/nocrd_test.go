@@ -59,10 +59,10 @@ func TestIstioCRDsInstalledAfterStart(t *testing.T) {
 	store := model.NewStore()
 	src := runSource(t, env.Config, store, logs)
 	eventually(t, "synced without the CRDs", src.HasSynced)
-	// The chart's four kinds, and Gateway, VirtualService, ServiceEntry
-	// and Telemetry.
-	if n := logs.Count("not installed; no"); n != 8 {
-		t.Errorf("%d kinds logged missing, want 8", n)
+	// The chart's four kinds, and Gateway, VirtualService, ServiceEntry,
+	// Sidecar and Telemetry.
+	if n := logs.Count("not installed; no"); n != 9 {
+		t.Errorf("%d kinds logged missing, want 9", n)
 	}
 	_, err = kube.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "echo"},
