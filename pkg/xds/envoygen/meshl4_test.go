@@ -306,3 +306,47 @@ func TestMeshVirtualServiceForEveryHostLeftOut(t *testing.T) {
 		t.Errorf("problems of everything: %q", reasons)
 	}
 }
+
+// TestMeshL4RoutesFollowTheSidecar: the tcp rules of a VirtualService the
+// proxy's Sidecar does not import are not on its listeners, as its http
+// rules are not.
+func TestMeshL4RoutesFollowTheSidecar(t *testing.T) {
+	vs := `
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: from-web, namespace: web}
+spec:
+  hosts: [echo.app.svc.cluster.local]
+  tcp:
+  - route: [{destination: {host: other.web.svc.cluster.local}}]
+`
+	for name, tc := range map[string]struct {
+		sidecar string
+		want    []string
+	}{
+		"no Sidecar: the rule applies": {
+			want: []string{"| -> outbound|80||other.web.svc.cluster.local"},
+		},
+		"a Sidecar importing web's: the rule applies": {
+			sidecar: sidecarDoc("app", "default", "", "  egress: [{hosts: [\"./*\", \"web/*\"]}]\n"),
+			want:    []string{"| -> outbound|80||other.web.svc.cluster.local"},
+		},
+		"a Sidecar importing its own namespace's only: the service's own cluster": {
+			sidecar: sidecarDoc("app", "default", "", "  egress: [{hosts: [\"./*\"]}]\n"),
+			want:    []string{"| -> outbound|9090||echo.app.svc.cluster.local"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			snap := modeltest.Load(t, manifests+vs+tc.sidecar)
+			c := generate(t, &Generator{TrustDomain: td}, snap, sleepInApp)
+			l := c.listeners["10.96.0.10_9090"]
+			if l == nil {
+				t.Fatal("no listener 10.96.0.10_9090")
+			}
+			if got := chainSummary(t, l); !slices.Equal(got, tc.want) {
+				t.Errorf("chains\n got %q\nwant %q", got, tc.want)
+			}
+		})
+	}
+}
