@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 
@@ -27,9 +28,15 @@ type Sources struct {
 
 	mu      sync.Mutex
 	ctx     context.Context // Run's; nil before
+	stopped bool            // Run's context ended: nothing more starts
 	pending map[string]kubernetes.Interface
 	running map[string]context.CancelFunc
+	wg      sync.WaitGroup // the running sources' goroutines
 }
+
+// stopWait is how long Run waits, once its context ends, for the sources
+// to stop: one whose API server holds a request is not waited for longer.
+const stopWait = 5 * time.Second
 
 type runner interface {
 	Run(ctx context.Context) error
@@ -87,10 +94,26 @@ func (s *Sources) Run(ctx context.Context) error {
 	clear(s.pending)
 	s.mu.Unlock()
 	<-ctx.Done()
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(stopWait):
+		s.log.Warn("remote clusters' sources not stopped yet; not waiting for them", "waited", stopWait)
+	}
 	return nil
 }
 
 func (s *Sources) startLocked(id string, client kubernetes.Interface) {
+	if s.stopped {
+		return
+	}
 	if stop, ok := s.running[id]; ok {
 		stop()
 		delete(s.running, id)
@@ -110,9 +133,12 @@ func (s *Sources) startLocked(id string, client kubernetes.Interface) {
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	s.running[id] = cancel
+	s.wg.Add(1)
 	go func() {
-		// Stopping does not wait for this: an API server that hangs may
-		// hold a request until its client gives up.
+		defer s.wg.Done()
+		// Removing a cluster does not wait for this (Run waits, for a
+		// while): an API server that hangs may hold a request until its
+		// client gives up.
 		if err := src.Run(ctx); err != nil {
 			log.Error("remote cluster's services no longer read", "err", err)
 		}
