@@ -48,7 +48,7 @@ func TestUnsupportedConfigIsReportedWithoutAPush(t *testing.T) {
 		{"networking.istio.io", "EnvoyFilter", "add-header"},
 		{"networking.istio.io", "WorkloadGroup", "group"},
 		{"extensions.istio.io", "WasmPlugin", "plugin"},
-		{"telemetry.istio.io", "Telemetry", "mesh-logs"},
+		{"networking.istio.io", "ProxyConfig", "proxy-config"},
 		{"gateway.networking.k8s.io", "HTTPRoute", "route"},
 	}
 	for _, o := range objects {
