@@ -152,8 +152,10 @@ type Generator struct {
 	// nil adds none.
 	Telemetry *Telemetry
 
-	// memo keeps routers' route configurations per snapshot.
-	memo routeMemo
+	// memo keeps routers' route configurations per snapshot; vsMemo the
+	// VirtualServices' translations on gateway servers across snapshots.
+	memo   routeMemo
+	vsMemo routes.Memo
 }
 
 // Generate returns the resources of typeURL that p asked for in names
