@@ -60,7 +60,7 @@ bench: build testenv
 	ISTIOD_BIN=$(CURDIR)/$(BIN)/istiod $(GO) test -run '^$$' -bench 'BenchmarkCreateCertificateKubeJWT' -benchtime 2000x -count $(BENCH_COUNT) -timeout 60m ./test/bench/ | tee bench/results/kubejwt.txt
 	ISTIOD_BIN=$(CURDIR)/$(BIN)/istiod $(GO) test -run '^$$' -bench 'BenchmarkRootCertDistribution' -benchtime 100x -count $(BENCH_COUNT) -timeout 60m ./test/bench/ | tee bench/results/rootcert.txt
 	ISTIOD_BIN=$(CURDIR)/$(BIN)/istiod $(GO) test -run '^$$' -bench '^BenchmarkXDS' -benchtime 1x -count $(BENCH_COUNT) -timeout 30m ./test/bench/ | tee bench/results/xds.txt
-	cd test/interop && $(GO) test -short -run '^$$' -bench 'Inject$$|SidecarGeneration' -benchmem -count $(BENCH_COUNT) . | tee ../../bench/results/inject-vs-istio.txt
+	cd test/interop && $(GO) test -short -run '^$$' -bench 'Inject$$|SidecarGeneration|GatewayGeneration' -benchmem -count $(BENCH_COUNT) . | tee ../../bench/results/inject-vs-istio.txt
 	cd test/interop && ISTIOD_BIN=$(CURDIR)/$(BIN)/istiod $(GO) test -short -run '^$$' -bench 'CAServer' -benchtime 5000x -count $(BENCH_COUNT) -timeout 60m . | tee ../../bench/results/ca-vs-istio.txt
 	cd test/interop && ISTIOD_BIN=$(CURDIR)/$(BIN)/istiod $(GO) test -short -run '^$$' -bench 'FleetVsIstio' -benchtime 1x -timeout 150m . | tee ../../bench/results/fleet-vs-istio.txt
 	cd test/interop && ISTIOD_BIN=$(CURDIR)/$(BIN)/istiod $(GO) test -short -run '^$$' -bench 'GatewaySecretRotation' -benchtime 1x -count $(BENCH_COUNT) -timeout 30m . | tee ../../bench/results/gateway-secret.txt

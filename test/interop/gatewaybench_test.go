@@ -3,8 +3,13 @@ package interop
 import (
 	"crypto/sha256"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -15,6 +20,8 @@ import (
 	"istio.io/istio/pilot/test/xdstest"
 	"istio.io/istio/pkg/util/sets"
 
+	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/envoygen"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
 
@@ -72,7 +79,12 @@ http:
 // generates for each, as it caches no gateway listener or route; ours
 // marshal each resource once per push and key, as pkg/xds's push state
 // does (pushState.resource), so replicas share it. bytes/push is one
-// replica's.
+// replica's. Cases "after-change" are the push after one VirtualService
+// changed: Istio's generator does what it does from scratch (it keeps
+// nothing of a gateway's routes between pushes); ours keeps its
+// generator, which translated the snapshot before, and generates from a
+// snapshot that shares every other object with it, as the model source
+// gives after one VirtualService event. Each push changes another one.
 func BenchmarkGatewayGeneration(b *testing.B) {
 	objects := decodeKube(b, gatewayWorld)
 	var pod *corev1.Pod
@@ -86,11 +98,13 @@ func BenchmarkGatewayGeneration(b *testing.B) {
 		name     string
 		config   string
 		replicas int
+		change   bool
 	}{
-		{"gateways=100", benchGateways(100), 1},
-		{"gateways=500", benchGateways(500), 1},
-		{"vs=1000", vs1000, 1},
-		{"vs=1000/replicas=10", vs1000, 10},
+		{"gateways=100", benchGateways(100), 1, false},
+		{"gateways=500", benchGateways(500), 1, false},
+		{"vs=1000", vs1000, 1, false},
+		{"vs=1000/replicas=10", vs1000, 10, false},
+		{"after-change/vs=1000", vs1000, 1, true},
 	} {
 		cfgs, _, err := crd.ParseInputs(bc.config)
 		if err != nil {
@@ -135,38 +149,78 @@ func BenchmarkGatewayGeneration(b *testing.B) {
 		})
 		b.Run("bulwark/"+bc.name, func(b *testing.B) {
 			snap := ourSnapshot(b, objects, bc.config)
+			g, p := ourRouterSetup(gatewayCase{}, pod)
+			if bc.change {
+				benchOurGateway(b, g, p, snap, bc.replicas) // the push before
+			}
 			var version [sha256.Size]byte
+			pushes := 0
 			for b.Loop() {
-				// A generator of its own each push: routes are kept per
-				// snapshot, and each push here starts from nothing built.
-				g, p := ourRouterSetup(gatewayCase{}, pod)
-				size := 0
-				marshalled := map[string][]byte{}
-				for i := range bc.replicas {
-					for _, typeURL := range []string{resource.ListenerType, resource.RouteType} {
-						res := g.Generate(snap, p, typeURL, nil, true)
-						if len(res) == 0 {
-							b.Fatalf("%s: no resources", typeURL)
-						}
-						for _, r := range res {
-							raw, ok := marshalled[r.Key]
-							if !ok {
-								var err error
-								if raw, err = r.Marshal(); err != nil {
-									b.Fatal(err)
-								}
-								marshalled[r.Key] = raw
-								version = sha256.Sum256(raw)
-							}
-							if i == 0 {
-								size += len(raw)
-							}
-						}
-					}
+				if bc.change {
+					b.StopTimer()
+					snap = withOneVirtualServiceChanged(snap, pushes)
+					b.StartTimer()
+				} else {
+					// A generator of its own each push: routes are kept
+					// per snapshot, and each push here starts from
+					// nothing built.
+					g, p = ourRouterSetup(gatewayCase{}, pod)
 				}
+				size, v := benchOurGateway(b, g, p, snap, bc.replicas)
 				b.ReportMetric(float64(size), "bytes/push")
+				version = v
+				pushes++
 			}
 			_ = version
 		})
 	}
+}
+
+// benchOurGateway is one push of the listeners and routes of router p to
+// replicas pods, each resource marshalled once per key: one replica's
+// size, and the hash of the last resource.
+func benchOurGateway(b *testing.B, g *envoygen.Generator, p *envoygen.Proxy, snap *model.Snapshot, replicas int) (int, [sha256.Size]byte) {
+	var version [sha256.Size]byte
+	size := 0
+	marshalled := map[string][]byte{}
+	for i := range replicas {
+		for _, typeURL := range []string{resource.ListenerType, resource.RouteType} {
+			res := g.Generate(snap, p, typeURL, nil, true)
+			if len(res) == 0 {
+				b.Fatalf("%s: no resources", typeURL)
+			}
+			for _, r := range res {
+				raw, ok := marshalled[r.Key]
+				if !ok {
+					var err error
+					if raw, err = r.Marshal(); err != nil {
+						b.Fatal(err)
+					}
+					marshalled[r.Key] = raw
+					version = sha256.Sum256(raw)
+				}
+				if i == 0 {
+					size += len(raw)
+				}
+			}
+		}
+	}
+	return size, version
+}
+
+// withOneVirtualServiceChanged is snap with its n-th VirtualService (of
+// those with HTTP rules, counted round) given another timeout, every other
+// object shared, as the model source builds the snapshot after one
+// VirtualService event.
+func withOneVirtualServiceChanged(snap *model.Snapshot, n int) *model.Snapshot {
+	res := *snap.Resources()
+	res.VirtualServices = slices.Clone(res.VirtualServices)
+	i := n % len(res.VirtualServices)
+	vs := *res.VirtualServices[i]
+	vs.Spec = proto.CloneOf(vs.Spec)
+	for _, r := range vs.Spec.GetHttp() {
+		r.Timeout = durationpb.New(time.Duration(n%50+1) * time.Second)
+	}
+	res.VirtualServices[i] = &vs
+	return model.BuildShared(fmt.Sprintf("%s+%d", snap.Version, n), snap.Options, res, snap)
 }

@@ -157,8 +157,10 @@ type Generator struct {
 	// nil adds none.
 	Telemetry *Telemetry
 
-	// memo keeps routers' route configurations per snapshot.
-	memo routeMemo
+	// memo keeps routers' route configurations per snapshot; vsMemo the
+	// VirtualServices' translations on gateway servers across snapshots.
+	memo   routeMemo
+	vsMemo routes.Memo
 	// valid keeps which Telemetries validation admits.
 	valid validTelemetries
 	// scopes keep sidecars' views per snapshot (sidecarscope.go).

@@ -282,6 +282,7 @@ const (
 	vhName         = 1 // VirtualHost.name
 	vhDomains      = 2 // VirtualHost.domains
 	vhRoutes       = 3 // VirtualHost.routes
+	vhRequireTLS   = 4 // VirtualHost.require_tls
 	routeAction    = 2 // Route.route
 	actionCluster  = 1 // RouteAction.cluster
 	actionTimeout  = 8 // RouteAction.timeout

@@ -170,10 +170,11 @@ func previousPriorities() *routev3.RetryPolicy_RetryPriority {
 // setting, else the subset's, else the rule's port-level, else the rule's
 // (Istio's HashForHTTPDestination); nil for none.
 func (t *translator) hashPolicy(d *networkingv1.Destination) *routev3.RouteAction_HashPolicy {
-	if len(t.snap.Resources().DestinationRules) == 0 {
-		return nil
+	host := fqdn(t.snap, d.GetHost(), t.vs.Namespace)
+	dr := ruleFor(t.snap, host, t.scope.Proxy)
+	if t.deps != nil {
+		t.deps.rules = append(t.deps.rules, ruleRead{host: host, rule: dr})
 	}
-	dr := t.snap.DestinationRuleFor(fqdn(t.snap, d.GetHost(), t.vs.Namespace), t.scope.Proxy.Namespace, t.scope.Proxy.Labels)
 	if dr == nil || dr.Spec == nil {
 		return nil
 	}

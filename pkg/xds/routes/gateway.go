@@ -51,6 +51,17 @@ type vhost struct {
 // virtual host for each server host; catch-all routes go last; identical
 // virtual hosts are collapsed; the result is sorted by name.
 func (o Options) RouteVirtualHosts(snap *model.Snapshot, servers []BoundServer, proxy Proxy) ([]*routev3.VirtualHost, []Problem) {
+	return o.MemoVirtualHosts(nil, snap, servers, proxy)
+}
+
+// MemoVirtualHosts is RouteVirtualHosts, with the translations of the
+// VirtualServices that delegate nothing taken from and kept in m (nil:
+// none kept). What it returns is shared: not to be changed.
+func (o Options) MemoVirtualHosts(m *Memo, snap *model.Snapshot, servers []BoundServer, proxy Proxy) ([]*routev3.VirtualHost, []Problem) {
+	labels := ""
+	if m != nil {
+		labels = labelsKey(proxy.Labels)
+	}
 	var problems []Problem
 	byHost := map[string]*vhost{}
 	var order []string
@@ -106,10 +117,15 @@ func (o Options) RouteVirtualHosts(snap *model.Snapshot, servers []BoundServer, 
 			}
 			routes, ok := built[k]
 			if !ok {
-				expanded, dprobs := o.expand(snap, vs, ds)
-				problems = append(problems, dprobs...)
+				scope := Scope{Port: port, Gateway: gwName, TLS: srv.GetTls() != nil, Proxy: proxy}
 				var err error
-				routes, err = o.httpRoutes(snap, expanded, Scope{Port: port, Gateway: gwName, TLS: srv.GetTls() != nil, Proxy: proxy}, rs)
+				if m != nil && memoizable(vs) {
+					routes, err = o.memoRoutes(m, snap, vs, scope, labels, rs)
+				} else {
+					expanded, dprobs := o.expand(snap, vs, ds)
+					problems = append(problems, dprobs...)
+					routes, err = o.httpRoutes(snap, expanded, scope, rs)
+				}
 				if err != nil {
 					failed[k] = true
 					if !errors.Is(err, ErrNoRoutes) {

@@ -59,10 +59,16 @@ func (o Options) HTTPRoutes(snap *model.Snapshot, vs *model.VirtualService, scop
 }
 
 func (o Options) httpRoutes(snap *model.Snapshot, vs *model.VirtualService, scope Scope, rs regexes) ([]*routev3.Route, error) {
+	return o.translate(snap, vs, scope, rs, nil)
+}
+
+// translate is httpRoutes, noting in deps (when not nil) what it reads of
+// snap beyond vs and its options.
+func (o Options) translate(snap *model.Snapshot, vs *model.VirtualService, scope Scope, rs regexes, deps *reads) ([]*routev3.Route, error) {
 	if reason := checkBounds(vs.Spec); reason != "" {
 		return nil, fmt.Errorf("%s", reason)
 	}
-	t := translator{o: o, snap: snap, vs: vs, scope: scope, rs: rs}
+	t := translator{o: o, snap: snap, vs: vs, scope: scope, rs: rs, deps: deps}
 	var out []*routev3.Route
 	for i, rule := range vs.Spec.GetHttp() {
 		if rule.GetDelegate() != nil {
@@ -122,6 +128,7 @@ type translator struct {
 	scope Scope
 	meta  *corev3.Metadata // shared by the VirtualService's routes
 	rs    regexes
+	deps  *reads // nil: not noted
 }
 
 // applies reports whether match m can be met in the scope: its port is
@@ -238,8 +245,14 @@ func (t *translator) cluster(d *networkingv1.Destination) string {
 		// listener's port (Istio's BuildSidecarOutboundVirtualHosts):
 		// found, its one port there is the listener's; not found, the
 		// listener's port is taken all the same.
-	} else if svc := t.snap.Service(host); svc != nil && len(svc.Ports) == 1 {
-		port = svc.Ports[0].Port
+	} else {
+		p := singlePort(t.snap, host)
+		if t.deps != nil {
+			t.deps.ports = append(t.deps.ports, portRead{host: host, port: p})
+		}
+		if p != 0 {
+			port = p
+		}
 	}
 	return resource.ClusterName(host, d.GetSubset(), port)
 }

@@ -1,0 +1,219 @@
+package routes
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"google.golang.org/protobuf/proto"
+	networkingv1 "istio.io/api/networking/v1"
+
+	"github.com/bulwark-mesh/bulwark/pkg/model"
+)
+
+// Memo keeps the HTTP routes each VirtualService translated to on a
+// gateway server, and their wire form, for the snapshots that follow: a
+// VirtualService that did not change (the same object, as the model
+// source keeps what no event named) is translated again only when
+// something its translation read differs in the new snapshot — the
+// mesh domain, the options, the ports of a service it routes to without
+// naming a port, the DestinationRule of a destination. A push after one
+// VirtualService changed then translates that one, not all. Memo holds
+// what the last two snapshots asked for (the one being pushed and the
+// one before, which proxies still catching up generate from). The zero
+// value is ready; a nil *Memo remembers nothing.
+type Memo struct {
+	mu    sync.Mutex
+	snaps [memoSnapshots]*model.Snapshot // newest last
+	slots [memoSnapshots]*memoSlot
+}
+
+const memoSnapshots = 2
+
+type memoSlot struct {
+	entries map[memoKey]*memoEntry
+	raw     map[*routev3.Route][]byte
+}
+
+// memoKey is a VirtualService translated in one scope.
+type memoKey struct {
+	vs      *model.VirtualService
+	gateway string
+	port    uint32
+	tls     bool
+	proxyNs string
+	labels  string
+}
+
+// memoEntry is a translation and what it read of its snapshot.
+type memoEntry struct {
+	domain string
+	retry  *networkingv1.HTTPRetry
+	deps   reads
+	routes []*routev3.Route
+	raw    [][]byte // routes' wire form
+	err    error
+}
+
+// reads are what a translation read of its snapshot beyond the
+// VirtualService: the single port of a service a destination without a
+// port went to (0: none, or not exactly one), the DestinationRule of a
+// destination's host.
+type reads struct {
+	ports []portRead
+	rules []ruleRead
+}
+
+type portRead struct {
+	host string
+	port uint32
+}
+
+type ruleRead struct {
+	host string
+	rule *model.DestinationRule
+}
+
+func singlePort(snap *model.Snapshot, host string) uint32 {
+	if svc := snap.Service(host); svc != nil && len(svc.Ports) == 1 {
+		return svc.Ports[0].Port
+	}
+	return 0
+}
+
+func ruleFor(snap *model.Snapshot, host string, proxy Proxy) *model.DestinationRule {
+	if len(snap.Resources().DestinationRules) == 0 {
+		return nil
+	}
+	return snap.DestinationRuleFor(host, proxy.Namespace, proxy.Labels)
+}
+
+// holds reports whether snap gives what r read.
+func (r *reads) holds(snap *model.Snapshot, proxy Proxy) bool {
+	for _, p := range r.ports {
+		if singlePort(snap, p.host) != p.port {
+			return false
+		}
+	}
+	for _, d := range r.rules {
+		if ruleFor(snap, d.host, proxy) != d.rule {
+			return false
+		}
+	}
+	return true
+}
+
+// slot returns the slot of snap, making it the newest (and forgetting
+// the oldest) when it is not kept, and the other kept slot. m.mu is held.
+func (m *Memo) slot(snap *model.Snapshot) (cur, other *memoSlot) {
+	for i, s := range m.snaps {
+		if s == snap && m.slots[i] != nil {
+			return m.slots[i], m.slots[1-i]
+		}
+	}
+	m.snaps[0], m.slots[0] = m.snaps[1], m.slots[1]
+	m.snaps[1], m.slots[1] = snap, &memoSlot{entries: map[memoKey]*memoEntry{}, raw: map[*routev3.Route][]byte{}}
+	return m.slots[1], m.slots[0]
+}
+
+// lookup returns the translation of k in snap, from snap's own or, when
+// what it read holds in snap, the other kept snapshot's.
+func (m *Memo) lookup(snap *model.Snapshot, k memoKey, retry *networkingv1.HTTPRetry, proxy Proxy) *memoEntry {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cur, other := m.slot(snap)
+	if e, ok := cur.entries[k]; ok {
+		return e
+	}
+	if other == nil {
+		return nil
+	}
+	e, ok := other.entries[k]
+	if !ok || e.domain != snap.Options.Domain || e.retry != retry || !e.deps.holds(snap, proxy) {
+		return nil
+	}
+	cur.add(k, e)
+	return e
+}
+
+// store keeps e as the translation of k in snap.
+func (m *Memo) store(snap *model.Snapshot, k memoKey, e *memoEntry) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cur, _ := m.slot(snap)
+	cur.add(k, e)
+}
+
+func (s *memoSlot) add(k memoKey, e *memoEntry) {
+	s.entries[k] = e
+	for i, r := range e.routes {
+		if e.raw[i] != nil {
+			s.raw[r] = e.raw[i]
+		}
+	}
+}
+
+// Encoded returns, for the routes translated for snap, their wire form
+// (nil for a route it does not know).
+func (m *Memo) Encoded(snap *model.Snapshot) func(*routev3.Route) []byte {
+	if m == nil {
+		return func(*routev3.Route) []byte { return nil }
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var raw map[*routev3.Route][]byte
+	for i, s := range m.snaps {
+		if s == snap && m.slots[i] != nil {
+			raw = m.slots[i].raw
+		}
+	}
+	return func(r *routev3.Route) []byte {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return raw[r]
+	}
+}
+
+// memoizable reports whether vs's translation reads only what memoEntry
+// records: a VirtualService delegating rules reads its delegates too.
+func memoizable(vs *model.VirtualService) bool {
+	for _, r := range vs.Spec.GetHttp() {
+		if r.GetDelegate() != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// labelsKey is labels as part of a memo key.
+func labelsKey(labels map[string]string) string {
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		b.WriteString(k)
+		b.WriteByte(0)
+		b.WriteString(labels[k])
+		b.WriteByte(0)
+	}
+	return b.String()
+}
+
+// memoRoutes is httpRoutes of vs in scope through m: remembered, or
+// translated, encoded and remembered.
+func (o Options) memoRoutes(m *Memo, snap *model.Snapshot, vs *model.VirtualService, scope Scope, labels string, rs regexes) ([]*routev3.Route, error) {
+	k := memoKey{vs: vs, gateway: scope.Gateway, port: scope.Port, tls: scope.TLS, proxyNs: scope.Proxy.Namespace, labels: labels}
+	if e := m.lookup(snap, k, o.DefaultRetry, scope.Proxy); e != nil {
+		return e.routes, e.err
+	}
+	e := &memoEntry{domain: snap.Options.Domain, retry: o.DefaultRetry}
+	e.routes, e.err = o.translate(snap, vs, scope, rs, &e.deps)
+	e.raw = make([][]byte, len(e.routes))
+	for i, r := range e.routes {
+		// A route that does not marshal is encoded when the route
+		// configuration is, which reports the error.
+		e.raw[i], _ = proto.MarshalOptions{Deterministic: true}.Marshal(r)
+	}
+	m.store(snap, k, e)
+	return e.routes, e.err
+}
