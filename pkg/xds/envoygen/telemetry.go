@@ -1,6 +1,7 @@
 package envoygen
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -355,11 +356,23 @@ func fileAccessLog(c TelemetryConfig) (*accesslog.AccessLog, error) {
 				text += "\n"
 			}
 		}
-		needsReqWithoutQuery = strings.Contains(text, reqWithoutQuery)
-		format.Format = &core.SubstitutionFormatString_TextFormatSource{TextFormatSource: &core.DataSource{
-			Specifier: &core.DataSource_InlineString{InlineString: text},
-		}}
+		needsReqWithoutQuery = setTextFormat(format, text)
 	}
+	return fileAccessLogTo(c.AccessLogFile, format, needsReqWithoutQuery)
+}
+
+// setTextFormat makes text format's, and reports whether it uses
+// %REQ_WITHOUT_QUERY(...)%.
+func setTextFormat(format *core.SubstitutionFormatString, text string) bool {
+	format.Format = &core.SubstitutionFormatString_TextFormatSource{TextFormatSource: &core.DataSource{
+		Specifier: &core.DataSource_InlineString{InlineString: text},
+	}}
+	return strings.Contains(text, reqWithoutQuery)
+}
+
+// fileAccessLogTo is Envoy's file access log writing to path in format,
+// with the formatter %REQ_WITHOUT_QUERY(...)% needs when it is used.
+func fileAccessLogTo(path string, format *core.SubstitutionFormatString, needsReqWithoutQuery bool) (*accesslog.AccessLog, error) {
 	if needsReqWithoutQuery {
 		f, err := reqWithoutQueryFormatter()
 		if err != nil {
@@ -368,7 +381,7 @@ func fileAccessLog(c TelemetryConfig) (*accesslog.AccessLog, error) {
 		format.Formatters = []*core.TypedExtensionConfig{f}
 	}
 	a, err := deterministicAny(&fileaccesslog.FileAccessLog{
-		Path:            c.AccessLogFile,
+		Path:            path,
 		AccessLogFormat: &fileaccesslog.FileAccessLog_LogFormat{LogFormat: format},
 	})
 	if err != nil {
@@ -409,30 +422,9 @@ func providerFileAccessLog(fp *meshv1alpha1.MeshConfig_ExtensionProvider_EnvoyFi
 		case !strings.HasSuffix(text, "\n"):
 			text += "\n"
 		}
-		needsReqWithoutQuery = strings.Contains(text, reqWithoutQuery)
-		format.Format = &core.SubstitutionFormatString_TextFormatSource{TextFormatSource: &core.DataSource{
-			Specifier: &core.DataSource_InlineString{InlineString: text},
-		}}
+		needsReqWithoutQuery = setTextFormat(format, text)
 	}
-	if needsReqWithoutQuery {
-		f, err := reqWithoutQueryFormatter()
-		if err != nil {
-			return nil, err
-		}
-		format.Formatters = []*core.TypedExtensionConfig{f}
-	}
-	path := fp.GetPath()
-	if path == "" {
-		path = "/dev/stdout"
-	}
-	a, err := deterministicAny(&fileaccesslog.FileAccessLog{
-		Path:            path,
-		AccessLogFormat: &fileaccesslog.FileAccessLog_LogFormat{LogFormat: format},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("access log: %w", err)
-	}
-	return &accesslog.AccessLog{Name: fileAccessLogName, ConfigType: &accesslog.AccessLog_TypedConfig{TypedConfig: a}}, nil
+	return fileAccessLogTo(cmp.Or(fp.GetPath(), "/dev/stdout"), format, needsReqWithoutQuery)
 }
 
 // Metrics reports whether istio.stats is on the outbound side.
