@@ -30,11 +30,7 @@ func (b *builder) meshL4(svc *model.Service, sp model.Port) *routes.SidecarL4 {
 		if !routes.HasL4(b.snap) {
 			return
 		}
-		vss, _ := b.g.Mesh.Routes.MeshVirtualServices(b.snap, b.p.Namespace)
-		if sc := b.egress(); sc.vs != nil {
-			vss = slices.DeleteFunc(slices.Clone(vss), func(vs *model.VirtualService) bool { return !sc.importsVirtualService(vs) })
-		}
-		b.l4VS = routes.L4VirtualServices(b.snap, vss)
+		b.l4VS = routes.L4VirtualServices(b.snap, b.appliedMeshVirtualServices())
 	})
 	if len(b.l4VS) == 0 {
 		return nil

@@ -39,11 +39,18 @@ func (b *builder) meshVirtualServices() *meshVS {
 	if len(b.snap.Resources().VirtualServices) == 0 {
 		return nil
 	}
+	return b.indexMeshVS(b.appliedMeshVirtualServices())
+}
+
+// appliedMeshVirtualServices are the VirtualServices bound to sidecars
+// that b's proxy sees and its Sidecar imports: one rule for its http
+// routes and its tls and tcp chains.
+func (b *builder) appliedMeshVirtualServices() []*model.VirtualService {
 	vss, _ := b.g.Mesh.Routes.MeshVirtualServices(b.snap, b.p.Namespace)
 	if sc := b.egress(); sc.vs != nil {
 		vss = slices.DeleteFunc(slices.Clone(vss), func(vs *model.VirtualService) bool { return !sc.importsVirtualService(vs) })
 	}
-	return b.indexMeshVS(vss)
+	return vss
 }
 
 // indexMeshVS indexes vss by their hosts; nil for none.
