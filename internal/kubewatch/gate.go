@@ -27,6 +27,14 @@ const MaxRetries = 3
 // then sent again, so every informer resyncs within a probe interval of
 // the API server's return.
 //
+// One request is not held: a watch that resumes from a resource version
+// the informer already has. Held through an outage, it would be resent
+// to an API server whose watch cache starts after that version, be
+// refused as expired, and send the reflector to relist only after its
+// backoff, from the moment of the return. It fails at once instead, with
+// an error the reflector does not retry as a watch: the reflector relists,
+// its backoff runs during the outage, and the relist is what waits here.
+//
 // A prober (istiod's API server monitor) drives the Gate: Start, Probed
 // after each probe, Stop when it stops; between Stop and the next Start,
 // and before the first, a failure goes back to the caller at once.
@@ -114,6 +122,13 @@ func (t *gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Method != http.MethodGet || (req.Body != nil && req.Body != http.NoBody) {
 		return t.next.RoundTrip(req)
 	}
+	if resumesWatch(req) {
+		resp, err := t.next.RoundTrip(req)
+		if err != nil && t.gate.driven() {
+			return nil, &relistError{cause: err.Error()}
+		}
+		return resp, err
+	}
 	ctx := req.Context()
 	for retries := 0; ; retries++ {
 		resp, err := t.next.RoundTrip(req.Clone(ctx))
@@ -128,6 +143,35 @@ func (t *gatedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 			resp.Body.Close()
 		}
 	}
+}
+
+// resumesWatch reports whether req is a watch from a known resource
+// version, rather than a list or a watch that begins with the current
+// state (sendInitialEvents, the reflector's streaming list).
+func resumesWatch(req *http.Request) bool {
+	q := req.URL.Query()
+	switch q.Get("watch") {
+	case "true", "1":
+		return q.Get("sendInitialEvents") != "true"
+	}
+	return false
+}
+
+// relistError is what a resumed watch that could not reach the API server
+// fails with while a prober drives the Gate. It keeps the cause's text
+// but not the cause: client-go's reflector retries a refused watch as a
+// watch (and so resends it, expired, after the outage); any other error
+// sends it to relist.
+type relistError struct{ cause string }
+
+func (e *relistError) Error() string {
+	return "API server unreachable; the watch resumes after a relist: " + e.cause
+}
+
+func (g *Gate) driven() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.running
 }
 
 // undelivered reports whether a round trip failed because the API server

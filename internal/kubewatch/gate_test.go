@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 )
 
 // flakyTransport fails its first failures round trips with ECONNREFUSED
@@ -51,9 +53,14 @@ func roundTrip(rt http.RoundTripper, req *http.Request) <-chan result {
 	return out
 }
 
+// get is a list of namespaces, as a reflector sends it.
 func get(t *testing.T, ctx context.Context) *http.Request {
+	return request(t, ctx, "https://127.0.0.1:6443/api/v1/namespaces?limit=500&resourceVersion=0")
+}
+
+func request(t *testing.T, ctx context.Context, url string) *http.Request {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://127.0.0.1:6443/api/v1/namespaces?watch=true", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,12 +78,25 @@ func kicked(t *testing.T, g *Gate) {
 }
 
 func TestGateHoldsAFailedGetUntilAProbeAfterItSucceeds(t *testing.T) {
-	for name, unavailable := range map[string]bool{"connection refused": false, "503 Service Unavailable": true} {
+	for name, c := range map[string]struct {
+		unavailable bool
+		url         string
+	}{
+		"list, connection refused":      {false, ""},
+		"list, 503 Service Unavailable": {true, ""},
+		// The reflector's streaming list is a watch that begins with
+		// the current state: it is a relist, and waits like one.
+		"streaming list, connection refused": {false, "https://127.0.0.1:6443/api/v1/namespaces?allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan&sendInitialEvents=true&watch=true"},
+	} {
 		t.Run(name, func(t *testing.T) {
 			g := NewGate()
 			g.Start()
-			next := &flakyTransport{failures: 1, unavailable: unavailable}
-			done := roundTrip(g.Transport(next), get(t, context.Background()))
+			next := &flakyTransport{failures: 1, unavailable: c.unavailable}
+			req := get(t, context.Background())
+			if c.url != "" {
+				req = request(t, context.Background(), c.url)
+			}
+			done := roundTrip(g.Transport(next), req)
 			kicked(t, g)
 			g.Probed(time.Now().Add(-time.Hour), true) // began before the failure: proves nothing
 			g.Probed(time.Now(), false)                // still away
@@ -151,6 +171,53 @@ func TestGatePassesFailuresThrough(t *testing.T) {
 		refused(t, <-done)
 		if n := next.calls.Load(); n != MaxRetries+1 {
 			t.Errorf("%d round trips, want %d", n, MaxRetries+1)
+		}
+	})
+}
+
+// TestGateSendsAResumedWatchToRelist: a watch from a resource version
+// that cannot reach the API server fails at once, with an error client-go's
+// reflector does not retry as a watch (it checks for a refused
+// connection), so that the reflector relists, and the relist waits at the
+// gate. Held instead, the watch would be resent after the outage with a
+// version the restarted API server no longer has.
+func TestGateSendsAResumedWatchToRelist(t *testing.T) {
+	const resumed = "https://127.0.0.1:6443/api/v1/namespaces?allowWatchBookmarks=true&resourceVersion=217&timeoutSeconds=421&watch=true"
+	g := NewGate()
+	g.Start()
+	next := &flakyTransport{failures: 1}
+	var r result
+	select {
+	case r = <-roundTrip(g.Transport(next), request(t, context.Background(), resumed)):
+	case <-time.After(10 * time.Second):
+		t.Fatal("the resumed watch is held at the gate")
+	}
+	if r.err == nil {
+		t.Fatalf("got %v; want an error", r.resp)
+	}
+	if errors.Is(r.err, syscall.ECONNREFUSED) || utilnet.IsConnectionRefused(r.err) {
+		t.Errorf("got %v: a refused connection, which the reflector retries as a watch", r.err)
+	}
+	if !strings.Contains(r.err.Error(), "connection refused") {
+		t.Errorf("got %v; want the cause in the text", r.err)
+	}
+	select {
+	case <-g.Kicked():
+		t.Error("the resumed watch waited at the gate")
+	default:
+	}
+	if n := next.calls.Load(); n != 1 {
+		t.Errorf("%d round trips, want 1", n)
+	}
+
+	t.Run("answers and undriven gates are left alone", func(t *testing.T) {
+		r := <-roundTrip(g.Transport(&flakyTransport{failures: 1, unavailable: true}), request(t, context.Background(), resumed))
+		if r.err != nil || r.resp.StatusCode != http.StatusServiceUnavailable {
+			t.Errorf("503: got %v, %v; want the answer as it came", r.resp, r.err)
+		}
+		r = <-roundTrip(NewGate().Transport(&flakyTransport{failures: 1}), request(t, context.Background(), resumed))
+		if !errors.Is(r.err, syscall.ECONNREFUSED) {
+			t.Errorf("no prober: got %v, %v; want the connection error itself", r.resp, r.err)
 		}
 	})
 }
