@@ -52,9 +52,36 @@ func toTyped(u *unstructured.Unstructured) (runtime.Object, error) {
 }
 
 // only returns the one object of type T, or stops the test.
+// only returns istiod's object of kind, the one the release renders for
+// istiod itself (the remote reader's, labelled app=istio-reader, are
+// checked apart: see reader).
 func only[T runtime.Object](t *testing.T, r *Rendered, kind string) T {
 	t.Helper()
-	objs := ofKind(r, kind)
+	var objs []*unstructured.Unstructured
+	for _, u := range ofKind(r, kind) {
+		if !isReader(u) {
+			objs = append(objs, u)
+		}
+	}
+	return one[T](t, kind, objs)
+}
+
+// reader returns the remote reader's object of kind.
+func reader[T runtime.Object](t *testing.T, r *Rendered, kind string) T {
+	t.Helper()
+	var objs []*unstructured.Unstructured
+	for _, u := range ofKind(r, kind) {
+		if isReader(u) {
+			objs = append(objs, u)
+		}
+	}
+	return one[T](t, kind, objs)
+}
+
+func isReader(u *unstructured.Unstructured) bool { return u.GetLabels()["app"] == "istio-reader" }
+
+func one[T runtime.Object](t *testing.T, kind string, objs []*unstructured.Unstructured) T {
+	t.Helper()
 	if len(objs) != 1 {
 		t.Fatalf("%d objects of kind %s, want 1", len(objs), kind)
 	}

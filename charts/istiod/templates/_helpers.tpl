@@ -27,6 +27,11 @@ istiod{{ include "istiod.revSuffix" . }}
 istiod-clusterrole{{ include "istiod.revSuffix" . }}-{{ .Release.Namespace }}
 {{- end -}}
 
+{{/* istio-reader-clusterrole[-<revision>]-<namespace>: the remote reader's ClusterRole and ClusterRoleBinding, as Istio names them. */}}
+{{- define "istiod.readerName" -}}
+istio-reader-clusterrole{{ include "istiod.revSuffix" . }}-{{ .Release.Namespace }}
+{{- end -}}
+
 {{/* istio[-<revision>]: the mesh ConfigMap. */}}
 {{- define "istiod.meshConfigMap" -}}
 istio{{ include "istiod.revSuffix" . }}
@@ -73,6 +78,18 @@ istio.io/rev: {{ include "istiod.revLabel" . | quote }}
 {{- end -}}
 
 {{/* Labels on every object of the chart. */}}
+{{/* Labels of the remote reader's objects, as Istio's. */}}
+{{- define "istiod.readerLabels" -}}
+app: istio-reader
+istio.io/rev: {{ include "istiod.revLabel" . | quote }}
+app.kubernetes.io/name: istio-reader
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: bulwark
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
 {{- define "istiod.labels" -}}
 app: istiod
 istio: pilot

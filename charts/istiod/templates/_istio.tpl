@@ -197,5 +197,5 @@ left out: they ask for nothing.
 - reason: Istio's profiles are Istio's files; pass the profile's values with -f
   keys: [profile, compatibilityVersion, platform, global.profile, global.platform, defaults, _internal_defaults_do_not_set]
 - reason: not used by this chart
-  keys: [enabled, base, experimental, ownerName, global.arch, global.istiod, global.resourceScope, global.enableReaderRBAC, global.readerServiceAccount, global.revision, global.ipFamilies, global.ipFamilyPolicy]
+  keys: [enabled, base, experimental, ownerName, global.arch, global.istiod, global.resourceScope, global.revision, global.ipFamilies, global.ipFamilyPolicy]
 {{- end -}}
