@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/bulwark-mesh/bulwark/pkg/bootstrap"
 )
@@ -40,6 +41,8 @@ func discovery(ctx context.Context, args []string, getenv func(string) string, s
 	fs.BoolVar(&cfg.RequirePodBoundTokens, "require-pod-bound-tokens", false, "refuse Kubernetes tokens that are not bound to a pod")
 	fs.BoolVar(&cfg.AllowInsecureSkipVerify, "allow-insecure-skip-verify", false, "let DestinationRules originate TLS without verifying the server (insecureSkipVerify: true); default: such a rule's cluster gets no endpoints")
 	fs.BoolVar(&cfg.AllowLoopbackHTTPJWKS, "allow-loopback-http-jwks", false, "let RequestAuthentications have their key sets fetched over plain http from loopback hosts (jwksUri, or the issuer's discovery), istiod's own ports among them; default: the webhook refuses such rules and their issuers' tokens are refused")
+	remoteTimeout, remoteTimeoutErr := time.ParseDuration(envOr(getenv, "PILOT_REMOTE_CLUSTER_TIMEOUT", "30s"))
+	fs.DurationVar(&cfg.RemoteClusterTimeout, "remote-cluster-timeout", remoteTimeout, "how long istiod's readiness waits for each remote cluster of the remote secrets present at startup to be read, as Istio's PILOT_REMOTE_CLUSTER_TIMEOUT (env PILOT_REMOTE_CLUSTER_TIMEOUT); 0: as long as it takes")
 	scopeGateways, scopeGatewaysErr := strconv.ParseBool(envOr(getenv, "PILOT_SCOPE_GATEWAY_TO_NAMESPACE", "false"))
 	fs.BoolVar(&cfg.ScopeGatewayToNamespace, "scope-gateway-to-namespace", scopeGateways, "apply to a gateway pod only the Gateways of its own namespace, as Istio's PILOT_SCOPE_GATEWAY_TO_NAMESPACE (env PILOT_SCOPE_GATEWAY_TO_NAMESPACE); default: a Gateway of any namespace whose selector matches the pod applies, as in Istio")
 	extraNames := fs.String("serving-dns-names", "", "extra DNS names for istiod's serving certificate, comma-separated")
@@ -60,6 +63,15 @@ func discovery(ctx context.Context, args []string, getenv func(string) string, s
 	}
 	if scopeGatewaysErr != nil && !flagSet(fs, "scope-gateway-to-namespace") {
 		return usageError{fmt.Errorf("PILOT_SCOPE_GATEWAY_TO_NAMESPACE: %w", scopeGatewaysErr)}
+	}
+	if remoteTimeoutErr != nil && !flagSet(fs, "remote-cluster-timeout") {
+		return usageError{fmt.Errorf("PILOT_REMOTE_CLUSTER_TIMEOUT: %w", remoteTimeoutErr)}
+	}
+	switch {
+	case cfg.RemoteClusterTimeout < 0:
+		return usageError{fmt.Errorf("remote-cluster-timeout: %v is negative", cfg.RemoteClusterTimeout)}
+	case cfg.RemoteClusterTimeout == 0:
+		cfg.RemoteClusterTimeout = -1 // as long as it takes
 	}
 	cfg.InCluster = cfg.Kubeconfig == "" && getenv("KUBERNETES_SERVICE_HOST") != ""
 	cfg.PodName = getenv("POD_NAME")

@@ -72,6 +72,11 @@ type Config struct {
 	TokenAudiences []string
 	// RequirePodBoundTokens refuses Kubernetes tokens not bound to a pod.
 	RequirePodBoundTokens bool
+	// RemoteClusterTimeout bounds how long readiness waits for each remote
+	// cluster of the remote secrets present at startup to be read into the
+	// model (Istio's PILOT_REMOTE_CLUSTER_TIMEOUT); negative: no bound.
+	// Zero: 30s.
+	RemoteClusterTimeout time.Duration
 	// ScopeGatewayToNamespace applies to a gateway pod only the Gateways
 	// of its own namespace (Istio's PILOT_SCOPE_GATEWAY_TO_NAMESPACE).
 	ScopeGatewayToNamespace bool

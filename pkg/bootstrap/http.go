@@ -23,7 +23,8 @@ func (s *Server) readyHandler() http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if !s.Ready() {
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "not ready: ca loaded=%t, secure grpc serving=%t, kubernetes synced=%t\n", s.ca.Ready(), s.grpcServing.Load(), s.kubeSynced())
+			remotes := s.kube == nil || s.kube.remotesSynced()
+			fmt.Fprintf(w, "not ready: ca loaded=%t, secure grpc serving=%t, kubernetes synced=%t, remote clusters synced=%t\n", s.ca.Ready(), s.grpcServing.Load(), s.kubeSynced(), remotes)
 			return
 		}
 		if s.kube != nil && s.kube.monitor != nil {

@@ -177,7 +177,21 @@ func (k *kubeParts) keepWebhooks(cfg Config, bundles webhookconfig.Bundles, read
 // synced reports whether the Kubernetes caches are filled: the
 // namespaces of the root certificate distribution and the mesh model.
 func (k *kubeParts) synced() bool {
-	return (k.rootCerts == nil || k.rootCerts.HasSynced()) && (k.model == nil || k.model.HasSynced())
+	return (k.rootCerts == nil || k.rootCerts.HasSynced()) && (k.model == nil || k.model.HasSynced()) && k.remotesSynced()
+}
+
+// remotesSynced reports whether the remote clusters of the remote secrets
+// present at startup are in the model, or have had their time
+// (--remote-cluster-timeout), as Istio's istiod waits for them.
+func (k *kubeParts) remotesSynced() bool {
+	if k.clusters == nil {
+		return true
+	}
+	var inModel func(string) bool
+	if k.remoteModels != nil {
+		inModel = k.remoteModels.Synced
+	}
+	return k.clusters.StartupSynced(inModel)
 }
 
 // run runs the root certificate distribution, the webhook configuration
@@ -314,6 +328,7 @@ func (k *kubeParts) watchRemoteClusters(cfg Config, reg prometheus.Registerer) e
 		Client:         k.client,
 		Namespace:      k.namespace,
 		LocalClusterID: cfg.ClusterID,
+		SyncTimeout:    cfg.RemoteClusterTimeout,
 		Registerer:     reg,
 		Logger:         k.log.With("component", "multicluster"),
 	})

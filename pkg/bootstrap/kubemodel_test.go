@@ -77,6 +77,7 @@ func TestNotSyncedUntilTheModelIs(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.kube.rootCerts = nil // its namespaces would need an API server
+	s.kube.clusters = nil  // so would its remote secrets (pkg/multicluster tests its readiness)
 	model := &fakeModel{}
 	s.kube.model = model
 	if s.kubeSynced() {

@@ -68,7 +68,10 @@ type Config struct {
 	// configuration. Default: kubernetes.NewForConfig. It must do no I/O.
 	NewClient func(*rest.Config) (kubernetes.Interface, error)
 	// SyncTimeout bounds the first contact with a remote API server before
-	// the cluster is reported as timed out. Default: 30s.
+	// the cluster is reported as timed out, and how long istiod's
+	// readiness waits for a remote cluster (StartupSynced): Istio's
+	// PILOT_REMOTE_CLUSTER_TIMEOUT. Default (0): 30s; negative: no limit,
+	// readiness waits for every cluster.
 	SyncTimeout time.Duration
 	// MaxClusters bounds the remote clusters registered. Default: 256.
 	MaxClusters int
@@ -91,6 +94,9 @@ type Cluster struct {
 	sum    [32]byte
 	status string
 	stop   context.CancelFunc
+	// added is when the cluster was registered (its credentials last
+	// replaced).
+	added time.Time
 }
 
 // ClusterHandler is told of the remote clusters as they are registered
@@ -118,6 +124,8 @@ type Controller struct {
 	bySecret map[types.NamespacedName][]string
 	ctx      context.Context // Run's, for the sync probes
 	synced   atomic.Bool
+	// initial: the remote secrets listed at startup have been processed.
+	initial  atomic.Bool
 	handlers []ClusterHandler
 }
 
@@ -135,6 +143,31 @@ func (c *Controller) Notify(h ClusterHandler) {
 // HasSynced reports whether the remote secrets have been listed once (not
 // whether the remote clusters answered).
 func (c *Controller) HasSynced() bool { return c.synced.Load() }
+
+// StartupSynced reports whether istiod may call itself ready as far as
+// remote clusters go, as Istio's istiod decides it: the remote secrets
+// present at startup have been processed, and every registered cluster
+// has synced (modelSynced: its Services and endpoints are in the model;
+// nil: its API server answered) or has been registered longer than
+// SyncTimeout.
+func (c *Controller) StartupSynced(modelSynced func(id string) bool) bool {
+	if !c.initial.Load() {
+		return false
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	now := time.Now()
+	for id, cl := range c.clusters {
+		switch {
+		case c.cfg.SyncTimeout > 0 && now.Sub(cl.added) >= c.cfg.SyncTimeout:
+		case modelSynced != nil && modelSynced(id):
+		case modelSynced == nil && cl.status == StatusSynced:
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // New returns a Controller. It does no I/O and starts nothing.
 func New(cfg Config) (*Controller, error) {
@@ -221,6 +254,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		return nil
 	}
 	c.synced.Store(true)
+	if c.queue.Len() == 0 {
+		c.initial.Store(true)
+	}
 	for {
 		key, shutdown := c.queue.Get()
 		if shutdown {
@@ -233,6 +269,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		c.reconcile(key, s)
 		c.queue.Done(key)
 		c.queue.Forget(key)
+		if c.queue.Len() == 0 {
+			c.initial.Store(true)
+		}
 	}
 }
 
@@ -316,7 +355,7 @@ func (c *Controller) addLocked(key types.NamespacedName, id string, kubeconfig [
 		log.Error("remote secret refused: build client", "err", err)
 		return exists
 	}
-	next := &Cluster{ID: id, Secret: key, Client: client, watch: watch, sum: sum, status: StatusSyncing}
+	next := &Cluster{ID: id, Secret: key, Client: client, watch: watch, sum: sum, status: StatusSyncing, added: time.Now()}
 	// The new client replaces the old one in one step: a lookup gets one or
 	// the other, never neither.
 	c.clusters[id] = next
@@ -371,16 +410,19 @@ func (c *Controller) startProbe(cl *Cluster) {
 	ctx, cancel := context.WithCancel(parent)
 	cl.stop = cancel
 	c.metrics.setStatus(cl.ID, StatusSyncing)
-	timer := time.AfterFunc(c.cfg.SyncTimeout, func() {
-		if c.setStatus(cl, StatusSyncing, StatusTimeout) {
-			c.metrics.timeouts.Inc()
-			c.log.Warn("remote cluster did not answer in time", "cluster", cl.ID, "timeout", c.cfg.SyncTimeout)
-		}
-	})
+	stopTimer := func() bool { return false } // no limit
+	if c.cfg.SyncTimeout > 0 {
+		stopTimer = time.AfterFunc(c.cfg.SyncTimeout, func() {
+			if c.setStatus(cl, StatusSyncing, StatusTimeout) {
+				c.metrics.timeouts.Inc()
+				c.log.Warn("remote cluster did not answer in time", "cluster", cl.ID, "timeout", c.cfg.SyncTimeout)
+			}
+		}).Stop
+	}
 	go func() {
 		defer cancel()
 		if probe(ctx, cl.Client) == nil {
-			timer.Stop()
+			stopTimer()
 			c.setStatus(cl, "", StatusSynced)
 		}
 	}()

@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -20,7 +21,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 
 	"github.com/bulwark-mesh/bulwark/internal/logtest"
 )
@@ -88,10 +92,14 @@ type harness struct {
 	logs *logtest.Recorder
 }
 
-func start(t *testing.T, tweak func(*Config)) *harness {
+func start(t *testing.T, tweak func(*Config), existing ...*corev1.Secret) *harness {
 	t.Helper()
 	logs, log := logtest.New(t)
-	h := &harness{t: t, kube: fake.NewClientset(), reg: prometheus.NewRegistry(), logs: logs}
+	objs := make([]runtime.Object, len(existing))
+	for i, s := range existing {
+		objs[i] = s
+	}
+	h := &harness{t: t, kube: fake.NewClientset(objs...), reg: prometheus.NewRegistry(), logs: logs}
 	cfg := Config{Client: h.kube, Namespace: testNS, LocalClusterID: "local", Logger: log, Registerer: h.reg, SyncTimeout: 20 * time.Second}
 	if tweak != nil {
 		tweak(&cfg)
@@ -381,4 +389,87 @@ func TestClusterzListsClustersAsIstioDoes(t *testing.T) {
 	if err != nil || n == 0 {
 		t.Fatalf("metrics: %d, %v", n, err)
 	}
+}
+
+// TestReadinessWaitsForStartupClusters: istiod is ready, as far as remote
+// clusters go, once the remote secrets present at startup are processed
+// and each cluster is in the model or has had SyncTimeout, as Istio's
+// PILOT_REMOTE_CLUSTER_TIMEOUT.
+func TestReadinessWaitsForStartupClusters(t *testing.T) {
+	inModel := func(ids ...string) func(string) bool {
+		return func(id string) bool { return slices.Contains(ids, id) }
+	}
+	t.Run("secrets present at startup are processed first", func(t *testing.T) {
+		ok := newRecorder(t, false)
+		// The startup secret's cluster is held while its client is built.
+		release := make(chan struct{})
+		h := start(t, func(c *Config) {
+			c.NewClient = func(rc *rest.Config) (kubernetes.Interface, error) {
+				<-release
+				return kubernetes.NewForConfig(rc)
+			}
+		}, secret("b", map[string][]byte{"b": ok.kubeconfig("t")}))
+		t.Cleanup(func() {
+			select {
+			case <-release:
+			default:
+				close(release)
+			}
+		})
+		ready := make(chan bool, 1)
+		go func() { ready <- h.c.StartupSynced(inModel("b")) }()
+		select {
+		case r := <-ready:
+			if r {
+				t.Error("ready before the remote secret present at startup registered its cluster")
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("StartupSynced waits for the secret being processed")
+		}
+		close(release)
+		h.eventually("ready", func() bool { return h.c.StartupSynced(inModel("b")) })
+		if _, registered := h.c.Client("b"); !registered {
+			t.Error("ready without b registered")
+		}
+	})
+	t.Run("a cluster not yet in the model holds readiness until its timeout", func(t *testing.T) {
+		const timeout = 2 * time.Second
+		hang := newRecorder(t, true)
+		h := start(t, func(c *Config) { c.SyncTimeout = timeout }, secret("b", map[string][]byte{"b": hang.kubeconfig("t")}))
+		h.eventually("b registered", func() bool { _, ok := h.c.Client("b"); return ok })
+		registered := time.Now()
+		if h.c.StartupSynced(inModel()) {
+			t.Fatal("ready with b neither in the model nor timed out")
+		}
+		if !h.c.StartupSynced(inModel("b")) {
+			t.Error("not ready with b in the model")
+		}
+		h.eventually("ready once b's time is over", func() bool { return h.c.StartupSynced(inModel()) })
+		if waited := time.Since(registered); waited < timeout-100*time.Millisecond {
+			t.Errorf("ready %v after b registered, before its timeout %v", waited, timeout)
+		}
+	})
+	t.Run("no limit", func(t *testing.T) {
+		hang, ok := newRecorder(t, true), newRecorder(t, false)
+		h := start(t, func(c *Config) { c.SyncTimeout = -1 }, secret("b", map[string][]byte{"b": hang.kubeconfig("t")}))
+		h.eventually("b registered", func() bool { _, ok := h.c.Client("b"); return ok })
+		// A cluster registered after b answers: b's limit, had it one,
+		// would have passed by then.
+		h.apply(secret("c", map[string][]byte{"c": ok.kubeconfig("t")}))
+		h.eventually("c synced", func() bool { return h.status("c") == StatusSynced })
+		if h.c.StartupSynced(inModel("c")) || h.status("b") != StatusSyncing {
+			t.Errorf("without a limit: ready %t, status %s; want not ready, syncing", h.c.StartupSynced(inModel()), h.status("b"))
+		}
+		if !h.c.StartupSynced(inModel("b", "c")) {
+			t.Error("not ready with b and c in the model")
+		}
+	})
+	t.Run("without a model, the API server's answer", func(t *testing.T) {
+		ok := newRecorder(t, false)
+		h := start(t, nil, secret("b", map[string][]byte{"b": ok.kubeconfig("t")}))
+		h.eventually("ready once b answers", func() bool { return h.c.StartupSynced(nil) })
+		if got := h.status("b"); got != StatusSynced {
+			t.Errorf("ready with b %s", got)
+		}
+	})
 }

@@ -114,6 +114,8 @@ MAX_WORKLOAD_CERT_TTL: max-workload-cert-ttl
 CITADEL_SELF_SIGNED_CA_CERT_TTL: root-ttl
 CITADEL_SELF_SIGNED_ROOT_CERT_GRACE_PERIOD_PERCENTILE: root-grace-percentile
 ISTIOD_CUSTOM_HOST: serving-dns-names
+PILOT_REMOTE_CLUSTER_TIMEOUT: remote-cluster-timeout
+PILOT_SCOPE_GATEWAY_TO_NAMESPACE: scope-gateway-to-namespace
 {{- end -}}
 
 {{/*

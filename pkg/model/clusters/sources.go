@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -31,7 +32,10 @@ type Sources struct {
 	stopped bool            // Run's context ended: nothing more starts
 	pending map[string]kubernetes.Interface
 	running map[string]context.CancelFunc
-	wg      sync.WaitGroup // the running sources' goroutines
+	// published says, per running source, whether it has published its
+	// first snapshot: its caches synced.
+	published map[string]*atomic.Bool
+	wg        sync.WaitGroup // the running sources' goroutines
 }
 
 // stopWait is how long Run waits, once its context ends, for the sources
@@ -50,7 +54,30 @@ func NewSources(m *Merger, opts model.Options, log *slog.Logger) *Sources {
 	}
 	return &Sources{merger: m, opts: opts, log: log,
 		newSource: func(c kubesource.Config) (runner, error) { return kubesource.New(c) },
-		pending:   map[string]kubernetes.Interface{}, running: map[string]context.CancelFunc{}}
+		pending:   map[string]kubernetes.Interface{}, running: map[string]context.CancelFunc{},
+		published: map[string]*atomic.Bool{}}
+}
+
+// Synced reports whether the source of remote cluster id has published
+// its first snapshot into the model: false for a cluster not added, and
+// for one whose source was replaced (new credentials) until the new
+// source has.
+func (s *Sources) Synced(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.published[id]
+	return ok && p.Load()
+}
+
+// firstPublish notes that its source has published.
+type firstPublish struct {
+	model.Publisher
+	done *atomic.Bool
+}
+
+func (p firstPublish) Publish(snap *model.Snapshot) {
+	p.Publisher.Publish(snap)
+	p.done.Store(true)
 }
 
 // ClusterAdded starts reading remote cluster id through client, replacing
@@ -71,6 +98,7 @@ func (s *Sources) ClusterAdded(id string, client kubernetes.Interface) {
 func (s *Sources) ClusterRemoved(id string) {
 	s.mu.Lock()
 	delete(s.pending, id)
+	delete(s.published, id)
 	if stop, ok := s.running[id]; ok {
 		stop()
 		delete(s.running, id)
@@ -119,9 +147,11 @@ func (s *Sources) startLocked(id string, client kubernetes.Interface) {
 		delete(s.running, id)
 	}
 	log := s.log.With("cluster", id)
+	published := new(atomic.Bool)
+	s.published[id] = published
 	src, err := s.newSource(kubesource.Config{
 		Client:        client,
-		Publisher:     s.merger.Remote(id),
+		Publisher:     firstPublish{Publisher: s.merger.Remote(id), done: published},
 		Options:       s.opts,
 		Logger:        log,
 		ClusterID:     id,

@@ -98,9 +98,15 @@ func TestARemoteClusterJoinsTheModelAndLeavesIt(t *testing.T) {
 	m := newMerger(t, store, testLogger(t))
 	s := NewSources(m, model.Options{}, testLogger(t))
 	s.ClusterAdded("b", fake.NewClientset(remoteObjects("10.1.0.1")...)) // before Run: started by Run
+	if s.Synced("b") {
+		t.Error("B synced before its source ran")
+	}
 	runSources(t, s)
 	m.Local().Publish(snapshot("a1", service("echo", "a", map[string]uint32{"http": 80}, "10.0.0.1")))
 	snap := waitFor(t, store, "B's endpoint", hasEndpoints("10.0.0.1:8080@a", "10.1.0.1:8080@b"))
+	if !s.Synced("b") {
+		t.Error("B's endpoints are in the model but B is not synced")
+	}
 	for _, ep := range snap.Service(echoHost).Endpoints[80] {
 		if ep.Cluster == "b" && (ep.Labels[model.ClusterLabel] != "b" || ep.ServiceAccount != "echo" || ep.TLSMode() != "istio") {
 			t.Errorf("B's endpoint lacks its cluster, identity or mTLS label: %+v", ep)
@@ -110,6 +116,9 @@ func TestARemoteClusterJoinsTheModelAndLeavesIt(t *testing.T) {
 	waitFor(t, store, "B's endpoint through the new client", hasEndpoints("10.0.0.1:8080@a", "10.1.0.2:8080@b"))
 	s.ClusterRemoved("b")
 	waitFor(t, store, "B withdrawn", hasEndpoints("10.0.0.1:8080@a"))
+	if s.Synced("b") {
+		t.Error("B synced after it was removed")
+	}
 }
 
 func TestRemoteAPIServersThatHangOrAnswerGarbageStallNothing(t *testing.T) {
@@ -149,6 +158,9 @@ func TestRemoteAPIServersThatHangOrAnswerGarbageStallNothing(t *testing.T) {
 	waitFor(t, store, "a local change", hasEndpoints("10.0.0.2:8080@a", "10.1.0.1:8080@b"))
 	if got := m.Clusters(); len(got) != 1 || got["b"] != 1 {
 		t.Errorf("clusters in the model: %v, want b alone", got)
+	}
+	if s.Synced("hang") || s.Synced("garbage") || !s.Synced("b") {
+		t.Errorf("synced: hang %t, garbage %t, b %t; want only b", s.Synced("hang"), s.Synced("garbage"), s.Synced("b"))
 	}
 	done := make(chan struct{})
 	go func() {
