@@ -52,11 +52,8 @@ func (s *Server) monitoringHandler() http.Handler {
 		_, _ = w.Write(s.controlPlane().VersionJSON())
 	})
 	mux.Handle("GET /debug/syncz", s.xds.SynczHandler())
-	if s.unsupported != nil {
-		mux.Handle("GET /debug/unsupported", loopbackOnly(s.unsupported.Handler()))
-	}
-	if s.kube != nil && s.kube.clusters != nil {
-		mux.Handle("GET /debug/clusterz", loopbackOnly(s.kube.clusters.Handler()))
+	for name, h := range s.debugPages() {
+		mux.Handle("GET /debug/"+name, loopbackOnly(h))
 	}
 	mux.Handle("GET /debug/pprof/", loopbackOnly(http.HandlerFunc(pprof.Index)))
 	mux.Handle("GET /debug/pprof/cmdline", loopbackOnly(http.HandlerFunc(pprof.Cmdline)))

@@ -90,6 +90,7 @@ func (s *Server) wireXDS(chain authn.Authenticator, td spiffeid.TrustDomain) err
 
 		SystemNamespace: s.cfg.Namespace,
 		ControlPlane:    s.controlPlane(),
+		DebugPages:      s.debugPages(),
 	})
 	if err != nil {
 		return fmt.Errorf("xds: %w", err)

@@ -54,6 +54,10 @@ const (
 	groupTelemetry  = "telemetry.istio.io"
 	groupExtensions = "extensions.istio.io"
 	groupGatewayAPI = "gateway.networking.k8s.io"
+	// groupGatewayAPIX is the Gateway API's experimental group.
+	groupGatewayAPIX = "gateway.networking.x-k8s.io"
+	// groupInference is the Gateway API Inference Extension's.
+	groupInference = "inference.networking.k8s.io"
 )
 
 // kinds is the one list of kinds: the reporter watches those with
@@ -90,6 +94,9 @@ var kinds = []Kind{
 	{Group: groupGatewayAPI, Resource: "udproutes", Name: "UDPRoute", Namespaced: true, Support: Not, Section: sectionUnread, unread: notRead},
 	{Group: groupGatewayAPI, Resource: "referencegrants", Name: "ReferenceGrant", Namespaced: true, Support: Not, Section: sectionUnread, unread: notRead},
 	{Group: groupGatewayAPI, Resource: "backendtlspolicies", Name: "BackendTLSPolicy", Namespaced: true, Support: Not, Section: sectionUnread, unread: notRead},
+	{Group: groupGatewayAPI, Resource: "listenersets", Name: "ListenerSet", Namespaced: true, Support: Not, Section: sectionUnread, unread: notRead},
+	{Group: groupGatewayAPIX, Resource: "xbackendtrafficpolicies", Name: "XBackendTrafficPolicy", Namespaced: true, Support: Not, Section: sectionUnread, unread: notRead},
+	{Group: groupInference, Resource: "inferencepools", Name: "InferencePool", Namespaced: true, Support: Not, Section: sectionUnread, unread: notRead},
 }
 
 // notRead is why a kind Bulwark does not implement is not read.

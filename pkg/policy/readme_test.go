@@ -22,11 +22,13 @@ var (
 	tableAnchor = regexp.MustCompile(`\]\((#[^)]+)\)`)
 	// readmeGroups are the group names the table writes in brackets.
 	readmeGroups = map[string]string{
-		"security":    groupSecurity,
-		"networking":  groupNetworking,
-		"telemetry":   groupTelemetry,
-		"extensions":  groupExtensions,
-		"Gateway API": groupGatewayAPI,
+		"security":                        groupSecurity,
+		"networking":                      groupNetworking,
+		"telemetry":                       groupTelemetry,
+		"extensions":                      groupExtensions,
+		"Gateway API":                     groupGatewayAPI,
+		"Gateway API experimental":        groupGatewayAPIX,
+		"Gateway API Inference Extension": groupInference,
 	}
 )
 

@@ -247,6 +247,11 @@ func (s *Server) CreateWatch(req *cache.Request, sub cache.Subscription, ch chan
 	if !serve {
 		return func() {}, err
 	}
+	if req.GetTypeUrl() == TypeDebug {
+		if err := p.checkDebugRequest(req.GetResourceNames(), req.GetResponseNonce()); err != nil {
+			return nil, err
+		}
+	}
 	return p.open(req.GetTypeUrl(), &watch{req: req, sub: sub, ch: ch}), nil
 }
 

@@ -24,8 +24,9 @@ import (
 )
 
 // Istio's debug types over ADS, which istioctl asks for (proxy-status,
-// version): a client whose node metadata says GENERATOR=event is served
-// these and nothing else, on an authenticated TLS stream only.
+// version; x internal-debug asks for TypeDebug, debugpages.go): a client
+// whose node metadata says GENERATOR=event is served these and nothing
+// else, on an authenticated TLS stream only.
 const (
 	debugGenerator = "event"
 	// TypeDebugSyncz is every connected proxy's sync status, one
@@ -146,7 +147,7 @@ func (s *Server) serves(p *proxy, typeURL string, delta bool) bool {
 	debug := p.debug != nil
 	p.mu.Unlock()
 	if debug {
-		return !delta && (typeURL == TypeDebugSyncz || typeURL == TypeDebugConfigDump)
+		return !delta && (typeURL == TypeDebugSyncz || typeURL == TypeDebugConfigDump || typeURL == TypeDebug)
 	}
 	return s.knownType(typeURL)
 }
@@ -162,6 +163,10 @@ func (p *proxy) respondDebug(typeURL string, w *watch, dc *debugCaller) {
 	case TypeDebugConfigDump:
 		if names := w.req.GetResourceNames(); len(names) == 1 {
 			resources = p.srv.configDump(names[0], dc.namespace)
+		}
+	case TypeDebug:
+		if names := w.req.GetResourceNames(); len(names) == 1 {
+			resources = p.srv.debugPage(names[0], dc)
 		}
 	}
 	resp := &cache.PassthroughResponse{

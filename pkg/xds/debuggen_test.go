@@ -208,13 +208,18 @@ func TestDebugTypesNeedAuthenticatedTLS(t *testing.T) {
 			if name == "no credentials" {
 				id = ""
 			}
-			st := h.stream(id)
-			if err := st.Send(&discovery.DiscoveryRequest{Node: debugNode("istio-system"), TypeUrl: TypeDebugSyncz}); err != nil {
-				t.Fatal(err)
-			}
-			_, err := st.Recv()
-			if status.Code(err) != codes.Unauthenticated {
-				t.Errorf("got %v, want Unauthenticated", err)
+			for _, req := range []*discovery.DiscoveryRequest{
+				{Node: debugNode("istio-system"), TypeUrl: TypeDebugSyncz},
+				{Node: debugNode("istio-system"), TypeUrl: TypeDebug, ResourceNames: []string{"unsupported"}},
+			} {
+				st := h.stream(id)
+				if err := st.Send(req); err != nil {
+					t.Fatal(err)
+				}
+				_, err := st.Recv()
+				if status.Code(err) != codes.Unauthenticated {
+					t.Errorf("%s: got %v, want Unauthenticated", req.GetTypeUrl(), err)
+				}
 			}
 		})
 	}

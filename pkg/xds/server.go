@@ -33,6 +33,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -120,6 +121,12 @@ type Config struct {
 	SystemNamespace string
 	// ControlPlane names this istiod in debug responses.
 	ControlPlane ControlPlane
+	// DebugPages are istiod's /debug pages, by name ("unsupported"), that
+	// TypeDebug serves too, beside syncz and config_dump: to debug clients
+	// authenticated in SystemNamespace or the mesh's root namespace only.
+	// Each is called with a GET of /debug/<name>?<query> that carries no
+	// caller: the handlers must not authorize by it.
+	DebugPages map[string]http.Handler
 	// Mesh, when set, is the mesh configuration: outboundTrafficPolicy
 	// and enableAutoMtls shape Envoy sidecars' resources, rootNamespace
 	// names the namespace of mesh-wide policies. A change is pushed like a

@@ -122,6 +122,29 @@ func checkIstioctl(t *testing.T, env *testenv.Env, bins peers, p *istiod, istiod
 		}
 	})
 
+	t.Run("x internal-debug config_dump shows the proxy's config to its own namespace, not to another", func(t *testing.T) {
+		page := "config_dump?proxyID=" + proxy
+		out := istioctl(t, bins, env, p, w.Namespace, "x", "internal-debug", page)
+		dump := &adminv3.ConfigDump{}
+		if err := protojson.Unmarshal([]byte(out), dump); err != nil {
+			t.Fatalf("x internal-debug %s: %v\n%s", page, err, out)
+		}
+		listeners := &adminv3.ListenersConfigDump{}
+		for _, a := range dump.GetConfigs() {
+			if a.MessageIs(listeners) {
+				if err := a.UnmarshalTo(listeners); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if len(dump.GetConfigs()) != 3 || len(listeners.GetDynamicListeners()) == 0 {
+			t.Errorf("x internal-debug %s: %d sections, %d listeners", page, len(dump.GetConfigs()), len(listeners.GetDynamicListeners()))
+		}
+		if out := istioctl(t, bins, env, p, other, "x", "internal-debug", page); !strings.Contains(out, "Proxy not connected") || strings.Contains(out, "listener") {
+			t.Errorf("a caller of %s asked %s's config dump:\n%s", other, proxy, out)
+		}
+	})
+
 	t.Run("version shows istiod's version", func(t *testing.T) {
 		// `istioctl version` port-forwards to istiod's pods (no kubelet
 		// here); `istioctl x version` asks over xDS.

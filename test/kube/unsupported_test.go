@@ -50,6 +50,9 @@ func TestUnsupportedConfigIsReportedWithoutAPush(t *testing.T) {
 		{"extensions.istio.io", "WasmPlugin", "plugin"},
 		{"networking.istio.io", "ProxyConfig", "proxy-config"},
 		{"gateway.networking.k8s.io", "HTTPRoute", "route"},
+		{"gateway.networking.k8s.io", "ListenerSet", "listeners"},
+		{"gateway.networking.x-k8s.io", "XBackendTrafficPolicy", "traffic"},
+		{"inference.networking.k8s.io", "InferencePool", "pool"},
 	}
 	for _, o := range objects {
 		k, ok := policy.Lookup(o.group, o.kind)

@@ -19,6 +19,8 @@ func TestWarningsSayWhatIsIgnored(t *testing.T) {
 	telemetry := gvk{"telemetry.istio.io", "v1", "Telemetry"}
 	httpRoute := gvk{"gateway.networking.k8s.io", "v1", "HTTPRoute"}
 	betaDestRule := gvk{"networking.istio.io", "v1beta1", "DestinationRule"}
+	inferencePool := gvk{"inference.networking.k8s.io", "v1", "InferencePool"}
+	backendTraffic := gvk{"gateway.networking.x-k8s.io", "v1alpha1", "XBackendTrafficPolicy"}
 	for name, tc := range map[string]struct {
 		kind gvk
 		spec string
@@ -35,6 +37,14 @@ func TestWarningsSayWhatIsIgnored(t *testing.T) {
 		"a Gateway API route is ignored whole": {
 			kind: httpRoute, spec: `{}`,
 			want: []string{"HTTPRoute ns/p is not honoured as written: the whole object: Bulwark does not read this kind"},
+		},
+		"an Inference Extension pool is ignored whole": {
+			kind: inferencePool, spec: `{"selector":{"matchLabels":{"app":"model"}},"targetPorts":[{"number":8000}]}`,
+			want: []string{"InferencePool ns/p is not honoured as written: the whole object: Bulwark does not read this kind"},
+		},
+		"an experimental Gateway API policy is ignored whole": {
+			kind: backendTraffic, spec: `{"targetRefs":[{"group":"","kind":"Service","name":"a"}]}`,
+			want: []string{"XBackendTrafficPolicy ns/p is not honoured as written: the whole object: Bulwark does not read this kind"},
 		},
 		"a DestinationRule's load balancer and outlier detection are named": {
 			kind: destRule, spec: `{"host":"a.ns.svc.cluster.local","trafficPolicy":{"loadBalancer":{"simple":"ROUND_ROBIN"},"outlierDetection":{"consecutive5xxErrors":3}}}`,

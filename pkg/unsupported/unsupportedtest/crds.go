@@ -25,13 +25,14 @@ var ChartKinds = map[string]bool{
 // Istio's and the Gateway API's CRDs serve them where one version is not
 // v1; the reporter must find each kind at whichever version it is served.
 var Versions = map[string][]string{
-	"envoyfilters.networking.istio.io":      {"v1alpha3"},
-	"proxyconfigs.networking.istio.io":      {"v1beta1"},
-	"telemetries.telemetry.istio.io":        {"v1", "v1alpha1"},
-	"wasmplugins.extensions.istio.io":       {"v1alpha1"},
-	"trafficextensions.extensions.istio.io": {"v1alpha1"},
-	"tcproutes.gateway.networking.k8s.io":   {"v1alpha2"},
-	"udproutes.gateway.networking.k8s.io":   {"v1alpha2"},
+	"envoyfilters.networking.istio.io":                    {"v1alpha3"},
+	"proxyconfigs.networking.istio.io":                    {"v1beta1"},
+	"telemetries.telemetry.istio.io":                      {"v1", "v1alpha1"},
+	"wasmplugins.extensions.istio.io":                     {"v1alpha1"},
+	"trafficextensions.extensions.istio.io":               {"v1alpha1"},
+	"tcproutes.gateway.networking.k8s.io":                 {"v1alpha2"},
+	"udproutes.gateway.networking.k8s.io":                 {"v1alpha2"},
+	"xbackendtrafficpolicies.gateway.networking.x-k8s.io": {"v1alpha1"},
 }
 
 // Version is the version a test writes objects of k in.
