@@ -140,7 +140,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	injectStore := inject.NewStore()
 	s.injector = inject.NewFileSource(cfg.InjectConfigDir, injectStore, log.With("component", "inject"))
-	s.webhooks = webhookHandler(injectStore, s.mesh.Current, cfg.AllowLoopbackHTTPJWKS, log.With("component", "webhook"))
+	s.webhooks = webhookHandler(injectStore, s.mesh.Current, cfg, log.With("component", "webhook"))
 	if kube != nil {
 		kube.keepWebhooks(cfg, authority, s.webhooksServing.Load)
 	}

@@ -15,9 +15,10 @@ import (
 
 // webhookHandler routes the admission webhooks served on the HTTPS port:
 // sidecar injection and validation of the security resources.
-func webhookHandler(store *inject.Store, mesh func() *meshv1alpha1.MeshConfig, allowLoopbackHTTPJWKS bool, log *slog.Logger) http.Handler {
+func webhookHandler(store *inject.Store, mesh func() *meshv1alpha1.MeshConfig, cfg Config, log *slog.Logger) http.Handler {
 	injector := inject.NewHandler(store, log, inject.WithMeshConfig(mesh))
-	validator := validate.NewHandler(log, validate.AllowLoopbackHTTPJWKS(allowLoopbackHTTPJWKS))
+	validator := validate.NewHandler(log, validate.AllowLoopbackHTTPJWKS(cfg.AllowLoopbackHTTPJWKS),
+		validate.AllowInsecureSkipVerify(cfg.AllowInsecureSkipVerify))
 	mux := http.NewServeMux()
 	mux.Handle("/inject", injector)
 	mux.Handle("/inject/", injector)

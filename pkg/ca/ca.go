@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/bulwark-mesh/bulwark/internal/latest"
 )
 
 // CA signs workload and serving certificates and owns the trust bundle.
@@ -28,11 +30,10 @@ type CA struct {
 	lastProblem  string // the last reload problem logged, to log each once
 	onReloadDone func(error)
 
-	// pubMu orders publication: installing a signer and adding a
-	// subscriber never interleave, so no subscriber misses a version.
-	pubMu   sync.Mutex
+	// bundles publishes each signer's bundle; version, under its lock,
+	// numbers them.
+	bundles latest.Value[*Bundle]
 	version uint64
-	subs    map[*subscriber]struct{}
 
 	rot *Rotator // drives root rotation
 }
@@ -44,9 +45,8 @@ func New(cfg Config) (*CA, error) {
 		return nil, fmt.Errorf("new ca: %w", err)
 	}
 	c := &CA{
-		cfg:  cfg,
-		log:  cfg.Logger.With("component", "ca"),
-		subs: make(map[*subscriber]struct{}),
+		cfg: cfg,
+		log: cfg.Logger.With("component", "ca"),
 	}
 	c.rot = newRotator(c)
 	return c, nil
@@ -127,16 +127,16 @@ func (c *CA) createSelfSigned(ctx context.Context, now time.Time) (*KeyMaterial,
 // installed again after it gave way signs again: its record opens.
 func (c *CA) install(a *authority) {
 	a.issued.reopen()
-	c.pubMu.Lock()
-	defer c.pubMu.Unlock()
-	c.version++
-	a.bundle = newBundle(c.version, a.trust)
-	c.auth.Store(a)
-	for s := range c.subs {
-		s.offer(a.bundle)
-	}
+	var version uint64
+	c.bundles.Update(func(*Bundle, bool) (*Bundle, bool) {
+		c.version++
+		version = c.version
+		a.bundle = newBundle(version, a.trust)
+		c.auth.Store(a)
+		return a.bundle, true
+	})
 	c.log.Info("signer loaded", "source", a.source, "subject", a.cert.Subject.String(),
-		"not_after", a.cert.NotAfter, "roots", len(a.trust), "bundle_version", c.version)
+		"not_after", a.cert.NotAfter, "roots", len(a.trust), "bundle_version", version)
 }
 
 // Ready reports whether a signer is loaded.

@@ -7,14 +7,13 @@ import (
 	"io/fs"
 	"log/slog"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/bulwark-mesh/bulwark/internal/dirwatch"
+	"github.com/bulwark-mesh/bulwark/internal/latest"
 )
 
 // DefaultResync is how often the file is read again in case a change
@@ -65,11 +64,8 @@ type Watcher struct {
 	cfg         WatcherConfig
 	log         *slog.Logger
 	trustDomain string
-	current     atomic.Pointer[meshv1alpha1.MeshConfig]
+	current     latest.Value[*meshv1alpha1.MeshConfig]
 	last        string // the last outcome logged, so a resync does not repeat it
-
-	mu   sync.Mutex
-	subs map[chan *meshv1alpha1.MeshConfig]struct{}
 }
 
 // NewWatcher returns a watcher of cfg.Path. It does no I/O: until Run
@@ -91,30 +87,21 @@ func NewWatcher(cfg WatcherConfig) (*Watcher, error) {
 	if err := Validate(initial); err != nil {
 		return nil, fmt.Errorf("meshconfig: initial configuration: %w", err)
 	}
-	w := &Watcher{cfg: cfg, log: cfg.Logger, trustDomain: initial.GetTrustDomain(), subs: make(map[chan *meshv1alpha1.MeshConfig]struct{})}
+	w := &Watcher{cfg: cfg, log: cfg.Logger, trustDomain: initial.GetTrustDomain()}
 	w.current.Store(initial)
 	return w, nil
 }
 
 // Current returns the configuration in force; never nil.
-func (w *Watcher) Current() *meshv1alpha1.MeshConfig { return w.current.Load() }
+func (w *Watcher) Current() *meshv1alpha1.MeshConfig {
+	mc, _ := w.current.Load()
+	return mc
+}
 
 // Subscribe returns a channel receiving each new configuration (the latest
 // only, when the reader is slow). cancel stops delivery and closes it.
 func (w *Watcher) Subscribe() (updates <-chan *meshv1alpha1.MeshConfig, cancel func()) {
-	ch := make(chan *meshv1alpha1.MeshConfig, 1)
-	w.mu.Lock()
-	w.subs[ch] = struct{}{}
-	w.mu.Unlock()
-	var once sync.Once
-	return ch, func() {
-		once.Do(func() {
-			w.mu.Lock()
-			delete(w.subs, ch)
-			close(ch)
-			w.mu.Unlock()
-		})
-	}
+	return w.current.Subscribe(false)
 }
 
 // Run reads the file now, on every change and every Resync, until ctx is
@@ -144,7 +131,7 @@ func (w *Watcher) reload() {
 			[]any{"file", w.cfg.Path, "trust_domain", w.trustDomain, "configured", td}})
 		mc.TrustDomain = w.trustDomain
 	}
-	if proto.Equal(mc, w.current.Load()) {
+	if proto.Equal(mc, w.Current()) {
 		if len(notes) == 0 && w.last != "" {
 			notes = append(notes, note{slog.LevelInfo, "mesh configuration file is valid again; the configuration in force is unchanged", []any{"file", w.cfg.Path}})
 		}
@@ -155,15 +142,6 @@ func (w *Watcher) reload() {
 	w.last = ""
 	w.report(notes...)
 	w.log.Info("mesh configuration loaded", append([]any{"file", w.cfg.Path}, Summary(mc)...)...)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for ch := range w.subs {
-		select {
-		case <-ch:
-		default:
-		}
-		ch <- mc
-	}
 }
 
 // note is one thing a reload has to say.

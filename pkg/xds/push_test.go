@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/genproto/googleapis/rpc/status"
 
+	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
 )
@@ -151,12 +152,13 @@ func TestNACKStormIsNotAnswered(t *testing.T) {
 }
 
 func TestFirstModelIsAppliedAtOnceAndLaterOnesDebounced(t *testing.T) {
-	h := newHarness(t, nil, func(c *Config) { c.DebounceQuiet, c.DebounceMax = time.Hour, time.Hour })
+	m := newHandedModel()
+	h := newHarness(t, nil, func(c *Config) { c.Model = m; c.DebounceQuiet, c.DebounceMax = time.Hour, time.Hour })
 	if h.srv.HasSynced() {
 		t.Fatal("synced before any source published")
 	}
 	first := modeltest.Load(t, baseManifests)
-	h.store.Publish(first)
+	m.hand(t, first)
 	deadline := time.Now().Add(10 * time.Second)
 	for !h.srv.HasSynced() {
 		if time.Now().After(deadline) {
@@ -164,10 +166,40 @@ func TestFirstModelIsAppliedAtOnceAndLaterOnesDebounced(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	h.store.Publish(modeltest.Load(t, strings.Replace(baseManifests, "10.0.0.2", "10.0.0.3", 1)))
-	time.Sleep(50 * time.Millisecond)
+	m.hand(t, modeltest.Load(t, strings.Replace(baseManifests, "10.0.0.2", "10.0.0.3", 1)))
+	// The server has taken the later model; it has finished with it (and
+	// would have applied it, were it not debounced) once it takes another.
+	m.hand(t, modeltest.Load(t, strings.Replace(baseManifests, "10.0.0.2", "10.0.0.4", 1)))
 	if got := h.srv.state.Load().snap.Version; got != first.Version {
 		t.Fatalf("a later model was applied before the debounce: %s", got)
+	}
+}
+
+// handedModel is a Model whose changes the test hands to the server one
+// by one: hand returns once the server has taken the change, so a second
+// hand returns once the server is done with the first.
+type handedModel struct {
+	current atomic.Pointer[model.Snapshot]
+	changes chan *model.Snapshot
+}
+
+func newHandedModel() *handedModel {
+	m := &handedModel{changes: make(chan *model.Snapshot)}
+	m.current.Store(model.Build("", model.Options{}, model.Resources{}))
+	return m
+}
+
+func (m *handedModel) Current() *model.Snapshot { return m.current.Load() }
+
+func (m *handedModel) Subscribe() (<-chan *model.Snapshot, func()) { return m.changes, func() {} }
+
+func (m *handedModel) hand(t *testing.T, snap *model.Snapshot) {
+	t.Helper()
+	m.current.Store(snap)
+	select {
+	case m.changes <- snap:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the server did not take a model change")
 	}
 }
 

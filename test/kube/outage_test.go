@@ -321,7 +321,17 @@ func TestAPIServerGoesAwayAndComesBack(t *testing.T) {
 		return leader != "" && a.leading() != b.leading()
 	})
 	t.Logf("%s leads the namespace controller %v after the API server came back", leader, since())
-	time.Sleep(3 * rootcert.DefaultRetryPeriod) // a second leader would show by now
+	// The other replica reads the Lease at each attempt to acquire it:
+	// after its second read from now, an attempt made while the leader
+	// leads has ended, and a second leader would show.
+	follower := a
+	if leader == a.name {
+		follower = b
+	}
+	reads := countLines(follower.logs.String(), `msg="`+rootcert.LogLeaseRead+`"`)
+	waitFor(t, follower.name+" trying for the Lease twice more", 60*time.Second, func() bool {
+		return countLines(follower.logs.String(), `msg="`+rootcert.LogLeaseRead+`"`) >= reads+2
+	})
 	if a.leading() == b.leading() {
 		t.Errorf("leading: istiod-a %t, istiod-b %t; want exactly one", a.leading(), b.leading())
 	}

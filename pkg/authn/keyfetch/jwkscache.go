@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/bulwark-mesh/bulwark/internal/latest"
 )
 
 // maxFetchesPerHost bounds the key sets fetched at once from one host.
@@ -50,11 +52,10 @@ type JWKSCache struct {
 	rule URLRule
 
 	mu      sync.Mutex
-	entries map[JWKSSource]*jwksEntry // the wanted key sets
-	hosts   map[string]*hostSlots     // of the hosts being fetched from
-	snap    *JWKSSnapshot
-	subs    map[chan *JWKSSnapshot]bool
-	wake    chan struct{} // a key set is wanted, or a fetch ended
+	entries map[JWKSSource]*jwksEntry   // the wanted key sets
+	hosts   map[string]*hostSlots       // of the hosts being fetched from
+	snaps   latest.Value[*JWKSSnapshot] // stored under mu
+	wake    chan struct{}               // a key set is wanted, or a fetch ended
 }
 
 type jwksEntry struct {
@@ -75,12 +76,13 @@ type hostSlots struct {
 // RequestAuthentication, URLRule{} unless the operator allows plain http
 // to loopback hosts. It does no I/O.
 func (c *Client) JWKSCache(rule URLRule) *JWKSCache {
-	return &JWKSCache{
+	k := &JWKSCache{
 		c: c, rule: rule,
 		entries: map[JWKSSource]*jwksEntry{}, hosts: map[string]*hostSlots{},
-		snap: &JWKSSnapshot{docs: map[JWKSSource]string{}}, subs: map[chan *JWKSSnapshot]bool{},
 		wake: make(chan struct{}, 1),
 	}
+	k.snaps.Store(&JWKSSnapshot{docs: map[JWKSSource]string{}})
+	return k
 }
 
 // Want sets the key sets to keep: new ones are fetched at once by Run,
@@ -114,24 +116,15 @@ func (k *JWKSCache) Want(srcs []JWKSSource) {
 
 // Current returns the key sets held.
 func (k *JWKSCache) Current() *JWKSSnapshot {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.snap
+	snap, _ := k.snaps.Load()
+	return snap
 }
 
 // Subscribe returns a channel that receives snapshots whose documents
 // changed (the latest only, when the reader is slow), and a cancel
-// function.
+// function, which closes the channel.
 func (k *JWKSCache) Subscribe() (<-chan *JWKSSnapshot, func()) {
-	ch := make(chan *JWKSSnapshot, 1)
-	k.mu.Lock()
-	k.subs[ch] = true
-	k.mu.Unlock()
-	return ch, func() {
-		k.mu.Lock()
-		delete(k.subs, ch)
-		k.mu.Unlock()
-	}
+	return k.snaps.Subscribe(false)
 }
 
 // Run fetches each key set when it is due until ctx is done, and returns
@@ -278,15 +271,10 @@ func (k *JWKSCache) publishLocked() {
 			docs[src] = e.doc
 		}
 	}
-	if maps.Equal(docs, k.snap.docs) {
-		return
-	}
-	k.snap = &JWKSSnapshot{Version: k.snap.Version + 1, docs: docs}
-	for ch := range k.subs {
-		select {
-		case <-ch:
-		default:
+	k.snaps.Update(func(old *JWKSSnapshot, _ bool) (*JWKSSnapshot, bool) {
+		if maps.Equal(docs, old.docs) {
+			return old, false
 		}
-		ch <- k.snap
-	}
+		return &JWKSSnapshot{Version: old.Version + 1, docs: docs}, true
+	})
 }

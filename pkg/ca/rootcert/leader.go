@@ -3,6 +3,7 @@ package rootcert
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -46,7 +47,7 @@ func (c *Controller) campaignOnce(ctx context.Context) error {
 		default:
 		}
 	}
-	lock := &writeTrackingLock{Interface: &resourcelock.LeaseLock{
+	lock := &writeTrackingLock{log: c.log, Interface: &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: c.cfg.Namespace, Name: LeaseName},
 		Client:     c.cfg.Client.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: c.identity},
@@ -119,8 +120,24 @@ func (c *Controller) stopUnrenewed(ctx context.Context, cancel context.CancelFun
 // wrote the Lease successfully: acquired or renewed it.
 type writeTrackingLock struct {
 	resourcelock.Interface
+	log     *slog.Logger
 	mu      sync.Mutex
 	written time.Time
+}
+
+// LogLeaseRead is the debug line of each read of the Lease, with its
+// holder: a replica that does not lead reads it at every attempt to
+// acquire it, so tests can wait for an attempt to have ended.
+const LogLeaseRead = "lease read"
+
+func (l *writeTrackingLock) Get(ctx context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	r, raw, err := l.Interface.Get(ctx)
+	holder := ""
+	if r != nil {
+		holder = r.HolderIdentity
+	}
+	l.log.Debug(LogLeaseRead, "holder", holder, "ok", err == nil)
+	return r, raw, err
 }
 
 func (l *writeTrackingLock) Create(ctx context.Context, r resourcelock.LeaderElectionRecord) error {

@@ -134,7 +134,7 @@ func TestAuthorizationPolicy(t *testing.T) {
 		},
 		"a map when key without a name is refused": {
 			kind: authzPolicy, spec: `{"rules":[{"when":[{"key":"request.headers[]","values":["a"]}]}]}`,
-			refused: "must have the form name[key]",
+			refused: "must have the form request.headers[<name>]",
 		},
 		"a when condition without values is refused": {
 			kind: authzPolicy, spec: `{"rules":[{"when":[{"key":"source.namespace"}]}]}`,

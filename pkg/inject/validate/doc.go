@@ -2,9 +2,16 @@
 // resources Bulwark reads: PeerAuthentication, AuthorizationPolicy and
 // RequestAuthentication (security.istio.io v1 and v1beta1), DestinationRule,
 // Gateway and VirtualService (networking.istio.io v1, v1beta1 and
-// v1alpha3). The rules of Gateway and VirtualService are package policy's
-// (ValidateGateway, ValidateVirtualService), which the gateway generators
-// read too; their warnings, Istio's, are admission warnings.
+// v1alpha3). Every rule is package policy's (ValidatePeerAuthentication,
+// ValidateAuthorizationPolicy, ValidateRequestAuthentication,
+// ValidateDestinationRule, ValidateGateway, ValidateVirtualService, ...),
+// which the generators and the problem log read too: what a generator
+// refuses, failing closed, this webhook refuses at admission. Warnings,
+// Istio's, are admission warnings.
+//
+// The when key source.trustDomain is admitted, as Istio admits it; the
+// key request.experimental.inline.headers, which Istio does not know, is
+// refused.
 //
 // A spec is decoded strictly into the istio.io/api messages (an unknown
 // field is refused) and then checked field by field. A refusal names the
@@ -69,6 +76,22 @@
 //     parses the keys).
 //   - A null rule, jwtRule or portLevelMtls value is refused rather than
 //     skipped.
+//   - What the generators cannot apply as written, and would fail closed
+//     on, is refused (policy.CheckRuleValue, policy.CheckConditionKey,
+//     policy.CheckJWTKeySource, policy.OriginationProblems): a path
+//     template not led by "/", or with a literal Envoy's template matcher
+//     refuses ("=", which Istio allows), or longer than 256 bytes; "{"
+//     or "}" outside {*} and {**}; a trust domain with a "/" or a "*"
+//     inside it; an IP address with a zone; a claim name that is empty or
+//     holds a bracket, or claims nested more than 16 deep; a header name
+//     with a control character; inline jwks without a usable public
+//     signing key; a DestinationRule whose SIMPLE or MUTUAL TLS the
+//     generators refuse for every client it reaches (insecureSkipVerify
+//     where istiod runs without --allow-insecure-skip-verify, a
+//     credentialName in a rule without a workloadSelector or naming a
+//     Secret by namespace or URL, MUTUAL without a client certificate, a
+//     file path holding "~"). Istio admits these and then sends
+//     plaintext, matches nothing, or logs an error.
 //   - credentialName is refused unless tls.mode is SIMPLE or MUTUAL; Istio
 //     ignores it for DISABLE and ISTIO_MUTUAL.
 //   - Enum fields must hold a defined value; protojson accepts any number.

@@ -33,6 +33,14 @@ func AllowLoopbackHTTPJWKS(allow bool) Option {
 	return func(h *handler) { h.rules.jwksURLs.LoopbackHTTP = allow }
 }
 
+// AllowInsecureSkipVerify admits DestinationRules whose SIMPLE or MUTUAL
+// TLS skips verifying the server, when istiod is run to apply them
+// (--allow-insecure-skip-verify); by default they are refused, as
+// istiod's generators would refuse them.
+func AllowInsecureSkipVerify(allow bool) Option {
+	return func(h *handler) { h.rules.origination.AllowInsecureSkipVerify = allow }
+}
+
 // NewHandler serves the validating webhook on POST /validate and /validate/.
 func NewHandler(logger *slog.Logger, opts ...Option) http.Handler {
 	if logger == nil {

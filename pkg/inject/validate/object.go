@@ -40,42 +40,41 @@ type rules struct {
 	// jwksURLs is what RequestAuthentication key sets may be fetched
 	// from.
 	jwksURLs keyfetch.URLRule
+	// origination is what DestinationRules may originate TLS with.
+	origination policy.OriginationOptions
 }
 
+// Every kind follows package policy's rules, which the generators and
+// the problem log read too.
 var kinds = map[string]kind{
 	"PeerAuthentication": {
 		name:    "PeerAuthentication",
 		newSpec: func() proto.Message { return &security.PeerAuthentication{} },
 		check: func(p *problems, _ rules, _ *metav1.ObjectMeta, m proto.Message, _ []byte) {
-			checkPeerAuthentication(p, m.(*security.PeerAuthentication))
+			p.addFindings(policy.ValidatePeerAuthentication(m.(*security.PeerAuthentication)))
 		},
 	},
 	"AuthorizationPolicy": {
 		name:    "AuthorizationPolicy",
 		newSpec: func() proto.Message { return &security.AuthorizationPolicy{} },
 		check: func(p *problems, _ rules, meta *metav1.ObjectMeta, m proto.Message, raw []byte) {
-			ap := m.(*security.AuthorizationPolicy)
-			checkDryRun(p, meta, ap)
-			checkEmptyRuleLists(p, raw)
-			checkAuthorizationPolicy(p, ap)
+			p.addFindings(policy.ValidateAuthorizationPolicy(meta.Annotations, m.(*security.AuthorizationPolicy), raw))
 		},
 	},
 	"RequestAuthentication": {
 		name:    "RequestAuthentication",
 		newSpec: func() proto.Message { return &security.RequestAuthentication{} },
 		check: func(p *problems, r rules, _ *metav1.ObjectMeta, m proto.Message, _ []byte) {
-			checkRequestAuthentication(p, r, m.(*security.RequestAuthentication))
+			p.addFindings(policy.ValidateRequestAuthentication(m.(*security.RequestAuthentication), r.jwksURLs))
 		},
 	},
 	"DestinationRule": {
 		name:    "DestinationRule",
 		newSpec: func() proto.Message { return &networking.DestinationRule{} },
-		check: func(p *problems, _ rules, meta *metav1.ObjectMeta, m proto.Message, _ []byte) {
-			checkDestinationRule(p, meta.Namespace, m.(*networking.DestinationRule))
+		check: func(p *problems, r rules, meta *metav1.ObjectMeta, m proto.Message, _ []byte) {
+			p.addFindings(policy.ValidateDestinationRule(meta.Namespace, m.(*networking.DestinationRule), r.origination))
 		},
 	},
-	// Gateway and VirtualService follow package policy's rules, which the
-	// generators read too.
 	"Gateway": {
 		name:    "Gateway",
 		newSpec: func() proto.Message { return &networking.Gateway{} },
@@ -222,14 +221,6 @@ func (p *problems) addFindings(f policy.Findings) {
 	}
 }
 
-func (p *problems) addf(path, format string, args ...any) {
-	if len(p.list) >= maxProblems {
-		p.more++
-		return
-	}
-	p.list = append(p.list, path+": "+fmt.Sprintf(format, args...))
-}
-
 func (p *problems) err() error {
 	if len(p.list) == 0 {
 		return nil
@@ -240,6 +231,3 @@ func (p *problems) err() error {
 	}
 	return errors.New(msg)
 }
-
-// at appends an index to a field path.
-func at(path string, i int) string { return fmt.Sprintf("%s[%d]", path, i) }

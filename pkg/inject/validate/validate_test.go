@@ -96,7 +96,12 @@ func TestRequestAuthentication(t *testing.T) {
 				"outputClaimToHeaders":[{"header":"x-sub","claim":"sub"}],"timeout":"5s"}]}`,
 		},
 		"a JWT rule with inline jwks is allowed": {
+			kind: requestAuthn, spec: `{"jwtRules":[{"issuer":"i","jwks":"{\"keys\":[{\"kty\":\"EC\",\"crv\":\"P-256\",\"kid\":\"k1\",` +
+				`\"x\":\"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU\",\"y\":\"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0\"}]}"}]}`,
+		},
+		"inline jwks without a usable key is refused, as the generator refuses its tokens": {
 			kind: requestAuthn, spec: `{"jwtRules":[{"issuer":"i","jwks":"{\"keys\":[]}"}]}`,
+			refused: "spec.jwtRules[0].jwks: is not a JSON Web Key Set holding a usable public signing key",
 		},
 		"a rule without an issuer is refused": {
 			kind: requestAuthn, spec: `{"jwtRules":[{"jwksUri":"https://a/jwks"}]}`, refused: "spec.jwtRules[0].issuer: must be set",
@@ -159,7 +164,7 @@ func TestRequestAuthentication(t *testing.T) {
 		},
 		"a sub-millisecond timeout is refused": {
 			kind: requestAuthn, spec: `{"jwtRules":[{"issuer":"i","timeout":"0.0001s"}]}`,
-			refused: "spec.jwtRules[0].timeout: must be at least 1ms",
+			refused: "spec.jwtRules[0].timeout: duration must be at least 1ms",
 		},
 		"a null rule is refused": {
 			kind: requestAuthn, spec: `{"jwtRules":[null]}`, refused: "spec",
@@ -193,8 +198,17 @@ func TestDestinationRule(t *testing.T) {
 				"portLevelSettings":[{"port":{"number":9080},"tls":{"mode":"DISABLE"}}]},
 				"subsets":[{"name":"v1","labels":{"version":"v1"}}]}`,
 		},
-		"SIMPLE with a credentialName is allowed": {
+		"SIMPLE with a credentialName in a rule selecting its workloads is allowed": {
+			kind: destRule, spec: `{"host":"*.example.com","workloadSelector":{"matchLabels":{"app":"a"}},
+				"trafficPolicy":{"tls":{"mode":"SIMPLE","credentialName":"ca"}}}`,
+		},
+		"SIMPLE with a credentialName in a rule for every client is refused, as the generators refuse it": {
 			kind: destRule, spec: `{"host":"*.example.com","trafficPolicy":{"tls":{"mode":"SIMPLE","credentialName":"ca"}}}`,
+			refused: "spec.trafficPolicy.tls: refused by this istiod, whose clusters for it would get no endpoints: credentialName applies to a sidecar only in a rule with a workloadSelector",
+		},
+		"insecureSkipVerify is refused where istiod does not allow it": {
+			kind: destRule, spec: `{"host":"a","trafficPolicy":{"portLevelSettings":[{"port":{"number":443},"tls":{"mode":"SIMPLE","insecureSkipVerify":true}}]}}`,
+			refused: "spec.trafficPolicy.portLevelSettings[0].tls: refused by this istiod, whose clusters for it would get no endpoints: insecureSkipVerify is not allowed",
 		},
 		"MUTUAL with files is allowed": {
 			kind: destRule,
@@ -357,4 +371,24 @@ func TestRefusalIsBounded(t *testing.T) {
 	if out.Response.Allowed || !strings.Contains(msg, "and 191 more") {
 		t.Fatalf("message %q, want the first %d problems and a count", msg, maxProblems)
 	}
+}
+
+// Where istiod runs with --allow-insecure-skip-verify, the generators
+// apply such a rule, and the webhook admits it with a warning.
+func TestInsecureSkipVerifyWhereIstiodAllowsIt(t *testing.T) {
+	spec := `{"host":"a","trafficPolicy":{"tls":{"mode":"SIMPLE","insecureSkipVerify":true}}}`
+	h := NewHandler(testLogger(t), AllowInsecureSkipVerify(true))
+	out := admitBody(t, h, reviewFor(t, admission.APIVersionV1, destRule, admissionv1.Create, objectJSON(destRule, spec)))
+	if !out.Response.Allowed {
+		t.Fatalf("refused: %v", out.Response.Result)
+	}
+	if !strings.Contains(strings.Join(out.Response.Warnings, "\n"), "spec.trafficPolicy.tls.insecureSkipVerify: the server is not verified") {
+		t.Errorf("warnings %q", out.Response.Warnings)
+	}
+	runSpecCases(t, map[string]specCase{
+		"what Istio's validation refuses stays refused": {
+			kind: destRule, spec: `{"host":"a","trafficPolicy":{"tls":{"mode":"SIMPLE","caCertificates":"/ca.pem","insecureSkipVerify":true}}}`,
+			refused: "spec.trafficPolicy.tls.insecureSkipVerify: cannot be true",
+		},
+	}, AllowInsecureSkipVerify(true))
 }

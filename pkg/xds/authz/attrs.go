@@ -28,10 +28,8 @@ type attr struct {
 	// jwt attributes read the verified token's payload, which only Envoy's
 	// jwt_authn filter provides.
 	jwt bool
-	// check, when set, checks the whole list of values of one field, and
-	// checkKey the `when` key.
-	check      func(values []string) error
-	checkKey   func(key string) error
+	// Which keys and values are valid is package policy's rule
+	// (policy.CheckConditionKey, policy.CheckRuleValue).
 	principal  func(g gen, v string) (*rbacpb.Principal, error)
 	permission func(g gen, v string) (*rbacpb.Permission, error)
 }
@@ -51,7 +49,7 @@ func (g gen) td() string { return g.opts.TrustDomain.Name() }
 var (
 	attrPrincipal = &attr{key: "source.principal", identity: true, grpc: true, principal: principalOf}
 	attrNamespace = &attr{key: "source.namespace", identity: true, grpc: true, principal: namespaceOf}
-	attrSA        = &attr{key: "source.serviceAccount", identity: true, grpc: true, principal: serviceAccountOf, check: checkServiceAccounts}
+	attrSA        = &attr{key: "source.serviceAccount", identity: true, grpc: true, principal: serviceAccountOf}
 	attrTD        = &attr{key: "source.trustDomain", identity: true, principal: trustDomainOf}
 	attrSourceIP  = &attr{key: "source.ip", principal: sourceIPOf}
 	attrRemoteIP  = &attr{key: "remote.ip", principal: remoteIPOf}
@@ -60,15 +58,15 @@ var (
 	attrReqPrincipal = &attr{jwt: true, key: "request.auth.principal", httpOnly: true, principal: requestPrincipalOf}
 	attrReqAudiences = &attr{jwt: true, key: "request.auth.audiences", httpOnly: true, principal: claimOf("aud")}
 	attrReqPresenter = &attr{jwt: true, key: "request.auth.presenter", httpOnly: true, principal: claimOf("azp")}
-	attrReqClaims    = &attr{jwt: true, key: "request.auth.claims", httpOnly: true, principal: claimsOf, checkKey: checkClaimsKey}
-	attrHeader       = &attr{key: "request.headers", httpOnly: true, principal: headerOf, checkKey: checkHeaderKey}
+	attrReqClaims    = &attr{jwt: true, key: "request.auth.claims", httpOnly: true, principal: claimsOf}
+	attrHeader       = &attr{key: "request.headers", httpOnly: true, principal: headerOf}
 	attrHost         = &attr{key: "hosts", httpOnly: true, permission: hostOf}
 	attrMethod       = &attr{key: "methods", httpOnly: true, grpc: true, permission: methodOf}
 	attrPath         = &attr{key: "paths", httpOnly: true, grpc: true, permission: pathOf}
 	attrPort         = &attr{key: "destination.port", grpc: true, permission: portOf}
 	attrDestIP       = &attr{key: "destination.ip", permission: destIPOf}
 	attrSNI          = &attr{key: "connection.sni", permission: sniOf}
-	attrMetadata     = &attr{key: "experimental.envoy.filters.", permission: metadataOf, checkKey: checkMetadataKey}
+	attrMetadata     = &attr{key: "experimental.envoy.filters.", permission: metadataOf}
 )
 
 // whenAttr returns the attribute of a `when` key, nil for a key Istio does
@@ -190,9 +188,6 @@ func namespaceOf(g gen, v string) (*rbacpb.Principal, error) {
 // segments; where matching grants access on gRPC only our canonical ID
 // matches, as in grpcgen.
 func serviceAccountOf(g gen, v string) (*rbacpb.Principal, error) {
-	if err := checkServiceAccount(v); err != nil {
-		return nil, err
-	}
 	ns, sa, ok := strings.Cut(v, "/")
 	if !ok {
 		ns, sa = g.namespace, v
@@ -205,9 +200,6 @@ func serviceAccountOf(g gen, v string) (*rbacpb.Principal, error) {
 }
 
 func trustDomainOf(_ gen, v string) (*rbacpb.Principal, error) {
-	if err := checkTrustDomain(v); err != nil {
-		return nil, err
-	}
 	before, after, wild := strings.Cut(v, "*")
 	switch {
 	case v == "*":
@@ -245,11 +237,6 @@ func headerName(key string) (string, error) {
 		return "", fmt.Errorf("bad header name %q", name)
 	}
 	return name, nil
-}
-
-func checkHeaderKey(key string) error {
-	_, err := headerName(key)
-	return err
 }
 
 func headerOf(g gen, v string) (*rbacpb.Principal, error) {

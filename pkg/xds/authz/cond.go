@@ -1,10 +1,13 @@
 package authz
 
 import (
+	"errors"
 	"fmt"
 	"unicode/utf8"
 
 	rbacpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
+
+	"github.com/bulwark-mesh/bulwark/pkg/policy"
 )
 
 // cond is one condition of a rule: a from.source or to.operation field, or
@@ -12,6 +15,7 @@ import (
 type cond struct {
 	attr        *attr
 	key         string // the `when` key as written, or the field's name
+	when        bool   // whether key is a `when` key
 	where       string // the field, for problems: "from[0].source.principals", "when[1]"
 	valuesAt    string // where the values are: the field itself, or "when[1].values"
 	notValuesAt string
@@ -74,17 +78,11 @@ func compile[T any](b *ruleBuilder, s side[T], c cond) []T {
 		b.fail(c.where, "no values", true)
 		return nil
 	}
-	if a.checkKey != nil {
-		if err := a.checkKey(c.key); err != nil {
-			b.fail(c.where, err.Error(), true)
-			return nil
-		}
-	}
 	g := gen{opts: b.t.opts, namespace: b.policy.Namespace, key: c.key}
 	var out []T
 	if len(c.values) > 0 {
 		g.grant = b.allow()
-		if ms, ok := compileValues(b, s, a, g, c.valuesAt, c.values, false); ok {
+		if ms, ok := compileValues(b, s, a, g, c, c.valuesAt, c.values, false); ok {
 			if b.denyIdentityless() && a.identity && s.noIdentity != nil {
 				// No identity cannot prove it is not the one denied.
 				ms = append(ms, s.noIdentity())
@@ -94,7 +92,7 @@ func compile[T any](b *ruleBuilder, s side[T], c cond) []T {
 	}
 	if len(c.notValues) > 0 {
 		g.grant = !b.allow()
-		if ms, _ := compileValues(b, s, a, g, c.notValuesAt, c.notValues, true); len(ms) > 0 {
+		if ms, _ := compileValues(b, s, a, g, c, c.notValuesAt, c.notValues, true); len(ms) > 0 {
 			out = append(out, s.not(s.or(ms)))
 		}
 	}
@@ -103,13 +101,13 @@ func compile[T any](b *ruleBuilder, s side[T], c cond) []T {
 
 // compileValues translates each value; ok is false when one failed. For a
 // negated list (of a DENY rule) the values that did translate are returned.
-func compileValues[T any](b *ruleBuilder, s side[T], a *attr, g gen, at string, values []string, negated bool) (ms []T, ok bool) {
+// Whether a value can be applied is package policy's rule
+// (policy.CheckRuleValue), which the webhook follows too.
+func compileValues[T any](b *ruleBuilder, s side[T], a *attr, g gen, c cond, at string, values []string, negated bool) (ms []T, ok bool) {
 	ok = true
-	if a.check != nil {
-		if err := a.check(values); err != nil {
-			b.fail(at, err.Error(), true)
-			return nil, false
-		}
+	if msg := policy.CheckRuleValues(c.key, c.when, values); msg != "" {
+		b.fail(at, msg, true)
+		return nil, false
 	}
 	for i, v := range values {
 		var m T
@@ -120,7 +118,11 @@ func compileValues[T any](b *ruleBuilder, s side[T], a *attr, g gen, at string, 
 		case !utf8.ValidString(v):
 			err = fmt.Errorf("value is not UTF-8")
 		default:
-			m, err = s.gen(a)(g, v)
+			if msg := policy.CheckRuleValue(c.key, c.when, v); msg != "" {
+				err = errors.New(msg)
+			} else {
+				m, err = s.gen(a)(g, v)
+			}
 		}
 		if err != nil {
 			b.fail(fmt.Sprintf("%s[%d]", at, i), err.Error(), true)

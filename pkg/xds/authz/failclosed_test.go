@@ -30,21 +30,21 @@ func TestFailClosed(t *testing.T) {
 				`{action: DENY, rules: [{to: [{operation: {paths: ["/public/secret"]}}], when: [{key: "request.auth.claims[a[b]]", values: [x]}]}]}`,
 			},
 			envoy:    &check{allow: []req{{Path: "/public"}}, deny: []req{{Path: "/public/secret"}, {Path: "/x"}}},
-			problems: []string{"app/p0 rules[0].when[0]: claim name is empty or holds a bracket: rule dropped", "app/p1 rules[0].when[0]: claim name is empty or holds a bracket: left out"},
+			problems: []string{"app/p0 rules[0].when[0]: \"request.auth.claims[]\": a claim name is empty or holds a bracket: rule dropped", "app/p1 rules[0].when[0]: \"request.auth.claims[a[b]]\": a claim name is empty or holds a bracket: left out"},
 		},
 		"a bad port drops an ALLOW rule": testCase{
 			specs:        []string{`{rules: [{to: [{operation: {ports: ["8080", http]}}]}, {to: [{operation: {paths: [/ok]}}]}]}`},
-			problems:     []string{`rules[0].to[0].operation.ports[1]: bad port "http": rule dropped`},
-			grpcProblems: []string{`rules[0].to[0].operation.ports[1]: bad port "http": rule dropped`},
+			problems:     []string{`rules[0].to[0].operation.ports[1]: port "http" is not a number in 0-65535: rule dropped`},
+			grpcProblems: []string{`rules[0].to[0].operation.ports[1]: port "http" is not a number in 0-65535: rule dropped`},
 		}.both(&check{allow: []req{{Path: "/ok"}}, deny: []req{{Port: 8080}}}),
 		"a bad port leaves the ports out of a DENY rule": testCase{
 			specs:        []string{`{action: DENY, rules: [{to: [{operation: {ports: ["8080", "70000"], paths: [/a]}}]}]}`},
-			problems:     []string{`ports[1]: bad port "70000": left out`},
-			grpcProblems: []string{`ports[1]: bad port "70000": left out`},
+			problems:     []string{`ports[1]: port "70000" is not a number in 0-65535: left out`},
+			grpcProblems: []string{`ports[1]: port "70000" is not a number in 0-65535: left out`},
 		}.both(&check{allow: []req{{Path: "/b"}}, deny: []req{{Path: "/a", Port: 9090}}}),
 		"a bad not-port of a DENY rule is left out alone": testCase{
 			specs:        []string{`{action: DENY, rules: [{to: [{operation: {notPorts: ["8080", "-1"]}}]}]}`},
-			problems:     []string{`notPorts[1]: bad port "-1": left out`},
+			problems:     []string{`notPorts[1]: port "-1" is not a number in 0-65535: left out`},
 			grpcProblems: []string{`notPorts[1]`},
 		}.both(&check{allow: []req{{Port: 8080}}, deny: []req{{Port: 9090}}}),
 		"a bad CIDR drops an ALLOW rule and leaves the field out of a DENY rule": {
@@ -53,15 +53,15 @@ func TestFailClosed(t *testing.T) {
 				`{action: DENY, rules: [{from: [{source: {ipBlocks: ["fe80::1%eth0"]}}], to: [{operation: {paths: [/deny]}}]}]}`,
 			},
 			envoy:    &check{allow: []req{{Path: "/ok"}}, deny: []req{{Src: "10.0.0.1"}, {Path: "/deny", Src: "192.168.0.1"}}},
-			problems: []string{`app/p0 rules[0].from[0].source.ipBlocks[0]: bad CIDR block "10.0.0.0/33": rule dropped`, `app/p1 rules[0].from[0].source.ipBlocks[0]: bad IP address "fe80::1%eth0": left out`},
+			problems: []string{`app/p0 rules[0].from[0].source.ipBlocks[0]: "10.0.0.0/33" is not a CIDR range: rule dropped`, `app/p1 rules[0].from[0].source.ipBlocks[0]: "fe80::1%eth0" is not an IP address: left out`},
 		},
 		"an unknown when key drops an ALLOW rule and is left out of a DENY rule (Istio skips that rule)": testCase{
 			specs: []string{
 				`{rules: [{when: [{key: sourc.ip, values: [10.0.0.1]}]}, {to: [{operation: {paths: [/ok, /deny]}}]}]}`,
 				`{action: DENY, rules: [{to: [{operation: {paths: [/deny]}}], when: [{key: destination.namespace, values: [x]}]}]}`,
 			},
-			problems:     []string{`app/p0 rules[0].when[0]: unknown key "sourc.ip": rule dropped`, `app/p1 rules[0].when[0]: unknown key "destination.namespace": left out`},
-			grpcProblems: []string{`unknown key "sourc.ip"`, `unknown key "destination.namespace"`},
+			problems:     []string{`app/p0 rules[0].when[0]: "sourc.ip" is not a supported attribute: rule dropped`, `app/p1 rules[0].when[0]: "destination.namespace" is replaced by the policy's namespace: left out`},
+			grpcProblems: []string{`"sourc.ip" is not a supported attribute`, `"destination.namespace" is replaced`},
 		}.both(&check{allow: []req{{Path: "/ok"}}, deny: []req{{Path: "/deny"}, {Path: "/x"}}}),
 		"a when condition without values fails closed": {
 			specs:    []string{`{rules: [{when: [{key: source.ip}]}]}`},
@@ -75,12 +75,12 @@ func TestFailClosed(t *testing.T) {
 		}.both(denyAll),
 		"more than 16 service accounts fail closed": testCase{
 			specs:        []string{`{rules: [{from: [{source: {serviceAccounts: [a,b,c,d,e,f,g,h,i,j,k,l,m,"n",o,p,q]}}]}]}`},
-			problems:     []string{`serviceAccounts: 17 service accounts, at most 16 are allowed`},
-			grpcProblems: []string{`serviceAccounts: 17 service accounts`},
+			problems:     []string{`serviceAccounts: may hold at most 16 values`},
+			grpcProblems: []string{`serviceAccounts: may hold at most 16 values`},
 		}.both(denyAll),
 		"a bad service account fails closed": testCase{
 			specs:        []string{`{rules: [{from: [{source: {serviceAccounts: [a/b/c, "x*", "/y"]}}]}]}`},
-			problems:     []string{`serviceAccounts[0]: service account "a/b/c" is not`, `serviceAccounts[1]: service account "x*" has a wildcard`, `serviceAccounts[2]`},
+			problems:     []string{`serviceAccounts[0]: "a/b/c" is not a service account`, `serviceAccounts[1]: "x*": wildcards are not allowed`, `serviceAccounts[2]`},
 			grpcProblems: []string{`serviceAccounts[0]`, `serviceAccounts[1]`, `serviceAccounts[2]`},
 		}.both(denyAll),
 		"serviceAccounts combined with principals drop an ALLOW rule": testCase{
@@ -106,17 +106,17 @@ func TestFailClosed(t *testing.T) {
 		"bad path templates fail closed": {
 			specs:    []string{`{rules: [{to: [{operation: {paths: ["/a/{*}x", "/{**}/{*}", "a/{*}", "/a=b/{*}", "/a/{id}"]}}]}]}`},
 			envoy:    denyAll,
-			problems: []string{`paths[0]: path template "/a/{*}x" has the invalid segment`, `paths[1]: path template "/{**}/{*}" has an operator after {**}`, `paths[2]: path template "a/{*}" does not start with /`, `paths[3]`, `paths[4]: path "/a/{id}" has '{' or '}' outside`},
+			problems: []string{`paths[0]: "/a/{*}x": { and } may only appear as {*} or {**}`, `paths[1]: "/{**}/{*}": {**} must be the last template operator`, `paths[2]: "a/{*}": a path template must start with /`, `paths[3]`, `paths[4]: "/a/{id}": { and } may only appear as {*} or {**}`},
 		},
 		"bad header keys fail closed": {
 			specs:    []string{`{rules: [{when: [{key: "request.headers[]", values: [a]}]}, {when: [{key: "request.headersX", values: [a]}]}]}`},
 			envoy:    denyAll,
-			problems: []string{`rules[0].when[0]: key "request.headers[]" is not of the form`, `rules[1].when[0]: key "request.headersX"`},
+			problems: []string{`rules[0].when[0]: "request.headers[]" must have the form`, `rules[1].when[0]: "request.headersX"`},
 		},
 		"a bad metadata key fails closed": {
 			specs:    []string{`{rules: [{when: [{key: "experimental.envoy.filters.x", values: [a]}]}]}`},
 			envoy:    denyAll,
-			problems: []string{`key "experimental.envoy.filters.x" is not of the form`},
+			problems: []string{`"experimental.envoy.filters.x" must have the form`},
 		},
 	})
 }

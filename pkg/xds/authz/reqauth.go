@@ -7,6 +7,8 @@ import (
 
 	rbacpb "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	matcher "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+
+	"github.com/bulwark-mesh/bulwark/pkg/policy"
 )
 
 // Where Envoy's jwt_authn filter leaves the payload of a verified token:
@@ -15,7 +17,7 @@ import (
 const (
 	JWTFilterName     = "envoy.filters.http.jwt_authn"
 	JWTPayloadKey     = "payload"
-	maxClaimPathDepth = 16
+	maxClaimPathDepth = policy.MaxClaimDepth
 )
 
 // requestPrincipalOf matches "<iss>/<sub>" of the verified token, split at
@@ -73,11 +75,6 @@ func claimsOf(g gen, v string) (*rbacpb.Principal, error) {
 		return nil, err
 	}
 	return payloadMatch(path, stringOrList(wildcard(v))), nil
-}
-
-func checkClaimsKey(key string) error {
-	_, err := claimPath(key)
-	return err
 }
 
 // claimPath returns the claim names of "request.auth.claims[a][b]...".

@@ -9,6 +9,7 @@ import (
 	securityv1 "istio.io/api/security/v1"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/policy"
 )
 
 // ruleBuilder translates one rule of one policy.
@@ -68,6 +69,10 @@ func (b *ruleBuilder) build(r *securityv1.Rule) *rbacpb.Policy {
 		case !utf8.ValidString(key):
 			b.fail(where, "key is not UTF-8", true)
 			continue
+		case policy.CheckConditionKey(key) != "":
+			// Package policy's rule, the webhook's too.
+			b.fail(where, policy.CheckConditionKey(key), true)
+			continue
 		case a == nil:
 			b.fail(where, fmt.Sprintf("unknown key %q", key), true)
 			continue
@@ -77,7 +82,7 @@ func (b *ruleBuilder) build(r *securityv1.Rule) *rbacpb.Policy {
 			b.fail(where, key+" is not supported on proxyless gRPC", true)
 			continue
 		}
-		c := cond{attr: a, key: key, where: where, valuesAt: where + ".values", notValuesAt: where + ".notValues",
+		c := cond{attr: a, key: key, when: true, where: where, valuesAt: where + ".values", notValuesAt: where + ".notValues",
 			values: w.GetValues(), notValues: w.GetNotValues()}
 		if a.permission != nil {
 			whenPermissions = append(whenPermissions, compile(b, permissions, c)...)

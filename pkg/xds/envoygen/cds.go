@@ -20,6 +20,7 @@ import (
 	networkingv1 "istio.io/api/networking/v1"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/policy"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
 
@@ -220,21 +221,7 @@ func (b *builder) tlsOf(oc outboundCluster) clusterTLS {
 // subset's port-level setting, the subset's, the rule's port-level, the
 // rule's; nil when the rule does not say.
 func (oc outboundCluster) tlsSettings() *networkingv1.ClientTLSSettings {
-	if s := drTLS(oc.subset.GetTrafficPolicy(), oc.port.Port); s != nil {
-		return s
-	}
-	return drTLS(oc.dr.GetSpec().GetTrafficPolicy(), oc.port.Port)
-}
-
-// drTLS is a traffic policy's TLS for port: port-level first. A nil result
-// means the policy does not say.
-func drTLS(tp *networkingv1.TrafficPolicy, port uint32) *networkingv1.ClientTLSSettings {
-	for _, pl := range tp.GetPortLevelSettings() {
-		if pl.GetPort().GetNumber() == port && pl.GetTls() != nil {
-			return pl.GetTls()
-		}
-	}
-	return tp.GetTls()
+	return policy.ClientTLS(oc.dr.GetSpec(), oc.subset, oc.port.Port)
 }
 
 func (b *builder) outboundClusterResource(oc outboundCluster) resource.Resource {

@@ -1,9 +1,7 @@
 package envoygen
 
 import (
-	"errors"
 	"fmt"
-	"strings"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -13,6 +11,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	networkingv1 "istio.io/api/networking/v1"
+
+	"github.com/bulwark-mesh/bulwark/pkg/policy"
 )
 
 // SDS resource names of TLS origination, as Istio names them: Kubernetes
@@ -29,70 +29,17 @@ const (
 	systemRoots = "system"
 )
 
-// Reasons a DestinationRule's SIMPLE or MUTUAL TLS is refused; the
-// cluster then has no endpoints, so nothing is sent in plaintext or to an
-// unverified server. (Istio honours insecureSkipVerify, and sends
-// plaintext where MUTUAL lacks a client certificate or a credentialName
-// rule lacks a workloadSelector.)
-var (
-	ErrInsecureSkipVerify = errors.New("insecureSkipVerify is not allowed by this istiod (--allow-insecure-skip-verify)")
-	ErrInsecureVerifying  = errors.New("insecureSkipVerify cannot be true with caCertificates or subjectAltNames, nor in SIMPLE with credentialName (Istio's validation)")
-	ErrMissingClientCert  = errors.New("MUTUAL needs credentialName, or clientCertificate and privateKey")
-	ErrForeignCredential  = errors.New("credentialName applies to a sidecar only in a rule with a workloadSelector")
-	ErrCredentialName     = errors.New("credentialName must be a plain Secret name, of the client's namespace")
-	ErrFilePath           = errors.New("file paths must not contain '~', which separates them in SDS names")
-	errNotOrigination     = errors.New("not a SIMPLE or MUTUAL rule")
-)
-
-// CheckOrigination reports why a DestinationRule's TLS settings cannot be
-// applied as written whoever the client is, or nil. Whether a
-// credentialName rule selects the client is checked apart
-// (ErrForeignCredential).
-func CheckOrigination(s *networkingv1.ClientTLSSettings, m Mesh) error {
-	switch s.GetMode() {
-	case networkingv1.ClientTLSSettings_SIMPLE, networkingv1.ClientTLSSettings_MUTUAL:
-	default:
-		return errNotOrigination
-	}
-	if insecure := s.GetInsecureSkipVerify().GetValue(); insecure && !m.AllowInsecureSkipVerify {
-		return ErrInsecureSkipVerify
-	} else if insecure && (s.GetCaCertificates() != "" || len(s.GetSubjectAltNames()) > 0 ||
-		(s.GetMode() == networkingv1.ClientTLSSettings_SIMPLE && s.GetCredentialName() != "")) {
-		return ErrInsecureVerifying
-	}
-	if name := s.GetCredentialName(); name != "" {
-		if strings.ContainsAny(name, "/:") {
-			return fmt.Errorf("%w: %q", ErrCredentialName, name)
-		}
-		return nil
-	}
-	mutual := s.GetMode() == networkingv1.ClientTLSSettings_MUTUAL
-	if mutual && (s.GetClientCertificate() == "" || s.GetPrivateKey() == "") {
-		return ErrMissingClientCert
-	}
-	for _, p := range []string{s.GetClientCertificate(), s.GetPrivateKey(), s.GetCaCertificates(), s.GetCaCrl()} {
-		if strings.Contains(p, fileSeparator) {
-			return fmt.Errorf("%w: %q", ErrFilePath, p)
-		}
-	}
-	return nil
-}
-
 // originationProblem is why oc's SIMPLE or MUTUAL settings s cannot be
-// applied for this proxy, or nil.
+// applied for this proxy, or nil: package policy's rule
+// (policy.CheckOriginationFor), which the webhook and the problem log
+// follow too.
 func (b *builder) originationProblem(oc outboundCluster, s *networkingv1.ClientTLSSettings) error {
-	if err := CheckOrigination(s, b.g.Mesh); err != nil {
-		return err
+	var scope policy.RuleScope
+	if oc.dr != nil {
+		scope = policy.RuleScope{Namespace: oc.dr.Namespace, Selected: oc.dr.Spec.GetWorkloadSelector() != nil}
 	}
-	// A Secret is read with the client's identity in the client's
-	// namespace. As in Istio, only a rule that selects its workloads
-	// (which is of their own namespace) may name one, so that a rule of
-	// another namespace, or for the whole namespace, does not make every
-	// client ask for a Secret of its own namespace.
-	if s.GetCredentialName() != "" && (oc.dr == nil || oc.dr.Spec.GetWorkloadSelector() == nil || oc.dr.Namespace != b.p.Namespace) {
-		return ErrForeignCredential
-	}
-	return nil
+	return policy.CheckOriginationFor(s, policy.OriginationOptions{AllowInsecureSkipVerify: b.g.Mesh.AllowInsecureSkipVerify},
+		scope, b.p.Namespace)
 }
 
 // originationContext is the UpstreamTlsContext of a DestinationRule's

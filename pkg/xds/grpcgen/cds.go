@@ -11,6 +11,7 @@ import (
 	networkingv1 "istio.io/api/networking/v1"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	meshpolicy "github.com/bulwark-mesh/bulwark/pkg/policy"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
 
@@ -73,11 +74,7 @@ func subsetOf(snap *model.Snapshot, p *Proxy, host, name string) (*networkingv1.
 // endpoints.
 func (g *Generator) subsetMTLS(snap *model.Snapshot, dr *networkingv1.DestinationRule, ss *networkingv1.Subset, svc *model.Service, port model.Port) ([]string, bool) {
 	sans, auto := g.endpointTLSOf(snap, svc, subsetEndpoints(svc.Endpoints[port.Port], ss))
-	tls := drTLS(&networkingv1.DestinationRule{TrafficPolicy: ss.GetTrafficPolicy()}, port.Port)
-	if tls == nil {
-		tls = drTLS(dr, port.Port)
-	}
-	return decideMTLS(tls, sans, auto)
+	return decideMTLS(meshpolicy.ClientTLS(dr, ss, port.Port), sans, auto)
 }
 
 // decideMTLS is the choice of a DestinationRule's TLS settings, tls
@@ -120,7 +117,7 @@ func (g *Generator) upstreamMTLS(snap *model.Snapshot, p *Proxy, svc *model.Serv
 	sans, auto := g.endpointTLS(snap, svc, port)
 	var tls *networkingv1.ClientTLSSettings
 	if dr := snap.DestinationRuleFor(svc.Hostname, p.Namespace, p.Labels); dr != nil {
-		tls = drTLS(dr.Spec, port.Port)
+		tls = meshpolicy.ClientTLS(dr.Spec, nil, port.Port)
 	}
 	return decideMTLS(tls, sans, auto)
 }
@@ -200,15 +197,4 @@ func ReadsService(typeURL, name, hostname string) bool {
 		return host == hostname
 	}
 	return false
-}
-
-// drTLS is the rule's TLS setting for port: port-level first.
-func drTLS(dr *networkingv1.DestinationRule, port uint32) *networkingv1.ClientTLSSettings {
-	tp := dr.GetTrafficPolicy()
-	for _, pl := range tp.GetPortLevelSettings() {
-		if pl.GetPort().GetNumber() == port && pl.GetTls() != nil {
-			return pl.GetTls()
-		}
-	}
-	return tp.GetTls()
 }

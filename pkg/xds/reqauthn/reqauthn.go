@@ -54,6 +54,7 @@ import (
 
 	"github.com/bulwark-mesh/bulwark/pkg/authn/keyfetch"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/policy"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/authz"
 )
 
@@ -119,12 +120,7 @@ func Sources(policies []*model.RequestAuthentication, rule keyfetch.URLRule) []k
 
 // source is where r's key set is fetched from; false when it has inline
 // jwks or names nothing to fetch.
-func source(r *securityv1.JWTRule) (keyfetch.JWKSSource, bool) {
-	if r.GetJwks() != "" || (r.GetIssuer() == "" && r.GetJwksUri() == "") {
-		return keyfetch.JWKSSource{}, false
-	}
-	return keyfetch.JWKSSource{Issuer: r.GetIssuer(), JWKSURI: r.GetJwksUri()}, true
-}
+func source(r *securityv1.JWTRule) (keyfetch.JWKSSource, bool) { return policy.JWTKeySource(r) }
 
 // Filter returns the jwt_authn filter for the RequestAuthentications that
 // select a workload, nil when they have no rule, and the rules that fail
@@ -232,24 +228,17 @@ func localJWKS(doc string) *jwtauthn.JwtProvider_LocalJwks {
 }
 
 // keySet is the key set to inline for r, and why it rejects every token
-// when it is RejectAllJWKS.
+// when it is RejectAllJWKS: package policy's rule for where a key set
+// comes from (policy.CheckJWTKeySource, which the webhook follows too),
+// then whether it has been fetched.
 func keySet(r *securityv1.JWTRule, keys Keys, rule keyfetch.URLRule) (string, string) {
+	if p := policy.CheckJWTKeySource(r, rule); p != nil {
+		return keyfetch.RejectAllJWKS, p.Reason
+	}
 	if j := r.GetJwks(); j != "" {
-		if err := keyfetch.CheckJWKS(j); err != nil {
-			return keyfetch.RejectAllJWKS, "its jwks holds no usable public signing key"
-		}
 		return j, ""
 	}
-	src, ok := source(r)
-	if !ok {
-		return keyfetch.RejectAllJWKS, "neither issuer nor jwksUri"
-	}
-	if err := rule.CheckSource(src); err != nil {
-		if src.JWKSURI != "" {
-			return keyfetch.RejectAllJWKS, "its jwksUri is not fetched: " + err.Error()
-		}
-		return keyfetch.RejectAllJWKS, "its issuer's discovery document is not fetched: " + err.Error()
-	}
+	src, _ := source(r)
 	if keys == nil {
 		return keyfetch.RejectAllJWKS, "its key set has not been fetched"
 	}
