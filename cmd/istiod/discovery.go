@@ -45,6 +45,8 @@ func discovery(ctx context.Context, args []string, getenv func(string) string, s
 	fs.DurationVar(&cfg.RemoteClusterTimeout, "remote-cluster-timeout", remoteTimeout, "how long istiod's readiness waits for each remote cluster of the remote secrets present at startup to be read, as Istio's PILOT_REMOTE_CLUSTER_TIMEOUT (env PILOT_REMOTE_CLUSTER_TIMEOUT); 0: as long as it takes")
 	scopeGateways, scopeGatewaysErr := strconv.ParseBool(envOr(getenv, "PILOT_SCOPE_GATEWAY_TO_NAMESPACE", "false"))
 	fs.BoolVar(&cfg.ScopeGatewayToNamespace, "scope-gateway-to-namespace", scopeGateways, "apply to a gateway pod only the Gateways of its own namespace, as Istio's PILOT_SCOPE_GATEWAY_TO_NAMESPACE (env PILOT_SCOPE_GATEWAY_TO_NAMESPACE); default: a Gateway of any namespace whose selector matches the pod applies, as in Istio")
+	ingressTLS, ingressTLSErr := strconv.ParseBool(envOr(getenv, "ENABLE_TLS_ON_SIDECAR_INGRESS", "false"))
+	fs.BoolVar(&cfg.SidecarIngressTLS, "tls-on-sidecar-ingress", ingressTLS, "terminate the tls of a Sidecar's ingress listener on its port, as Istio's ENABLE_TLS_ON_SIDECAR_INGRESS (env ENABLE_TLS_ON_SIDECAR_INGRESS); default: such a port is served as without tls, as in Istio")
 	extraNames := fs.String("serving-dns-names", "", "extra DNS names for istiod's serving certificate, comma-separated")
 	fs.DurationVar(&cfg.DefaultCertTTL, "workload-cert-ttl", cfg.DefaultCertTTL, "default workload certificate lifetime")
 	fs.DurationVar(&cfg.MaxCertTTL, "max-workload-cert-ttl", cfg.MaxCertTTL, "longest workload certificate lifetime a caller may ask for")
@@ -72,6 +74,9 @@ func discovery(ctx context.Context, args []string, getenv func(string) string, s
 		return usageError{fmt.Errorf("remote-cluster-timeout: %v is negative", cfg.RemoteClusterTimeout)}
 	case cfg.RemoteClusterTimeout == 0:
 		cfg.RemoteClusterTimeout = -1 // as long as it takes
+	}
+	if ingressTLSErr != nil && !flagSet(fs, "tls-on-sidecar-ingress") {
+		return usageError{fmt.Errorf("ENABLE_TLS_ON_SIDECAR_INGRESS: %w", ingressTLSErr)}
 	}
 	cfg.InCluster = cfg.Kubeconfig == "" && getenv("KUBERNETES_SERVICE_HOST") != ""
 	cfg.PodName = getenv("POD_NAME")

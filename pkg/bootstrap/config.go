@@ -88,6 +88,9 @@ type Config struct {
 	// their issuer's discovery), istiod's own loopback ports among them;
 	// the admission webhook then admits such rules too.
 	AllowLoopbackHTTPJWKS bool
+	// SidecarIngressTLS terminates the tls of Sidecar ingress listeners
+	// (Istio's ENABLE_TLS_ON_SIDECAR_INGRESS).
+	SidecarIngressTLS bool
 
 	// ConfigDir holds the mesh model as Kubernetes-style YAML manifests
 	// (Services, WorkloadEntries, Istio security resources); watched.

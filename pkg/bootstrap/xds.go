@@ -85,6 +85,7 @@ func (s *Server) wireXDS(chain authn.Authenticator, td spiffeid.TrustDomain) err
 		AllowInsecureSkipVerify: s.cfg.AllowInsecureSkipVerify,
 		ScopeGatewayToNamespace: s.cfg.ScopeGatewayToNamespace,
 		AllowLoopbackHTTPJWKS:   s.cfg.AllowLoopbackHTTPJWKS,
+		SidecarIngressTLS:       s.cfg.SidecarIngressTLS,
 		Registerer:              s.registry,
 		Logger:                  s.log.With("component", "xds"),
 

@@ -92,6 +92,7 @@ func entryServices(entries []*ServiceEntry, k8s []*Service, domain string, workl
 	// hostnames; owner the namespace of each hostname's service, and
 	// taken the namespaces that have a service of each hostname.
 	short, owner, taken, firstOf := map[string]bool{}, map[string]string{}, map[string]bool{}, map[string]bool{}
+	slot := map[string]*Service{} // the service of each host and namespace (entrymerge.go)
 	addrsTaken := map[string]bool{}
 	for _, svc := range k8s {
 		s := strings.TrimSuffix(svc.Hostname, ".svc."+domain)
@@ -137,7 +138,9 @@ func entryServices(entries []*ServiceEntry, k8s []*Service, domain string, workl
 				notes = append(notes, EntryNote{Entry: se.Meta, Host: host, Reason: "a Kubernetes service of its namespace has it"})
 				continue
 			case taken[name+"/"+se.Namespace]:
-				notes = append(notes, EntryNote{Entry: se.Meta, Host: host, Reason: "an older ServiceEntry of its namespace has it"})
+				if !mergeEntry(slot[name+"/"+se.Namespace], se, ports, entryEndpoints(se, host, ports, workloads, pods)) {
+					notes = append(notes, EntryNote{Entry: se.Meta, Host: host, Reason: "an older ServiceEntry of its namespace has it"})
+				}
 				continue
 			}
 			first := !k8sHost && !firstOf[name]
@@ -158,13 +161,17 @@ func entryServices(entries []*ServiceEntry, k8s []*Service, domain string, workl
 			svc := &Service{Meta: se.Meta, Hostname: host, Addresses: own, Ports: ports, Entry: entry,
 				Selector: maps.Clone(spec.GetWorkloadSelector().GetLabels()), ExportTo: slices.Clone(spec.GetExportTo())}
 			svc.Endpoints = entryEndpoints(se, host, ports, workloads, pods)
-			SortEndpoints(svc.Endpoints)
+			slot[name+"/"+se.Namespace] = svc
 			if first {
 				primary = append(primary, svc)
 			} else {
 				alternates = append(alternates, svc)
 			}
 		}
+	}
+	// Sorted once the entries merged into them have added theirs.
+	for _, svc := range slot {
+		SortEndpoints(svc.Endpoints)
 	}
 	return primary, alternates, notes
 }

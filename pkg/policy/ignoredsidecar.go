@@ -10,17 +10,28 @@ import (
 
 // The fields of a Sidecar that Envoy sidecars honour (pkg/model chooses
 // a proxy's Sidecar and reads its egress hosts, pkg/xds/envoygen scopes
-// the proxy's configuration by them): workloadSelector, egress hosts and
-// port numbers, outboundTrafficPolicy mode.
+// the proxy's configuration by them and builds its ingress listeners):
+// workloadSelector, egress hosts and port numbers, outboundTrafficPolicy
+// mode, ingress listeners (port, bind as the chains' name,
+// defaultEndpoint, captureMode DEFAULT and IPTABLES, connectionPool, and
+// tls where istiod is told to), inboundConnectionPool.
 var sidecarPortFields = set("number", "name", "protocol")
 
 func ignoredInSidecar(_ map[string]string, spec map[string]any) []string {
 	out := invalidSidecar(spec)
-	if len(list(spec["ingress"])) > 0 {
-		out = append(out, "spec.ingress: ingress listeners are not honoured; inbound traffic is served as without them (from the workload's Services)")
-	}
-	if _, ok := spec["inboundConnectionPool"]; ok {
-		out = append(out, "spec.inboundConnectionPool: not honoured; Envoy's defaults apply")
+	for i, in := range list(spec["ingress"]) {
+		p := fmt.Sprintf("spec.ingress[%d]", i)
+		l := object(in)
+		if m, _ := l["captureMode"].(string); m == "NONE" {
+			out = append(out, p+".captureMode: NONE is not honoured: no listener is bound to the port; traffic redirected to it takes the inbound passthrough chains (its cluster is built)")
+		}
+		if _, ok := l["tls"]; ok {
+			out = append(out, p+".tls: honoured only where istiod runs with ENABLE_TLS_ON_SIDECAR_INGRESS=true (--tls-on-sidecar-ingress), as in Istio; otherwise the port is served as without it")
+		}
+		out = append(out, unknownFields(p, l, set("port", "bind", "captureMode", "defaultEndpoint", "tls", "connectionPool"))...)
+		if port := object(l["port"]); port != nil {
+			out = append(out, unknownFields(p+".port", port, sidecarPortFields)...)
+		}
 	}
 	out = append(out, unknownFields("spec", spec, set("workloadSelector", "egress", "outboundTrafficPolicy", "ingress", "inboundConnectionPool"))...)
 	for i, e := range list(spec["egress"]) {

@@ -66,11 +66,14 @@ func TestSidecarFieldsRead(t *testing.T) {
 		"egress hosts, ports, a selector and the outbound policy are honoured": {
 			spec: `{"workloadSelector":{"labels":{"app":"a"}},"egress":[{"port":{"number":80,"name":"http"},"hosts":["./*"]},{"hosts":["istio-system/*"]}],"outboundTrafficPolicy":{"mode":"REGISTRY_ONLY"}}`,
 		},
-		"ingress listeners and the inbound pool are not": {
-			spec: `{"ingress":[{"port":{"number":80,"protocol":"HTTP","name":"http"},"defaultEndpoint":"127.0.0.1:8080"}],"inboundConnectionPool":{"tcp":{"maxConnections":10}}}`,
+		"ingress listeners and the inbound pool are honoured": {
+			spec: `{"ingress":[{"port":{"number":80,"protocol":"HTTP","name":"http"},"bind":"0.0.0.0","captureMode":"IPTABLES","defaultEndpoint":"127.0.0.1:8080","connectionPool":{"http":{"http2MaxRequests":10}}}],"inboundConnectionPool":{"tcp":{"maxConnections":10}}}`,
+		},
+		"an ingress listener bound to its port is not, its tls only where istiod is told to": {
+			spec: `{"ingress":[{"port":{"number":8443,"protocol":"HTTPS","name":"https"},"captureMode":"NONE","defaultEndpoint":"127.0.0.1:8080","tls":{"mode":"SIMPLE","serverCertificate":"/etc/c.pem","privateKey":"/etc/k.pem"}}]}`,
 			want: []string{
-				"spec.ingress: ingress listeners are not honoured; inbound traffic is served as without them (from the workload's Services)",
-				"spec.inboundConnectionPool: not honoured; Envoy's defaults apply",
+				"spec.ingress[0].captureMode: NONE is not honoured: no listener is bound to the port; traffic redirected to it takes the inbound passthrough chains (its cluster is built)",
+				"spec.ingress[0].tls: honoured only where istiod runs with ENABLE_TLS_ON_SIDECAR_INGRESS=true (--tls-on-sidecar-ingress), as in Istio; otherwise the port is served as without it",
 			},
 		},
 		"an egress listener's bind, capture mode and protocol are not": {

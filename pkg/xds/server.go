@@ -152,6 +152,9 @@ type Config struct {
 	// fetched over plain http from loopback hosts; without it such a
 	// rule's issuer gets a key set that rejects every token.
 	AllowLoopbackHTTPJWKS bool
+	// SidecarIngressTLS terminates the tls of Sidecar ingress listeners,
+	// as Istio's ENABLE_TLS_ON_SIDECAR_INGRESS.
+	SidecarIngressTLS bool
 }
 
 // Server is the ADS server.

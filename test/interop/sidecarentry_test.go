@@ -394,6 +394,33 @@ spec:
 			want: "outbound|80||api-v2.example.com"},
 		httpTo("api.example.com", 80, "outbound|80||api.example.com"),
 	},
+}, {
+	sidecarScenario: sidecarScenario{name: "two entries of one namespace for one host: their ports merged", pods: []string{"app/sleep-1", "other/backend-1"},
+		istio: entryIn("app", "merge-a", "2026-01-01T00:00:00Z", `  hosts: [merge.example.com]
+  location: MESH_EXTERNAL
+  resolution: STATIC
+  ports: [{name: http, number: 80, protocol: HTTP}]
+  endpoints: [{address: 192.0.2.71}]
+`) + entryIn("app", "merge-b", "2026-01-01T00:05:00Z", `  hosts: [merge.example.com]
+  location: MESH_EXTERNAL
+  resolution: STATIC
+  ports: [{name: http-alt, number: 8080, protocol: HTTP}, {name: http, number: 80, protocol: HTTP}]
+  endpoints: [{address: 192.0.2.72}]
+`)},
+	calls: []entryCall{httpTo("merge.example.com", 80, "outbound|80||merge.example.com"), httpTo("merge.example.com", 8080, "outbound|8080||merge.example.com")},
+}, {
+	sidecarScenario: sidecarScenario{name: "two DNS entries of one namespace for one host, TCP and TLS ports", pods: []string{"app/sleep-1"},
+		istio: entryIn("app", "dns-a", "2026-01-01T00:00:00Z", `  hosts: [mdns.example.com]
+  location: MESH_EXTERNAL
+  resolution: DNS
+  ports: [{name: tls, number: 443, protocol: TLS}]
+`) + entryIn("app", "dns-b", "2026-01-01T00:05:00Z", `  hosts: [mdns.example.com]
+  location: MESH_EXTERNAL
+  resolution: DNS
+  ports: [{name: tcp, number: 7001, protocol: TCP}, {name: tls, number: 443, protocol: TLS}]
+  endpoints: [{address: b.example.net}]
+`)},
+	calls: []entryCall{tlsTo(unknownIP, 443, "mdns.example.com", "outbound|443||mdns.example.com"), tcpTo(unknownIP, 7001, "outbound|7001||mdns.example.com")},
 }}
 
 // TestSidecarServiceEntrySimulation is TestSidecarSimulation for

@@ -116,6 +116,7 @@ CITADEL_SELF_SIGNED_ROOT_CERT_GRACE_PERIOD_PERCENTILE: root-grace-percentile
 ISTIOD_CUSTOM_HOST: serving-dns-names
 PILOT_REMOTE_CLUSTER_TIMEOUT: remote-cluster-timeout
 PILOT_SCOPE_GATEWAY_TO_NAMESPACE: scope-gateway-to-namespace
+ENABLE_TLS_ON_SIDECAR_INGRESS: tls-on-sidecar-ingress
 {{- end -}}
 
 {{/*

@@ -103,12 +103,7 @@ func (b *builder) clusters() []resource.Resource {
 	for _, oc := range b.outboundClusters() {
 		out = append(out, b.outboundClusterResource(oc))
 	}
-	for _, t := range b.inboundTargets() {
-		name := inboundClusterName(t.port)
-		out = append(out, resource.Resource{Name: name, Key: key("cds", name), Build: func() (proto.Message, error) {
-			return originalDst(name, true), nil
-		}})
-	}
+	out = append(out, b.inboundClusters()...)
 	out = append(out,
 		resource.Resource{Name: passthroughCluster, Key: key("cds", passthroughCluster), Build: func() (proto.Message, error) {
 			return withDownstreamProtocol(originalDst(passthroughCluster, false))

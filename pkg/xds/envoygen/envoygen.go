@@ -44,7 +44,6 @@
 package envoygen
 
 import (
-	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -105,6 +104,11 @@ type Mesh struct {
 	// that rejects every token. Not Istio's either: istiod's operator, not
 	// a rule's author, may point istiod at its own loopback ports.
 	AllowLoopbackHTTPJWKS bool
+	// SidecarIngressTLS terminates the `tls` of a Sidecar's ingress
+	// listener on its port (Istio's ENABLE_TLS_ON_SIDECAR_INGRESS, off by
+	// default there too); without it such a listener's port is served as
+	// without `tls`. Not part of Istio's mesh config either.
+	SidecarIngressTLS bool
 	// TLSDefaults (mesh config tlsDefaults) are the ECDH curves and
 	// cipher suites of a DestinationRule's SIMPLE or MUTUAL TLS, as Istio
 	// applies them; empty ones leave Envoy's defaults.
@@ -265,7 +269,11 @@ func (g *Generator) Scope(snap *model.Snapshot, p *Proxy) string {
 	}
 	out = append(out, '|')
 	for _, t := range b.inboundTargets() {
-		out = appendPart(out, fmt.Sprintf("%d/%d/%s/%d", t.port, t.protocol, t.svc.Hostname, t.svcPort.Port))
+		out = appendPart(out, t.scopePart())
+	}
+	// The clusters of its Sidecar's ingress listeners to its own address.
+	if s := b.ingressScope(b.ingressListeners()); s != "" {
+		out = appendPart(append(out, "|ingress|"...), s)
 	}
 	// An endpoint of a headless service has no outbound listener to its
 	// own address, which its peers have.

@@ -11,9 +11,11 @@ import (
 	listener "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+	networkingv1 "istio.io/api/networking/v1"
 
 	"github.com/bulwark-mesh/bulwark/pkg/authn/keyfetch"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
@@ -27,22 +29,43 @@ const (
 	virtualInboundPort = 15006
 )
 
-// inboundTarget is a port of the workload that a service sends to.
+// inboundTarget is a port of the workload that a service sends to, or
+// that an ingress listener of its Sidecar declares (sidecaringress.go).
 type inboundTarget struct {
 	port     uint32 // the target (container) port
 	protocol protocol
-	svc      *model.Service
+	svc      *model.Service // nil for an ingress listener
 	svcPort  model.Port
+	// Of an ingress listener: the listener, the address its chains are
+	// named by, and its own TLS when honoured.
+	ingress *networkingv1.IstioIngressListener
+	bind    string
+	tls     *networkingv1.ServerTLSSettings
+}
+
+// scopePart is what of t a proxy's scope reads.
+func (t inboundTarget) scopePart() string {
+	host := ""
+	if t.svc != nil {
+		host = t.svc.Hostname
+	}
+	return fmt.Sprintf("%d/%d/%s/%d", t.port, t.protocol, host, t.svcPort.Port)
 }
 
 // inboundTargets are the target ports of the services that select the
 // proxy's workload (services of its namespace whose selector its labels
 // match), one per port: the first service by hostname decides a port
 // claimed twice. A named target port is resolved by the service's
-// endpoint at one of the proxy's addresses.
+// endpoint at one of the proxy's addresses. When the proxy's Sidecar has
+// ingress listeners, they are the targets instead (sidecaringress.go).
 func (b *builder) inboundTargets() []inboundTarget {
 	if b.targets != nil {
 		return *b.targets
+	}
+	if in := b.ingressListeners(); in != nil {
+		out := b.ingressTargets(in)
+		b.targets = &out
+		return out
 	}
 	out := []inboundTarget{}
 	seen := map[uint32]bool{}
@@ -93,6 +116,8 @@ type chainSpec struct {
 	http      bool
 	cluster   string
 	vhostName string // HTTP: the inbound virtual host's name
+	// serverTLS terminates an ingress listener's own TLS (sidecaringress.go).
+	serverTLS *tlsv3.DownstreamTlsContext
 }
 
 // inboundChains are the chains of one port (or of the passthrough when
@@ -152,8 +177,17 @@ func (b *builder) inboundListener() resource.Resource {
 		mode := b.snap.MTLSMode(b.p.Namespace, b.p.Labels, t.port)
 		cluster := inboundClusterName(t.port)
 		vhost := "inbound|http|" + strconv.FormatUint(uint64(t.svcPort.Port), 10)
-		specs = append(specs, inboundChains(t.port, t.protocol, mode, cluster, vhost)...)
+		if t.ingress != nil {
+			specs = append(specs, b.ingressChains(t, mode, cluster, vhost)...)
+		} else {
+			specs = append(specs, inboundChains(t.port, t.protocol, mode, cluster, vhost)...)
+		}
 		fmt.Fprintf(&k, "%d:%d:%d:%d,", t.port, t.protocol, mode, t.svcPort.Port)
+	}
+	if len(targets) > 0 && targets[0].ingress != nil {
+		// Names and TLS of ingress chains: the Sidecar's content, and
+		// the proxy's address for chains without bind.
+		k.WriteString("ingress:" + b.sidecarKey() + ":" + b.inboundBindName() + ";")
 	}
 	mode := b.snap.MTLSMode(b.p.Namespace, b.p.Labels, 0)
 	specs = append(specs, inboundChains(0, protoAuto, mode, inboundPassthroughCluster, "inbound|http|0")...)
@@ -241,7 +275,14 @@ func (b *builder) inboundChain(s chainSpec, httpRBAC []*hcm.HttpFilter, tcpRBAC 
 	if s.port != 0 {
 		fc.FilterChainMatch.DestinationPort = wrapperspb.UInt32(s.port)
 	}
-	if s.mtls {
+	switch {
+	case s.serverTLS != nil:
+		ts, err := transportSocket(tlsSocketName, s.serverTLS)
+		if err != nil {
+			return nil, err
+		}
+		fc.TransportSocket = ts
+	case s.mtls:
 		alpn := serverTCPALPNs
 		if s.http {
 			alpn = serverHTTPALPNs

@@ -11,24 +11,30 @@ import (
 
 // route is the configuration the API listener of name refers to: the
 // routes of the VirtualService that claims the service (vsroutes.go),
-// else every request to the service's one cluster.
+// else the default route Istio's generator gives proxyless clients too
+// (BuildDefaultHTTPOutboundRoute): every request to the service's one
+// cluster, with the mesh's default retry policy (of whose retry_on gRPC
+// reads the status codes it knows, unavailable and cancelled among them),
+// no timeout, and the consistent hash of the client's DestinationRule.
 func (g *Generator) route(snap *model.Snapshot, p *Proxy, name string) *Resource {
 	svc, port, ok := lookup(snap, p.Namespace, name)
 	if !ok {
 		return nil
 	}
-	cluster := ClusterName(svc.Hostname, port.Port)
+	client := routes.Proxy{Namespace: p.Namespace, Labels: p.Labels}
 	vhost := &route.VirtualHost{
 		Name:    hostPort(svc.Hostname, port.Port),
 		Domains: []string{svc.Hostname, hostPort(svc.Hostname, port.Port)},
-		Routes: []*route.Route{{
-			Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}},
-			Action: &route.Route_Route{Route: &route.RouteAction{
-				ClusterSpecifier: &route.RouteAction_Cluster{Cluster: cluster},
-			}},
-		}},
+		Routes:  []*route.Route{g.Routes.DefaultRoute(snap, svc.Hostname, port.Port, client)},
 	}
 	key := "rds|" + name
+	if routes.DefaultHashPolicy(snap, svc.Hostname, port.Port, client) != nil {
+		// The hash is the client's DestinationRule's.
+		key += "|dr|" + p.Namespace
+		if snap.SelectsClients() {
+			key += "|" + labelsKey(p.Labels)
+		}
+	}
 	if vs := g.claimingVirtualService(snap, p, svc.Hostname); vs != nil {
 		if rs, ok := g.virtualServiceRoutes(snap, p, vs, port.Port); ok {
 			vhost.Routes = rs

@@ -2,6 +2,7 @@
 // reads its xDS bootstrap from GRPC_XDS_BOOTSTRAP.
 //
 //	app -serve 127.0.0.1:9000 -name echo-1   serve echo over xDS credentials
+//	    [-unavailable-every n]                failing every n-th call with UNAVAILABLE
 //	app -target xds:///host:port              call Who for every "call" line of stdin,
 //	                                          on a new connection for every "dial" line
 package main
@@ -29,10 +30,11 @@ func main() {
 	serve := flag.String("serve", "", "address to serve on")
 	name := flag.String("name", "echo", "server name to report")
 	target := flag.String("target", "", "target to call")
+	failEvery := flag.Int("unavailable-every", 0, "fail every n-th call with UNAVAILABLE (0: none)")
 	flag.Parse()
 	var err error
 	if *serve != "" {
-		err = runServer(*serve, *name)
+		err = runServer(*serve, *name, *failEvery)
 	} else {
 		err = runClient(*target)
 	}
@@ -42,7 +44,7 @@ func main() {
 	}
 }
 
-func runServer(addr, name string) error {
+func runServer(addr, name string, failEvery int) error {
 	creds, err := xdscreds.NewServerCredentials(xdscreds.ServerOptions{FallbackCreds: insecure.NewCredentials()})
 	if err != nil {
 		return err
@@ -53,7 +55,7 @@ func runServer(addr, name string) error {
 	if err != nil {
 		return err
 	}
-	echo.Register(s, name)
+	echo.RegisterFailing(s, name, failEvery)
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err

@@ -5,10 +5,13 @@ package echo
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -19,7 +22,12 @@ const Method = "/bulwark.test.Echo/Who"
 const NoIdentity = "none"
 
 // Register adds the service, answering "<name> <caller SPIFFE ID>".
-func Register(s grpc.ServiceRegistrar, name string) {
+func Register(s grpc.ServiceRegistrar, name string) { RegisterFailing(s, name, 0) }
+
+// RegisterFailing is Register whose every failEvery-th call (none when
+// 0) fails with UNAVAILABLE, as a server going away would.
+func RegisterFailing(s grpc.ServiceRegistrar, name string, failEvery int) {
+	var calls atomic.Int64
 	s.RegisterService(&grpc.ServiceDesc{
 		ServiceName: "bulwark.test.Echo",
 		HandlerType: (*any)(nil),
@@ -29,6 +37,9 @@ func Register(s grpc.ServiceRegistrar, name string) {
 				var in wrapperspb.StringValue
 				if err := dec(&in); err != nil {
 					return nil, err
+				}
+				if n := calls.Add(1); failEvery > 0 && n%int64(failEvery) == 0 {
+					return nil, status.Error(codes.Unavailable, "failing on purpose")
 				}
 				return wrapperspb.String(name + " " + callerID(ctx)), nil
 			},
