@@ -138,10 +138,12 @@ func (w *Watcher) reload() {
 		w.report(notes...)
 		return
 	}
-	w.current.Store(mc)
+	// What a reload has to say is logged before subscribers see the
+	// configuration, so a log line never comes after what it explains.
 	w.last = ""
 	w.report(notes...)
 	w.log.Info("mesh configuration loaded", append([]any{"file", w.cfg.Path}, Summary(mc)...)...)
+	w.current.Store(mc)
 }
 
 // note is one thing a reload has to say.
