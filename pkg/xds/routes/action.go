@@ -13,6 +13,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networkingv1 "istio.io/api/networking/v1"
 )
@@ -142,7 +143,7 @@ func (t *translator) mirrorPolicy(d *networkingv1.Destination, frac *typev3.Frac
 	return &routev3.RouteAction_RequestMirrorPolicy{
 		Cluster:                       t.cluster(d),
 		RuntimeFraction:               &corev3.RuntimeFractionalPercent{DefaultValue: frac},
-		TraceSampled:                  wrapperspb.Bool(false),
+		TraceSampled:                  falseValue,
 		DisableShadowHostSuffixAppend: true,
 	}
 }
@@ -300,19 +301,16 @@ func dropInternal(keys []string) []string {
 }
 
 // retryPolicy is Istio's retry.ConvertPolicy: the default policy when
-// in is nil, none when it has no attempts.
+// in is nil (one policy shared by every such route: not to be changed),
+// none when it has no attempts.
 func retryPolicy(in *networkingv1.HTTPRetry, hashed bool) *routev3.RetryPolicy {
-	out := &routev3.RetryPolicy{
-		NumRetries:                    wrapperspb.UInt32(2),
-		RetryOn:                       "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes",
-		HostSelectionRetryMaxAttempts: 5,
-	}
-	if !hashed {
-		out.RetryHostPredicate = []*routev3.RetryPolicy_RetryHostPredicate{previousHosts()}
-	}
 	if in == nil {
-		return out
+		if hashed {
+			return defaultRetryHashed
+		}
+		return defaultRetry
 	}
+	out := istioDefaultRetry(hashed)
 	if in.GetAttempts() <= 0 {
 		return nil
 	}
@@ -339,6 +337,41 @@ func retryPolicy(in *networkingv1.HTTPRetry, hashed bool) *routev3.RetryPolicy {
 		out.RetryBackOff = &routev3.RetryPolicy_RetryBackOff{BaseInterval: in.GetBackoff()}
 	}
 	return out
+}
+
+// Values routes share: not to be changed.
+var (
+	trueValue  = wrapperspb.Bool(true)
+	falseValue = wrapperspb.Bool(false)
+)
+
+// Istio's default retry policies, with and without another host each
+// time, and their wire form.
+var (
+	defaultRetry           = istioDefaultRetry(false)
+	defaultRetryHashed     = istioDefaultRetry(true)
+	defaultRetryWire       = mustMarshal(defaultRetry)
+	defaultRetryHashedWire = mustMarshal(defaultRetryHashed)
+)
+
+func istioDefaultRetry(hashed bool) *routev3.RetryPolicy {
+	out := &routev3.RetryPolicy{
+		NumRetries:                    wrapperspb.UInt32(2),
+		RetryOn:                       "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes",
+		HostSelectionRetryMaxAttempts: 5,
+	}
+	if !hashed {
+		out.RetryHostPredicate = []*routev3.RetryPolicy_RetryHostPredicate{previousHosts()}
+	}
+	return out
+}
+
+func mustMarshal(m proto.Message) []byte {
+	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		panic(err) // constant input; every test that translates a route runs it
+	}
+	return raw
 }
 
 // parseRetryOn splits Istio's retryOn into Envoy's conditions and the
