@@ -92,7 +92,7 @@ func (t *translator) forward(out *routev3.Route, rule *networkingv1.HTTPRoute, a
 			}
 			cw := &routev3.WeightedCluster_ClusterWeight{
 				Name:   t.cluster(d.GetDestination()),
-				Weight: wrapperspb.UInt32(uint32(d.GetWeight())),
+				Weight: uint32Value(uint32(d.GetWeight())),
 			}
 			if h := d.GetHeaders(); h != nil {
 				ops, err := headerOps(h)
@@ -314,7 +314,7 @@ func retryPolicy(in *networkingv1.HTTPRetry, hashed bool) *routev3.RetryPolicy {
 	if in.GetAttempts() <= 0 {
 		return nil
 	}
-	out.NumRetries = wrapperspb.UInt32(uint32(in.GetAttempts()))
+	out.NumRetries = uint32Value(uint32(in.GetAttempts()))
 	if in.GetRetryOn() != "" {
 		out.RetryOn, out.RetriableStatusCodes = parseRetryOn(in.GetRetryOn())
 		if len(out.RetriableStatusCodes) > 0 && !strings.Contains(out.RetryOn, "retriable-status-codes") {
@@ -327,7 +327,7 @@ func retryPolicy(in *networkingv1.HTTPRetry, hashed bool) *routev3.RetryPolicy {
 	if in.GetRetryIgnorePreviousHosts() != nil {
 		out.RetryHostPredicate = nil
 		if in.GetRetryIgnorePreviousHosts().GetValue() {
-			out.RetryHostPredicate = []*routev3.RetryPolicy_RetryHostPredicate{previousHosts()}
+			out.RetryHostPredicate = previousHostsPredicate
 		}
 	}
 	if in.GetRetryRemoteLocalities().GetValue() {
@@ -341,9 +341,26 @@ func retryPolicy(in *networkingv1.HTTPRetry, hashed bool) *routev3.RetryPolicy {
 
 // Values routes share: not to be changed.
 var (
-	trueValue  = wrapperspb.Bool(true)
-	falseValue = wrapperspb.Bool(false)
+	trueValue              = wrapperspb.Bool(true)
+	falseValue             = wrapperspb.Bool(false)
+	previousHostsPredicate = []*routev3.RetryPolicy_RetryHostPredicate{previousHosts()}
+	smallUint32s           = func() []*wrapperspb.UInt32Value {
+		out := make([]*wrapperspb.UInt32Value, 101)
+		for i := range out {
+			out[i] = wrapperspb.UInt32(uint32(i))
+		}
+		return out
+	}()
 )
+
+// uint32Value is v as a message, shared for 0 to 100 (weights, retry
+// attempts): not to be changed.
+func uint32Value(v uint32) *wrapperspb.UInt32Value {
+	if int(v) < len(smallUint32s) {
+		return smallUint32s[v]
+	}
+	return wrapperspb.UInt32(v)
+}
 
 // Istio's default retry policies, with and without another host each
 // time, and their wire form.
@@ -361,7 +378,7 @@ func istioDefaultRetry(hashed bool) *routev3.RetryPolicy {
 		HostSelectionRetryMaxAttempts: 5,
 	}
 	if !hashed {
-		out.RetryHostPredicate = []*routev3.RetryPolicy_RetryHostPredicate{previousHosts()}
+		out.RetryHostPredicate = previousHostsPredicate
 	}
 	return out
 }
@@ -374,6 +391,12 @@ func mustMarshal(m proto.Message) []byte {
 	return raw
 }
 
+// numeric reports whether strconv.Atoi may read s: it starts with a
+// digit or a sign (Atoi allocates the error it returns for the rest).
+func numeric(s string) bool {
+	return s != "" && (s[0] >= '0' && s[0] <= '9' || s[0] == '+' || s[0] == '-')
+}
+
 // parseRetryOn splits Istio's retryOn into Envoy's conditions and the
 // HTTP status codes among them.
 func parseRetryOn(s string) (string, []uint32) {
@@ -384,9 +407,11 @@ func parseRetryOn(s string) (string, []uint32) {
 		if part == "" {
 			continue
 		}
-		if code, err := strconv.Atoi(part); err == nil && http.StatusText(code) != "" {
-			codes = append(codes, uint32(code))
-			continue
+		if numeric(part) {
+			if code, err := strconv.Atoi(part); err == nil && http.StatusText(code) != "" {
+				codes = append(codes, uint32(code))
+				continue
+			}
 		}
 		conds = append(conds, part)
 	}

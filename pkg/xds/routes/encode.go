@@ -50,18 +50,25 @@ func MarshalRoute(r *routev3.Route) ([]byte, error) {
 // MarshalRoutes is MarshalRoute of each of rs, which may share parts
 // (their metadata, as one VirtualService's routes do).
 func MarshalRoutes(rs []*routev3.Route) ([][]byte, error) {
-	e := encoder{}
-	out := make([][]byte, len(rs))
+	// One buffer for all, each route's bytes a slice of it.
+	e := encoder{b: make([]byte, 0, 512*len(rs))}
+	ends := make([]int, len(rs))
 	for i, r := range rs {
-		e.b = make([]byte, 0, 512)
+		start := len(e.b)
 		if r == nil || !e.route(r) {
-			e.b = e.b[:0]
+			e.b = e.b[:start]
 			e.marshalContent(r)
 		}
 		if e.err != nil {
 			return nil, e.err
 		}
-		out[i] = e.b
+		ends[i] = len(e.b)
+	}
+	out := make([][]byte, len(rs))
+	start := 0
+	for i, end := range ends {
+		out[i] = e.b[start:end:end]
+		start = end
 	}
 	return out, nil
 }
@@ -249,7 +256,8 @@ func (e *encoder) anyValue(num protowire.Number, a *anypb.Any) {
 
 // anyMap writes a map<string, Any>, entries sorted by key.
 func (e *encoder) anyMap(num protowire.Number, m map[string]*anypb.Any) {
-	for _, k := range sortedKeys(m) {
+	var one [1]string
+	for _, k := range sortedKeys(m, &one) {
 		mark := e.open(num)
 		e.strAlways(1, k)
 		e.anyValue(2, m[k])
@@ -257,11 +265,17 @@ func (e *encoder) anyMap(num protowire.Number, m map[string]*anypb.Any) {
 	}
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	if len(m) == 1 {
+// sortedKeys are m's keys, sorted: nil for none, in one (not allocated)
+// for one.
+func sortedKeys[V any](m map[string]V, one *[1]string) []string {
+	switch len(m) {
+	case 0:
+		return nil
+	case 1:
 		for k := range m {
-			return []string{k}
+			one[0] = k
 		}
+		return one[:]
 	}
 	return slices.Sorted(maps.Keys(m))
 }
@@ -456,7 +470,8 @@ func (e *encoder) metadata(num protowire.Number, m *corev3.Metadata) {
 	}
 	start := len(e.b)
 	e.message(num, m, func() bool {
-		for _, k := range sortedKeys(m.FilterMetadata) {
+		var one [1]string
+		for _, k := range sortedKeys(m.FilterMetadata, &one) {
 			mark := e.open(1)
 			e.strAlways(1, k)
 			if s := m.FilterMetadata[k]; s != nil {
@@ -478,7 +493,8 @@ func (e *encoder) metadata(num protowire.Number, m *corev3.Metadata) {
 }
 
 func (e *encoder) structFields(s *structpb.Struct) bool {
-	for _, k := range sortedKeys(s.Fields) {
+	var one [1]string
+	for _, k := range sortedKeys(s.Fields, &one) {
 		mark := e.open(1)
 		e.strAlways(1, k)
 		v := s.Fields[k]

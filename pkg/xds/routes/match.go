@@ -20,7 +20,7 @@ func routeMatch(m *networkingv1.HTTPMatchRequest, rs *regexes) (*routev3.RouteMa
 	if m == nil {
 		return out, nil
 	}
-	for _, name := range slices.Sorted(maps.Keys(m.GetHeaders())) {
+	for _, name := range sortedNames(m.GetHeaders()) {
 		if path, ok := claimPath(name); ok {
 			md, err := claimMatch(path, m.GetHeaders()[name], rs)
 			if err != nil {
@@ -35,7 +35,7 @@ func routeMatch(m *networkingv1.HTTPMatchRequest, rs *regexes) (*routev3.RouteMa
 		}
 		out.Headers = append(out.Headers, hm)
 	}
-	for _, name := range slices.Sorted(maps.Keys(m.GetWithoutHeaders())) {
+	for _, name := range sortedNames(m.GetWithoutHeaders()) {
 		sm := m.GetWithoutHeaders()[name]
 		if path, ok := claimPath(name); ok {
 			md, err := claimMatch(path, sm, rs)
@@ -87,7 +87,7 @@ func routeMatch(m *networkingv1.HTTPMatchRequest, rs *regexes) (*routev3.RouteMa
 		}
 		out.Headers = append(out.Headers, hm)
 	}
-	for _, name := range slices.Sorted(maps.Keys(m.GetQueryParams())) {
+	for _, name := range sortedNames(m.GetQueryParams()) {
 		sm := m.GetQueryParams()[name]
 		qm := &routev3.QueryParameterMatcher{Name: name}
 		if presentMatch(sm) {
@@ -148,4 +148,12 @@ func stringMatcher(sm *networkingv1.StringMatch, rs *regexes) (*matcherv3.String
 		return &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: p.Regex}}}, nil
 	}
 	return nil, nil
+}
+
+// sortedNames are m's keys, sorted; nil for none, without allocating.
+func sortedNames[V any](m map[string]V) []string {
+	if len(m) == 0 {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(m))
 }

@@ -122,7 +122,10 @@ func (m *Memo) slot(snap *model.Snapshot) (cur, other *memoSlot) {
 		}
 	}
 	m.snaps[0], m.slots[0] = m.snaps[1], m.slots[1]
-	m.snaps[1], m.slots[1] = snap, &memoSlot{entries: map[memoKey]*memoEntry{}, raw: map[*routev3.Route][]byte{}}
+	// Sized for a translation of each VirtualService and its routes, as
+	// a first push asks for.
+	n := len(snap.Resources().VirtualServices)
+	m.snaps[1], m.slots[1] = snap, &memoSlot{entries: make(map[memoKey]*memoEntry, n), raw: make(map[*routev3.Route][]byte, 3*n)}
 	return m.slots[1], m.slots[0]
 }
 
