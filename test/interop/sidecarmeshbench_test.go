@@ -5,7 +5,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/envoygen"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
 
 // benchMeshVirtualServices are n VirtualServices of namespace bench bound
@@ -44,20 +49,77 @@ http:
 // bound to the mesh and 100 ServiceEntries, by Istio's generator and by
 // envoygen on the same objects, each reporting bytes/push.
 //
-// Each case is a configuration beside the world; a case with a Sidecar
-// resource scoping the proxy's egress goes in this table, and is compared
-// the same way.
+// Each case is a configuration beside the world. Case "sidecar=10%" adds
+// the namespace's Sidecar (benchEgressSidecar) importing a tenth of the
+// services and of the ServiceEntries, and with them the VirtualServices
+// of those hosts; Istio's generator reads the same Sidecar.
 func BenchmarkSidecarGenerationMesh(b *testing.B) {
 	const services = 1000
 	objects := benchWorld(services)
 	pod := objects[2].(*corev1.Pod) // svc-0-0
+	mesh := benchPolicies + benchEntries(100) + benchMeshVirtualServices(1000, services)
 	for _, bc := range []struct {
 		name   string
 		config string
 	}{
-		{"services=1000/vs=1000/entries=100", benchPolicies + benchEntries(100) + benchMeshVirtualServices(1000, services)},
+		{"services=1000/vs=1000/entries=100", mesh},
+		{"services=1000/vs=1000/entries=100/sidecar=10%", mesh + benchEgressSidecar(services/10, 10)},
 	} {
 		b.Run("istio/"+bc.name, func(b *testing.B) { benchIstioPush(b, objects, pod, bc.config) })
 		b.Run("bulwark/"+bc.name, func(b *testing.B) { benchOurPush(b, objects, pod, bc.config) })
 	}
+}
+
+// benchEgressSidecar is namespace bench's Sidecar, its egress importing
+// services svc-0 to svc-<services-1> and entries e0 to e<entries-1> of
+// that namespace by name.
+func benchEgressSidecar(services, entries int) string {
+	var b strings.Builder
+	b.WriteString("---\napiVersion: networking.istio.io/v1\nkind: Sidecar\nmetadata: {name: default, namespace: bench}\nspec:\n  egress:\n  - hosts:\n")
+	for i := range services {
+		fmt.Fprintf(&b, "    - bench/svc-%d.bench.svc.cluster.local\n", i)
+	}
+	for i := range entries {
+		fmt.Fprintf(&b, "    - bench/e%d.example.com\n", i)
+	}
+	return b.String()
+}
+
+// TestSidecarScopedMeshConfigIsSmall: in BenchmarkSidecarGenerationMesh's
+// mesh, the sidecar whose namespace's Sidecar imports a tenth of the
+// hosts is sent at most 15% of the bytes it is sent without the Sidecar.
+func TestSidecarScopedMeshConfigIsSmall(t *testing.T) {
+	const services = 1000
+	objects := benchWorld(services)
+	pod := objects[2].(*corev1.Pod) // svc-0-0
+	mesh := benchPolicies + benchEntries(100) + benchMeshVirtualServices(1000, services)
+	full := ourPushBytes(t, ourSnapshot(t, objects, mesh), pod)
+	scoped := ourPushBytes(t, ourSnapshot(t, objects, mesh+benchEgressSidecar(services/10, 10)), pod)
+	ratio := float64(scoped) / float64(full)
+	t.Logf("unscoped %d bytes, scoped %d bytes (%.1f%%)", full, scoped, 100*ratio)
+	if ratio > 0.15 {
+		t.Errorf("the scoped configuration is %.1f%% of the unscoped one, more than 15%%", 100*ratio)
+	}
+	if ratio < 0.01 {
+		t.Errorf("the scoped configuration is %.1f%% of the unscoped one: the Sidecar imports next to nothing", 100*ratio)
+	}
+}
+
+// ourPushBytes is the size of pod's full push (CDS, EDS, LDS, RDS) by
+// envoygen from snap.
+func ourPushBytes(t testing.TB, snap *model.Snapshot, pod *corev1.Pod) int {
+	t.Helper()
+	g := &envoygen.Generator{TrustDomain: spiffeid.RequireTrustDomainFromString(trustDomain)}
+	p := &envoygen.Proxy{Namespace: pod.Namespace, Labels: pod.Labels, IPs: []string{pod.Status.PodIP}}
+	size := 0
+	for _, typeURL := range []string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.RouteType} {
+		for _, r := range g.Generate(snap, p, typeURL, nil, true) {
+			raw, err := r.Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			size += len(raw)
+		}
+	}
+	return size
 }

@@ -162,9 +162,11 @@ type Generator struct {
 	Telemetry *Telemetry
 
 	// memo keeps routers' route configurations per snapshot; vsMemo the
-	// VirtualServices' translations on gateway servers across snapshots.
-	memo   routeMemo
-	vsMemo routes.Memo
+	// VirtualServices' translations on gateway servers across snapshots,
+	// meshMemo those on sidecars' ports.
+	memo     routeMemo
+	vsMemo   routes.Memo
+	meshMemo routes.Memo
 	// valid keeps which Telemetries validation admits.
 	valid validTelemetries
 	// scopes keep sidecars' views per snapshot (sidecarscope.go).

@@ -110,7 +110,7 @@ func encodeGatewayRoute(rc *route.RouteConfiguration, raw func(*route.Route) []b
 		for _, r := range v.Routes {
 			b := raw(r)
 			if b == nil {
-				if b, err = (proto.MarshalOptions{Deterministic: true}).Marshal(r); err != nil {
+				if b, err = routes.MarshalRoute(r); err != nil {
 					return nil, fmt.Errorf("route %s: virtual host %s: %w", rc.Name, v.Name, err)
 				}
 			}

@@ -153,7 +153,7 @@ func (b *builder) portVirtualHosts(port uint32, svcs []*model.Service, mesh *mes
 			if port != 80 && !selectsService(mesh.hosts[i], byHost, wildSvc) {
 				continue
 			}
-			rs, err := b.g.Mesh.Routes.HTTPRoutes(b.snap, vs, scope)
+			rs, err := b.g.Mesh.Routes.MemoHTTPRoutes(&b.g.meshMemo, b.snap, vs, scope)
 			if err != nil {
 				// Left out, as Istio leaves it; MeshRouteProblems says why.
 				continue

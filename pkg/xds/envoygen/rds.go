@@ -46,13 +46,13 @@ func (b *builder) routes(sniffed bool) []resource.Resource {
 		// Short names depend on the proxy's namespace: "svc" resolves
 		// only within it.
 		out = append(out, resource.Resource{Name: name, Key: key("rds", name, b.p.Namespace, fallback, scope), Encode: func() ([]byte, error) {
-			// The virtual hosts, encoded directly (see wire.go), between
-			// the configuration's own fields and the catch-all.
-			w, err := routeConfigurationWire(name)
+			// Field by field, as proto's deterministic marshalling
+			// writes a route configuration: its name, the virtual
+			// hosts (encoded directly, see wire.go) and the catch-all,
+			// then its other fields.
+			w := wire(nil).str(rcName, name)
+			w, err := b.appendVirtualHosts(w, port, b.portVirtualHosts(port, svcs, mesh), false)
 			if err != nil {
-				return nil, err
-			}
-			if w, err = b.appendVirtualHosts(w, port, b.portVirtualHosts(port, svcs, mesh), false); err != nil {
 				return nil, fmt.Errorf("route %s: %w", name, err)
 			}
 			catchAll, err := proto.MarshalOptions{Deterministic: true}.Marshal(&route.RouteConfiguration{
@@ -61,7 +61,7 @@ func (b *builder) routes(sniffed bool) []resource.Resource {
 			if err != nil {
 				return nil, fmt.Errorf("route %s: %w", name, err)
 			}
-			return append(w, catchAll...), nil
+			return append(append(w, catchAll...), routeConfigurationRest...), nil
 		}})
 	}
 	if !sniffed {
@@ -134,10 +134,7 @@ func (b *builder) routeScope(mesh *meshVS) string {
 // getVirtualHostsForSniffedServicePort leaves it.
 func (b *builder) sniffedRoute(name string, svc *model.Service, port uint32, svcs []*model.Service, mesh *meshVS, scope string, cache *portHostsCache) resource.Resource {
 	return resource.Resource{Name: name, Key: key("rds", name, scope), Encode: func() ([]byte, error) {
-		w, err := routeConfigurationWire(name)
-		if err != nil {
-			return nil, err
-		}
+		w := wire(nil).str(rcName, name)
 		// Without VirtualServices, svc's virtual host is its default
 		// route's.
 		picked := []portVHost{{name: name, svc: svc}}
@@ -149,10 +146,11 @@ func (b *builder) sniffedRoute(name string, svc *model.Service, port uint32, svc
 				}
 			}
 		}
-		if w, err = b.appendVirtualHosts(w, port, picked, len(picked) == 1); err != nil {
+		w, err := b.appendVirtualHosts(w, port, picked, len(picked) == 1)
+		if err != nil {
 			return nil, fmt.Errorf("route %s: %w", name, err)
 		}
-		return w, nil
+		return append(w, routeConfigurationRest...), nil
 	}}
 }
 
@@ -160,6 +158,7 @@ func (b *builder) sniffedRoute(name string, svc *model.Service, port uint32, svc
 // host name when anyHost.
 func (b *builder) appendVirtualHosts(w wire, port uint32, vhs []portVHost, anyHost bool) (wire, error) {
 	var retry []byte
+	var encoded func(*route.Route) []byte // the routes' kept wire form
 	for _, vh := range vhs {
 		domains := vh.domains
 		if anyHost {
@@ -178,13 +177,16 @@ func (b *builder) appendVirtualHosts(w wire, port uint32, vhs []portVHost, anyHo
 			}
 			continue
 		}
-		raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(&route.VirtualHost{
+		if encoded == nil {
+			encoded = b.g.meshMemo.Encoded(b.snap)
+		}
+		var err error
+		w, err = routes.AppendVirtualHost(w, rcVirtualHosts, &route.VirtualHost{
 			Name: vh.name, Domains: domains, Routes: vh.routes, IncludeRequestAttemptCount: true,
-		})
+		}, encoded)
 		if err != nil {
 			return nil, fmt.Errorf("virtual host %s: %w", vh.name, err)
 		}
-		w = w.message(rcVirtualHosts, raw)
 	}
 	return w, nil
 }
@@ -203,21 +205,20 @@ func defaultRetryWire(o routes.Options) ([]byte, error) {
 	return raw, nil
 }
 
-// routeConfigurationWire is route configuration name without virtual
-// hosts, marshalled.
-func routeConfigurationWire(name string) (wire, error) {
+// routeConfigurationRest are the fields of a sidecar's route
+// configuration after its name and virtual hosts, marshalled.
+var routeConfigurationRest = func() []byte {
 	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(&route.RouteConfiguration{
-		Name:                     name,
 		ValidateClusters:         wrapperspb.Bool(false),
 		IgnorePortInHostMatching: true,
 		// Istio's: Envoy's default of 4 KiB truncates direct responses.
 		MaxDirectResponseBodySizeBytes: wrapperspb.UInt32(1 << 20),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("route %s: %w", name, err)
+		panic(err) // constant input; every test that generates a route runs it
 	}
-	return raw, nil
-}
+	return raw
+}()
 
 // serviceDomains are the names of svc as a client in the proxy's
 // namespace may write them, in Istio's order (generateVirtualHostDomains,
@@ -251,10 +252,15 @@ func (b *builder) appendVirtualHost(w wire, svc *model.Service, port uint32, nam
 	for _, d := range domains {
 		w = w.str(vhDomains, d)
 	}
+	// The route's fields in proto's order: its match, decorator and
+	// name, then the action (a oneof member); the action's timeouts,
+	// retries and hash policy, then its cluster (a oneof member).
 	w, r = w.open(vhRoutes)
-	w = append(w, defaultRouteWire...)
+	w = append(w, defaultMatchWire...)
+	w, dec = w.open(routeDecorator)
+	w = w.str(decoratorOperation, svc.Hostname+":"+portName+"/*").close(dec)
+	w = w.str(routeName, "default")
 	w, action = w.open(routeAction)
-	w = w.str(actionCluster, resource.ClusterName(svc.Hostname, "", port))
 	w, timeout = w.open(actionTimeout) // zero: no timeout
 	w = w.close(timeout)
 	if len(retry) > 0 {
@@ -268,9 +274,8 @@ func (b *builder) appendVirtualHost(w wire, svc *model.Service, port uint32, nam
 		w = w.message(actionHashPolicy, raw)
 	}
 	w, grpcTimeout = w.open(actionMaxGrpcTimeout) // zero: grpc-timeout not bounded
-	w = w.close(grpcTimeout).close(action)
-	w, dec = w.open(routeDecorator)
-	w = w.str(decoratorOperation, svc.Hostname+":"+portName+"/*").close(dec)
+	w = w.close(grpcTimeout)
+	w = w.str(actionCluster, resource.ClusterName(svc.Hostname, "", port)).close(action)
 	w = w.close(r).varint(vhIncludeRequestAttemptCount, 1)
 	return w.close(vh), nil
 }
@@ -278,14 +283,16 @@ func (b *builder) appendVirtualHost(w wire, svc *model.Service, port uint32, nam
 // Field numbers of envoy.config.route.v3.RouteConfiguration and of what
 // it nests.
 const (
-	rcVirtualHosts = 2 // RouteConfiguration.virtual_hosts
-	vhName         = 1 // VirtualHost.name
-	vhDomains      = 2 // VirtualHost.domains
-	vhRoutes       = 3 // VirtualHost.routes
-	vhRequireTLS   = 4 // VirtualHost.require_tls
-	routeAction    = 2 // Route.route
-	actionCluster  = 1 // RouteAction.cluster
-	actionTimeout  = 8 // RouteAction.timeout
+	rcName         = 1  // RouteConfiguration.name
+	routeName      = 14 // Route.name
+	rcVirtualHosts = 2  // RouteConfiguration.virtual_hosts
+	vhName         = 1  // VirtualHost.name
+	vhDomains      = 2  // VirtualHost.domains
+	vhRoutes       = 3  // VirtualHost.routes
+	vhRequireTLS   = 4  // VirtualHost.require_tls
+	routeAction    = 2  // Route.route
+	actionCluster  = 1  // RouteAction.cluster
+	actionTimeout  = 8  // RouteAction.timeout
 
 	vhIncludeRequestAttemptCount = 14 // VirtualHost.include_request_attempt_count
 	routeDecorator               = 5  // Route.decorator
@@ -295,10 +302,10 @@ const (
 	actionMaxGrpcTimeout         = 23 // RouteAction.max_grpc_timeout
 )
 
-// defaultRouteWire is the name and match of a virtual host's one route,
-// every path, as fields of a Route.
-var defaultRouteWire = func() []byte {
-	raw, err := proto.Marshal(&route.Route{Name: "default", Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}}})
+// defaultMatchWire is the match of a virtual host's one route, every
+// path, as a field of a Route.
+var defaultMatchWire = func() []byte {
+	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(&route.Route{Match: &route.RouteMatch{PathSpecifier: &route.RouteMatch_Prefix{Prefix: "/"}}})
 	if err != nil {
 		panic(err) // constant input; every test that generates a route runs it
 	}

@@ -13,6 +13,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 	networkingv1 "istio.io/api/networking/v1"
 )
@@ -91,7 +92,7 @@ func (t *translator) forward(out *routev3.Route, rule *networkingv1.HTTPRoute, a
 			}
 			cw := &routev3.WeightedCluster_ClusterWeight{
 				Name:   t.cluster(d.GetDestination()),
-				Weight: wrapperspb.UInt32(uint32(d.GetWeight())),
+				Weight: uint32Value(uint32(d.GetWeight())),
 			}
 			if h := d.GetHeaders(); h != nil {
 				ops, err := headerOps(h)
@@ -142,7 +143,7 @@ func (t *translator) mirrorPolicy(d *networkingv1.Destination, frac *typev3.Frac
 	return &routev3.RouteAction_RequestMirrorPolicy{
 		Cluster:                       t.cluster(d),
 		RuntimeFraction:               &corev3.RuntimeFractionalPercent{DefaultValue: frac},
-		TraceSampled:                  wrapperspb.Bool(false),
+		TraceSampled:                  falseValue,
 		DisableShadowHostSuffixAppend: true,
 	}
 }
@@ -300,23 +301,20 @@ func dropInternal(keys []string) []string {
 }
 
 // retryPolicy is Istio's retry.ConvertPolicy: the default policy when
-// in is nil, none when it has no attempts.
+// in is nil (one policy shared by every such route: not to be changed),
+// none when it has no attempts.
 func retryPolicy(in *networkingv1.HTTPRetry, hashed bool) *routev3.RetryPolicy {
-	out := &routev3.RetryPolicy{
-		NumRetries:                    wrapperspb.UInt32(2),
-		RetryOn:                       "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes",
-		HostSelectionRetryMaxAttempts: 5,
-	}
-	if !hashed {
-		out.RetryHostPredicate = []*routev3.RetryPolicy_RetryHostPredicate{previousHosts()}
-	}
 	if in == nil {
-		return out
+		if hashed {
+			return defaultRetryHashed
+		}
+		return defaultRetry
 	}
+	out := istioDefaultRetry(hashed)
 	if in.GetAttempts() <= 0 {
 		return nil
 	}
-	out.NumRetries = wrapperspb.UInt32(uint32(in.GetAttempts()))
+	out.NumRetries = uint32Value(uint32(in.GetAttempts()))
 	if in.GetRetryOn() != "" {
 		out.RetryOn, out.RetriableStatusCodes = parseRetryOn(in.GetRetryOn())
 		if len(out.RetriableStatusCodes) > 0 && !strings.Contains(out.RetryOn, "retriable-status-codes") {
@@ -329,7 +327,7 @@ func retryPolicy(in *networkingv1.HTTPRetry, hashed bool) *routev3.RetryPolicy {
 	if in.GetRetryIgnorePreviousHosts() != nil {
 		out.RetryHostPredicate = nil
 		if in.GetRetryIgnorePreviousHosts().GetValue() {
-			out.RetryHostPredicate = []*routev3.RetryPolicy_RetryHostPredicate{previousHosts()}
+			out.RetryHostPredicate = previousHostsPredicate
 		}
 	}
 	if in.GetRetryRemoteLocalities().GetValue() {
@@ -339,6 +337,64 @@ func retryPolicy(in *networkingv1.HTTPRetry, hashed bool) *routev3.RetryPolicy {
 		out.RetryBackOff = &routev3.RetryPolicy_RetryBackOff{BaseInterval: in.GetBackoff()}
 	}
 	return out
+}
+
+// Values routes share: not to be changed.
+var (
+	trueValue              = wrapperspb.Bool(true)
+	falseValue             = wrapperspb.Bool(false)
+	previousHostsPredicate = []*routev3.RetryPolicy_RetryHostPredicate{previousHosts()}
+	smallUint32s           = func() []*wrapperspb.UInt32Value {
+		out := make([]*wrapperspb.UInt32Value, 101)
+		for i := range out {
+			out[i] = wrapperspb.UInt32(uint32(i))
+		}
+		return out
+	}()
+)
+
+// uint32Value is v as a message, shared for 0 to 100 (weights, retry
+// attempts): not to be changed.
+func uint32Value(v uint32) *wrapperspb.UInt32Value {
+	if int(v) < len(smallUint32s) {
+		return smallUint32s[v]
+	}
+	return wrapperspb.UInt32(v)
+}
+
+// Istio's default retry policies, with and without another host each
+// time, and their wire form.
+var (
+	defaultRetry           = istioDefaultRetry(false)
+	defaultRetryHashed     = istioDefaultRetry(true)
+	defaultRetryWire       = mustMarshal(defaultRetry)
+	defaultRetryHashedWire = mustMarshal(defaultRetryHashed)
+)
+
+func istioDefaultRetry(hashed bool) *routev3.RetryPolicy {
+	out := &routev3.RetryPolicy{
+		NumRetries:                    wrapperspb.UInt32(2),
+		RetryOn:                       "connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes",
+		HostSelectionRetryMaxAttempts: 5,
+	}
+	if !hashed {
+		out.RetryHostPredicate = previousHostsPredicate
+	}
+	return out
+}
+
+func mustMarshal(m proto.Message) []byte {
+	raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		panic(err) // constant input; every test that translates a route runs it
+	}
+	return raw
+}
+
+// numeric reports whether strconv.Atoi may read s: it starts with a
+// digit or a sign (Atoi allocates the error it returns for the rest).
+func numeric(s string) bool {
+	return s != "" && (s[0] >= '0' && s[0] <= '9' || s[0] == '+' || s[0] == '-')
 }
 
 // parseRetryOn splits Istio's retryOn into Envoy's conditions and the
@@ -351,9 +407,11 @@ func parseRetryOn(s string) (string, []uint32) {
 		if part == "" {
 			continue
 		}
-		if code, err := strconv.Atoi(part); err == nil && http.StatusText(code) != "" {
-			codes = append(codes, uint32(code))
-			continue
+		if numeric(part) {
+			if code, err := strconv.Atoi(part); err == nil && http.StatusText(code) != "" {
+				codes = append(codes, uint32(code))
+				continue
+			}
 		}
 		conds = append(conds, part)
 	}

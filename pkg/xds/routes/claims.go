@@ -38,7 +38,7 @@ func claimPath(name string) ([]string, bool) {
 // claimMatch is the dynamic-metadata matcher of a claim (the jwt_authn
 // filter's payload at path), a string or a list holding one that sm
 // matches, as Istio's MetadataMatcherForJWTClaims.
-func claimMatch(path []string, sm *networkingv1.StringMatch, rs regexes) (*matcherv3.MetadataMatcher, error) {
+func claimMatch(path []string, sm *networkingv1.StringMatch, rs *regexes) (*matcherv3.MetadataMatcher, error) {
 	if len(path) > maxClaimDepth {
 		return nil, fmt.Errorf("claim path of %d names, more than %d", len(path), maxClaimDepth)
 	}

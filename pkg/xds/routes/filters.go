@@ -35,7 +35,7 @@ func toAny(m proto.Message) (*anypb.Any, error) {
 }
 
 // perFilter adds the fault and CORS per-route configuration of rule.
-func perFilter(out *routev3.Route, rule *networkingv1.HTTPRoute, rs regexes) error {
+func perFilter(out *routev3.Route, rule *networkingv1.HTTPRoute, rs *regexes) error {
 	out.TypedPerFilterConfig = map[string]*anypb.Any{}
 	if f := rule.GetFault(); f != nil {
 		a, err := toAny(fault(f))
@@ -105,7 +105,7 @@ var grpcStatus = map[string]uint32{
 }
 
 // cors is Istio's TranslateCORSPolicy.
-func cors(in *networkingv1.CorsPolicy, rs regexes) (*corsv3.CorsPolicy, error) {
+func cors(in *networkingv1.CorsPolicy, rs *regexes) (*corsv3.CorsPolicy, error) {
 	out := &corsv3.CorsPolicy{
 		ForwardNotMatchingPreflights: wrapperspb.Bool(in.GetUnmatchedPreflights() != networkingv1.CorsPolicy_IGNORE),
 		FilterEnabled: &corev3.RuntimeFractionalPercent{DefaultValue: &typev3.FractionalPercent{

@@ -58,13 +58,27 @@ func (o Options) HTTPRoutes(snap *model.Snapshot, vs *model.VirtualService, scop
 	return o.httpRoutes(snap, vs, scope, nil)
 }
 
-func (o Options) httpRoutes(snap *model.Snapshot, vs *model.VirtualService, scope Scope, rs regexes) ([]*routev3.Route, error) {
+func (o Options) httpRoutes(snap *model.Snapshot, vs *model.VirtualService, scope Scope, rs *regexes) ([]*routev3.Route, error) {
 	return o.translate(snap, vs, scope, rs, nil)
 }
 
 // translate is httpRoutes, noting in deps (when not nil) what it reads of
 // snap beyond vs and its options.
-func (o Options) translate(snap *model.Snapshot, vs *model.VirtualService, scope Scope, rs regexes, deps *reads) ([]*routev3.Route, error) {
+func (o Options) translate(snap *model.Snapshot, vs *model.VirtualService, scope Scope, rs *regexes, deps *reads) ([]*routev3.Route, error) {
+	out, err := o.build(snap, vs, scope, rs, deps)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range out {
+		if err := checkRoute(r); err != nil {
+			return nil, fmt.Errorf("route %q is invalid for Envoy: %w", r.GetName(), err)
+		}
+	}
+	return out, nil
+}
+
+// build is translate without the final check of each route.
+func (o Options) build(snap *model.Snapshot, vs *model.VirtualService, scope Scope, rs *regexes, deps *reads) ([]*routev3.Route, error) {
 	if reason := checkBounds(vs.Spec); reason != "" {
 		return nil, fmt.Errorf("%s", reason)
 	}
@@ -108,11 +122,6 @@ func (o Options) translate(snap *model.Snapshot, vs *model.VirtualService, scope
 	if len(out) == 0 {
 		return nil, ErrNoRoutes
 	}
-	for _, r := range out {
-		if err := r.ValidateAll(); err != nil {
-			return nil, fmt.Errorf("route %q is invalid for Envoy: %w", r.GetName(), err)
-		}
-	}
 	return out, nil
 }
 
@@ -127,7 +136,7 @@ type translator struct {
 	vs    *model.VirtualService
 	scope Scope
 	meta  *corev3.Metadata // shared by the VirtualService's routes
-	rs    regexes
+	rs    *regexes
 	deps  *reads // nil: not noted
 }
 

@@ -8,7 +8,6 @@ import (
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 	networkingv1 "istio.io/api/networking/v1"
 )
 
@@ -16,12 +15,12 @@ import (
 // TranslateRouteMatch: headers and withoutHeaders sorted by name, then
 // :method, :authority and :scheme; query parameters (sorted by name, where
 // Istio leaves map order); the path; case sensitivity always set.
-func routeMatch(m *networkingv1.HTTPMatchRequest, rs regexes) (*routev3.RouteMatch, error) {
+func routeMatch(m *networkingv1.HTTPMatchRequest, rs *regexes) (*routev3.RouteMatch, error) {
 	out := &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}}
 	if m == nil {
 		return out, nil
 	}
-	for _, name := range slices.Sorted(maps.Keys(m.GetHeaders())) {
+	for _, name := range sortedNames(m.GetHeaders()) {
 		if path, ok := claimPath(name); ok {
 			md, err := claimMatch(path, m.GetHeaders()[name], rs)
 			if err != nil {
@@ -36,7 +35,7 @@ func routeMatch(m *networkingv1.HTTPMatchRequest, rs regexes) (*routev3.RouteMat
 		}
 		out.Headers = append(out.Headers, hm)
 	}
-	for _, name := range slices.Sorted(maps.Keys(m.GetWithoutHeaders())) {
+	for _, name := range sortedNames(m.GetWithoutHeaders()) {
 		sm := m.GetWithoutHeaders()[name]
 		if path, ok := claimPath(name); ok {
 			md, err := claimMatch(path, sm, rs)
@@ -71,7 +70,10 @@ func routeMatch(m *networkingv1.HTTPMatchRequest, rs regexes) (*routev3.RouteMat
 			out.PathSpecifier = &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: p.Regex}}
 		}
 	}
-	out.CaseSensitive = wrapperspb.Bool(!m.GetIgnoreUriCase())
+	out.CaseSensitive = trueValue
+	if m.GetIgnoreUriCase() {
+		out.CaseSensitive = falseValue
+	}
 	for _, pseudo := range []struct {
 		name string
 		sm   *networkingv1.StringMatch
@@ -85,7 +87,7 @@ func routeMatch(m *networkingv1.HTTPMatchRequest, rs regexes) (*routev3.RouteMat
 		}
 		out.Headers = append(out.Headers, hm)
 	}
-	for _, name := range slices.Sorted(maps.Keys(m.GetQueryParams())) {
+	for _, name := range sortedNames(m.GetQueryParams()) {
 		sm := m.GetQueryParams()[name]
 		qm := &routev3.QueryParameterMatcher{Name: name}
 		if presentMatch(sm) {
@@ -107,7 +109,7 @@ func routeMatch(m *networkingv1.HTTPMatchRequest, rs regexes) (*routev3.RouteMat
 // headerMatch is Istio's translateHeaderMatch. (A claim of the request's
 // JWT, "@request.auth.claims…", is matched in its dynamic metadata by
 // claimMatch; any other name is matched as a header, as Istio does.)
-func headerMatch(name string, sm *networkingv1.StringMatch, rs regexes) (*routev3.HeaderMatcher, error) {
+func headerMatch(name string, sm *networkingv1.StringMatch, rs *regexes) (*routev3.HeaderMatcher, error) {
 	out := &routev3.HeaderMatcher{Name: name}
 	if presentMatch(sm) {
 		out.HeaderMatchSpecifier = &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}
@@ -133,7 +135,7 @@ func presentMatch(sm *networkingv1.StringMatch) bool {
 	return ok && r.Regex == "*"
 }
 
-func stringMatcher(sm *networkingv1.StringMatch, rs regexes) (*matcherv3.StringMatcher, error) {
+func stringMatcher(sm *networkingv1.StringMatch, rs *regexes) (*matcherv3.StringMatcher, error) {
 	switch p := sm.GetMatchType().(type) {
 	case *networkingv1.StringMatch_Exact:
 		return &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: p.Exact}}, nil
@@ -146,4 +148,12 @@ func stringMatcher(sm *networkingv1.StringMatch, rs regexes) (*matcherv3.StringM
 		return &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: p.Regex}}}, nil
 	}
 	return nil, nil
+}
+
+// sortedNames are m's keys, sorted; nil for none, without allocating.
+func sortedNames[V any](m map[string]V) []string {
+	if len(m) == 0 {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(m))
 }

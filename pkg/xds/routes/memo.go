@@ -7,7 +7,6 @@ import (
 	"sync"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	"google.golang.org/protobuf/proto"
 	networkingv1 "istio.io/api/networking/v1"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
@@ -28,6 +27,9 @@ type Memo struct {
 	mu    sync.Mutex
 	snaps [memoSnapshots]*model.Snapshot // newest last
 	slots [memoSnapshots]*memoSlot
+	// rs are the verdicts on the regexes of the translations made
+	// through the memo.
+	rs regexes
 }
 
 const memoSnapshots = 2
@@ -35,6 +37,12 @@ const memoSnapshots = 2
 type memoSlot struct {
 	entries map[memoKey]*memoEntry
 	raw     map[*routev3.Route][]byte
+	// bytes are the wire form's of the entries' routes.
+	bytes int
+	// known are the snapshot's VirtualServices, once asked for: a
+	// VirtualService made for one translation (a root with its
+	// delegates expanded) is never kept, as no later one asks for it.
+	known map[*model.VirtualService]bool
 }
 
 // memoKey is a VirtualService translated in one scope.
@@ -114,7 +122,10 @@ func (m *Memo) slot(snap *model.Snapshot) (cur, other *memoSlot) {
 		}
 	}
 	m.snaps[0], m.slots[0] = m.snaps[1], m.slots[1]
-	m.snaps[1], m.slots[1] = snap, &memoSlot{entries: map[memoKey]*memoEntry{}, raw: map[*routev3.Route][]byte{}}
+	// Sized for a translation of each VirtualService and its routes, as
+	// a first push asks for.
+	n := len(snap.Resources().VirtualServices)
+	m.snaps[1], m.slots[1] = snap, &memoSlot{entries: make(map[memoKey]*memoEntry, n), raw: make(map[*routev3.Route][]byte, 3*n)}
 	return m.slots[1], m.slots[0]
 }
 
@@ -138,7 +149,8 @@ func (m *Memo) lookup(snap *model.Snapshot, k memoKey, retry *networkingv1.HTTPR
 	return e
 }
 
-// store keeps e as the translation of k in snap.
+// store keeps e as the translation of k in snap, unless the snapshot's
+// translations already hold memoBudget bytes of routes (memoSlot.add).
 func (m *Memo) store(snap *model.Snapshot, k memoKey, e *memoEntry) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -146,7 +158,20 @@ func (m *Memo) store(snap *model.Snapshot, k memoKey, e *memoEntry) {
 	cur.add(k, e)
 }
 
+// memoBudget bounds the wire form of the routes one snapshot's slot
+// keeps (their messages take a few times more): what is past it is
+// translated on each push, as without a memo.
+const memoBudget = 32 << 20
+
 func (s *memoSlot) add(k memoKey, e *memoEntry) {
+	size := 0
+	for _, r := range e.raw {
+		size += len(r)
+	}
+	if s.bytes+size > memoBudget {
+		return
+	}
+	s.bytes += size
 	s.entries[k] = e
 	for i, r := range e.routes {
 		if e.raw[i] != nil {
@@ -201,19 +226,70 @@ func labelsKey(labels map[string]string) string {
 
 // memoRoutes is httpRoutes of vs in scope through m: remembered, or
 // translated, encoded and remembered.
-func (o Options) memoRoutes(m *Memo, snap *model.Snapshot, vs *model.VirtualService, scope Scope, labels string, rs regexes) ([]*routev3.Route, error) {
+func (o Options) memoRoutes(m *Memo, snap *model.Snapshot, vs *model.VirtualService, scope Scope, labels string, rs *regexes) ([]*routev3.Route, error) {
 	k := memoKey{vs: vs, gateway: scope.Gateway, port: scope.Port, tls: scope.TLS, proxyNs: scope.Proxy.Namespace, labels: labels}
 	if e := m.lookup(snap, k, o.DefaultRetry, scope.Proxy); e != nil {
 		return e.routes, e.err
 	}
 	e := &memoEntry{domain: snap.Options.Domain, retry: o.DefaultRetry}
 	e.routes, e.err = o.translate(snap, vs, scope, rs, &e.deps)
-	e.raw = make([][]byte, len(e.routes))
-	for i, r := range e.routes {
-		// A route that does not marshal is encoded when the route
-		// configuration is, which reports the error.
-		e.raw[i], _ = proto.MarshalOptions{Deterministic: true}.Marshal(r)
+	// Routes that do not encode are encoded again with the route
+	// configuration, which reports the error.
+	if raw, err := MarshalRoutes(e.routes); err == nil {
+		e.raw = raw
+	} else {
+		e.raw = make([][]byte, len(e.routes))
 	}
 	m.store(snap, k, e)
 	return e.routes, e.err
+}
+
+// MemoHTTPRoutes is HTTPRoutes of vs in scope, through m (nil: none
+// kept): the translation of vs in the same scope (listener port,
+// gateway, the proxy's namespace and, when a match of vs selects
+// clients by their labels or a DestinationRule selects clients, the
+// proxy's labels) kept from snap or from the snapshot before when what
+// it read holds in snap; else translated, encoded and kept. The
+// sidecars of a namespace then share one translation of each
+// VirtualService, and the push after one VirtualService changed
+// translates that one. What it returns is shared: not to be changed.
+func (o Options) MemoHTTPRoutes(m *Memo, snap *model.Snapshot, vs *model.VirtualService, scope Scope) ([]*routev3.Route, error) {
+	if m == nil {
+		return o.httpRoutes(snap, vs, scope, nil)
+	}
+	if scope.every || scope.Proxy.AnySource || !memoizable(vs) || !m.known(snap, vs) {
+		return o.httpRoutes(snap, vs, scope, &m.rs)
+	}
+	labels := ""
+	if selectsClients(vs) || snap.SelectsClients() {
+		labels = labelsKey(scope.Proxy.Labels)
+	}
+	return o.memoRoutes(m, snap, vs, scope, labels, &m.rs)
+}
+
+// known reports whether vs is one of snap's VirtualServices.
+func (m *Memo) known(snap *model.Snapshot, vs *model.VirtualService) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cur, _ := m.slot(snap)
+	if cur.known == nil {
+		cur.known = make(map[*model.VirtualService]bool, len(snap.Resources().VirtualServices))
+		for _, v := range snap.Resources().VirtualServices {
+			cur.known[v] = true
+		}
+	}
+	return cur.known[vs]
+}
+
+// selectsClients reports whether a match of vs selects clients by their
+// labels.
+func selectsClients(vs *model.VirtualService) bool {
+	for _, r := range vs.Spec.GetHttp() {
+		for _, m := range r.GetMatch() {
+			if len(m.GetSourceLabels()) > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -2,6 +2,7 @@ package routes
 
 import (
 	"errors"
+	"sync"
 
 	"github.com/bulwark-mesh/bulwark/pkg/policy"
 )
@@ -13,20 +14,31 @@ import (
 
 // regexes remembers the verdicts of checkRegex: configurations repeat
 // their patterns, and compiling is the costly part of a translation. A nil
-// *regexes remembers nothing.
-type regexes map[string]error
+// *regexes remembers nothing. Safe for concurrent use.
+type regexes struct {
+	mu       sync.Mutex
+	verdicts map[string]error
+}
 
-func (rs regexes) check(re string) error {
+func (rs *regexes) check(re string) error {
 	if rs == nil {
 		return checkRegex(re)
 	}
-	if err, ok := rs[re]; ok {
+	rs.mu.Lock()
+	err, ok := rs.verdicts[re]
+	rs.mu.Unlock()
+	if ok {
 		return err
 	}
-	err := checkRegex(re)
-	if len(rs) < maxRemembered {
-		rs[re] = err
+	err = checkRegex(re)
+	rs.mu.Lock()
+	if rs.verdicts == nil {
+		rs.verdicts = map[string]error{}
 	}
+	if len(rs.verdicts) < maxRemembered {
+		rs.verdicts[re] = err
+	}
+	rs.mu.Unlock()
 	return err
 }
 

@@ -167,7 +167,7 @@ func (o Options) MeshProblems(snap *model.Snapshot) []Problem {
 		}
 		return dmap
 	}
-	rs := regexes{}
+	rs := &regexes{}
 	for _, vs := range snap.Resources().VirtualServices {
 		if vs.Spec == nil || len(vs.Spec.GetHosts()) == 0 || !slices.Contains(gatewaysOf(vs), Mesh) {
 			continue
