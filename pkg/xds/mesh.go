@@ -35,6 +35,7 @@ func (s *Server) newMeshState(mc *meshv1alpha1.MeshConfig, keys *keyfetch.JWKSSn
 	m := envoyMesh(mc)
 	m.AllowInsecureSkipVerify = s.cfg.AllowInsecureSkipVerify
 	m.AllowLoopbackHTTPJWKS = s.cfg.AllowLoopbackHTTPJWKS
+	m.Networks = s.cfg.MeshNetworks
 	g := &envoygen.Generator{TrustDomain: s.cfg.TrustDomain, Mesh: m, ScopeGatewayToNamespace: s.cfg.ScopeGatewayToNamespace}
 	g.Telemetry = telemetry(mc)
 	if keys != nil {

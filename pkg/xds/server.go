@@ -145,6 +145,10 @@ type Config struct {
 	// fetched over plain http from loopback hosts; without it such a
 	// rule's issuer gets a key set that rejects every token.
 	AllowLoopbackHTTPJWKS bool
+	// MeshNetworks is meshNetworks (istiod's --networksConfig): the
+	// networks and their gateways, besides the Services that expose a
+	// network; nil: none.
+	MeshNetworks *model.MeshNetworks
 }
 
 // Server is the ADS server.
