@@ -161,12 +161,15 @@ func ComputeNetworkGateways(services []*Service, nets *MeshNetworks) *NetworkGat
 		}
 		set[gw] = true
 	}
+	// A registryServiceName gateway is the Service of that name in a
+	// cluster its network's fromRegistry names, as Istio's registry of
+	// that cluster finds it.
 	type registryGateway struct {
-		network string
-		port    uint32
+		network  string
+		port     uint32
+		clusters []string
 	}
-	byService := map[string][]registryGateway{} // hostname → gateways, of the clusters of their network
-	registries := map[string]map[string]bool{}  // hostname → clusters
+	byService := map[string][]registryGateway{} // by hostname
 	if nets != nil {
 		for _, n := range nets.Networks {
 			for _, cidr := range n.CIDRs {
@@ -177,13 +180,7 @@ func ComputeNetworkGateways(services []*Service, nets *MeshNetworks) *NetworkGat
 					add(NetworkGateway{Network: n.Name, Address: gw.Address, Port: gw.Port}, "meshNetworks gateway")
 					continue
 				}
-				byService[gw.RegistryService] = append(byService[gw.RegistryService], registryGateway{n.Name, gw.Port})
-				if registries[gw.RegistryService] == nil {
-					registries[gw.RegistryService] = map[string]bool{}
-				}
-				for _, r := range n.Registries {
-					registries[gw.RegistryService][r] = true
-				}
+				byService[gw.RegistryService] = append(byService[gw.RegistryService], registryGateway{n.Name, gw.Port, n.Registries})
 			}
 		}
 	}
@@ -211,12 +208,15 @@ func ComputeNetworkGateways(services []*Service, nets *MeshNetworks) *NetworkGat
 					port = 0
 				}
 				gws = []NetworkGateway{{Network: e.Network, Cluster: e.Cluster, Port: port}}
-			case registries[svc.Hostname][e.Cluster]:
-				for _, rg := range byService[svc.Hostname] {
-					gws = append(gws, NetworkGateway{Network: rg.network, Cluster: e.Cluster, Port: rg.port})
-				}
 			default:
-				continue // an ingress address, not a gateway
+				for _, rg := range byService[svc.Hostname] {
+					if slices.Contains(rg.clusters, e.Cluster) {
+						gws = append(gws, NetworkGateway{Network: rg.network, Cluster: e.Cluster, Port: rg.port})
+					}
+				}
+				if len(gws) == 0 {
+					continue // an ingress address, not a gateway
+				}
 			}
 			if len(e.Addresses) == 0 {
 				problems = append(problems, fmt.Sprintf("%s of network %s: no ingress address (status.loadBalancer.ingress or externalIPs): not a gateway yet", what, gws[0].Network))
