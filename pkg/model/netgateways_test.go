@@ -234,3 +234,27 @@ func TestAGatewayAddressChangeIsAnEndpointChangeOfNetworkedServices(t *testing.T
 		t.Errorf("a service with no endpoint of a network is changed: %+v", c)
 	}
 }
+
+// TestARegistryServiceIsTheGatewayOfItsClustersNetworkAlone: two networks
+// naming one Service by registryServiceName each get the Service of their
+// own clusters, as each of Istio's registries reads only its own network.
+func TestARegistryServiceIsTheGatewayOfItsClustersNetworkAlone(t *testing.T) {
+	nets, err := ParseMeshNetworks([]byte(`networks:
+  net-a: {endpoints: [{fromRegistry: a}], gateways: [{registryServiceName: istio-eastwestgateway.istio-system.svc.cluster.local, port: 15443}]}
+  net-b: {endpoints: [{fromRegistry: b}], gateways: [{registryServiceName: istio-eastwestgateway.istio-system.svc.cluster.local, port: 15443}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := ComputeNetworkGateways([]*Service{gatewaySvc(
+		Exposure{Cluster: "a", Addresses: []string{"192.0.2.10"}, Ports: []uint32{15443}},
+		Exposure{Cluster: "b", Addresses: []string{"198.51.100.7"}, Ports: []uint32{15443}},
+	)}, nets)
+	var got []string
+	for _, gw := range g.All() {
+		got = append(got, gw.Network+"/"+gw.Cluster+"/"+gw.Address)
+	}
+	if want := []string{"net-a/a/192.0.2.10", "net-b/b/198.51.100.7"}; !slices.Equal(got, want) {
+		t.Errorf("gateways %v, want %v", got, want)
+	}
+}
