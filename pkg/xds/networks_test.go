@@ -10,6 +10,7 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/types/known/structpb"
+	networkingv1 "istio.io/api/networking/v1"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
@@ -106,5 +107,49 @@ func TestNodeNetworkReachesTheGenerator(t *testing.T) {
 	w, err := nodeWorkloadOf(networkNode("net-a"), md)
 	if err != nil || w.network != "net-a" {
 		t.Fatalf("workload %+v, %v", w, err)
+	}
+}
+
+// TestAnEastWestGatewaysEndpointChangeIsAnEndpointPush: the load
+// assignment of an SNI-DNAT cluster follows its service's endpoints as an
+// endpoint push, as an outbound cluster's does.
+func TestAnEastWestGatewaysEndpointChangeIsAnEndpointPush(t *testing.T) {
+	world := func(version string, addrs ...string) *model.Snapshot {
+		var eps []model.Endpoint
+		for _, a := range addrs {
+			eps = append(eps, model.Endpoint{Address: a, Port: 8080, Namespace: "app", ServiceAccount: "echo",
+				Labels: map[string]string{model.TLSModeLabel: "istio"}})
+		}
+		echo := &model.Service{Meta: model.Meta{Name: "echo", Namespace: "app"}, Addresses: []string{"10.96.0.10"},
+			Ports: []model.Port{{Name: "http", Port: 80, TargetPort: 8080}}, Endpoints: map[uint32][]model.Endpoint{80: eps}}
+		gw := &model.Gateway{Meta: model.Meta{Namespace: "gw", Name: "cross-network"}, Spec: &networkingv1.Gateway{
+			Selector: map[string]string{"istio": "eastwestgateway"},
+			Servers: []*networkingv1.Server{{Port: &networkingv1.Port{Number: 15443, Name: "tls", Protocol: "TLS"}, Hosts: []string{"*.local"},
+				Tls: &networkingv1.ServerTLSSettings{Mode: networkingv1.ServerTLSSettings_AUTO_PASSTHROUGH}}},
+		}}
+		return model.Build(version, model.Options{}, model.Resources{Services: []*model.Service{echo}, Gateways: []*model.Gateway{gw}})
+	}
+	h := newHarness(t, world("v1", "10.0.0.1"), nil)
+	st := h.stream(ingressIdentity)
+	const name = "outbound_.80_._.echo.app.svc.cluster.local"
+	node := routerNode("gw", "ingress", "10.0.9.1", map[string]any{"istio": "eastwestgateway"}, nil)
+	if err := st.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.EndpointType, ResourceNames: []string{name}}); err != nil {
+		t.Fatal(err)
+	}
+	r := recv(t, st)
+	if got := loadAddresses(t, r); !slices.Equal(got, []string{"10.0.0.1:8080"}) {
+		t.Fatalf("SNI-DNAT endpoints %v", got)
+	}
+	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: []string{name}, ResponseNonce: r.GetNonce(), VersionInfo: r.GetVersionInfo()}); err != nil {
+		t.Fatal(err)
+	}
+	before := testutil.ToFloat64(h.srv.metrics.pushTriggers.WithLabelValues("endpoint"))
+	h.store.Publish(world("v2", "10.0.0.1", "10.0.0.2"))
+	r = recv(t, st)
+	if got := loadAddresses(t, r); !slices.Equal(got, []string{"10.0.0.1:8080", "10.0.0.2:8080"}) {
+		t.Fatalf("SNI-DNAT endpoints after a change %v", got)
+	}
+	if after := testutil.ToFloat64(h.srv.metrics.pushTriggers.WithLabelValues("endpoint")); after <= before {
+		t.Errorf("endpoint push triggers %v → %v: not an endpoint push", before, after)
 	}
 }
