@@ -220,3 +220,16 @@ func TestScopeGatewayToNamespaceReadsIstiosVariable(t *testing.T) {
 		t.Errorf("a malformed PILOT_SCOPE_GATEWAY_TO_NAMESPACE: exit %d, stderr:\n%s", code, stderr.String())
 	}
 }
+
+func TestBadMeshNetworksStopDiscovery(t *testing.T) {
+	state := t.TempDir()
+	path := filepath.Join(state, "networks.yaml")
+	if err := os.WriteFile(path, []byte("networks: {n: {gateways: [{address: \"not an address!\", port: 15443}]}}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	code := run([]string{"discovery", "--state-dir", state, "--networksConfig", path}, noEnv, &stdout, &stderr)
+	if code != exitError || !strings.Contains(stderr.String(), "mesh networks") || !strings.Contains(stderr.String(), "neither an IP address nor a DNS name") {
+		t.Fatalf("exit code %d, stderr:\n%s", code, stderr.String())
+	}
+}

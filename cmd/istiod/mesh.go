@@ -1,12 +1,15 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/bulwark-mesh/bulwark/pkg/bootstrap"
 	"github.com/bulwark-mesh/bulwark/pkg/meshconfig"
+	"github.com/bulwark-mesh/bulwark/pkg/model"
 )
 
 // loadMeshConfig reads the mesh configuration istiod starts with into cfg
@@ -37,4 +40,29 @@ func trustDomainSet(fs *flag.FlagSet, getenv func(string) string) bool {
 	set := getenv("TRUST_DOMAIN") != ""
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "trust-domain" })
 	return set
+}
+
+// loadMeshNetworks reads meshNetworks into cfg: a missing file is no
+// networks; one that cannot be used stops istiod, as proxies would
+// otherwise be sent other networks' endpoints they cannot reach.
+func loadMeshNetworks(cfg *bootstrap.Config) error {
+	path := cfg.NetworksConfigPath()
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("mesh networks: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, model.MaxMeshNetworksBytes+1))
+	if err != nil {
+		return fmt.Errorf("mesh networks %s: %w", path, err)
+	}
+	nets, err := model.ParseMeshNetworks(data)
+	if err != nil {
+		return fmt.Errorf("mesh networks %s: %w", path, err)
+	}
+	cfg.NetworksConfigFile, cfg.MeshNetworks = path, nets
+	return nil
 }

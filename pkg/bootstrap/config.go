@@ -17,6 +17,7 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/authn/keyfetch"
 	"github.com/bulwark-mesh/bulwark/pkg/ca"
 	"github.com/bulwark-mesh/bulwark/pkg/meshconfig"
+	"github.com/bulwark-mesh/bulwark/pkg/model"
 )
 
 // Config is everything istiod needs to start. cmd/istiod fills it from
@@ -114,6 +115,14 @@ type Config struct {
 	// MeshConfigFile; nil means the defaults. Its trust domain must be
 	// TrustDomain: the CA cannot change trust domain while it runs.
 	Mesh *meshv1alpha1.MeshConfig
+	// NetworksConfigFile is meshNetworks, the istio ConfigMap's
+	// "meshNetworks" key as mounted (Istio's --networksConfig), read once
+	// at start; a missing file means no networks. Empty means
+	// NetworksConfigPath's default.
+	NetworksConfigFile string
+	// MeshNetworks is meshNetworks as read from NetworksConfigFile; nil
+	// means none.
+	MeshNetworks *model.MeshNetworks
 
 	// ExtraDNSNames are added to istiod's serving certificate.
 	ExtraDNSNames []string
@@ -188,7 +197,24 @@ func (c *Config) KubernetesMode() bool { return c.Kubeconfig != "" || c.InCluste
 const (
 	kubeMeshConfigFile  = "/etc/istio/config/mesh"
 	localMeshConfigFile = "mesh.yaml"
+	// kubeNetworksFile is where Istio's chart mounts meshNetworks.
+	kubeNetworksFile  = "/etc/istio/config/meshNetworks"
+	localNetworksFile = "meshNetworks.yaml"
 )
+
+// NetworksConfigPath is the meshNetworks file: as configured, else the
+// ConfigMap's mount in Kubernetes, else meshNetworks.yaml in the state
+// directory.
+func (c *Config) NetworksConfigPath() string {
+	switch {
+	case c.NetworksConfigFile != "":
+		return c.NetworksConfigFile
+	case c.KubernetesMode():
+		return kubeNetworksFile
+	default:
+		return filepath.Join(c.StateDir, localNetworksFile)
+	}
+}
 
 // MeshConfigPath is the mesh configuration file: as configured, else the
 // mode's default.

@@ -40,8 +40,9 @@ var _ modelSource = (*kubesource.Source)(nil)
 // client's REST configuration, so its user agent and client-side rate
 // limits too. With a registry of remote clusters, each remote cluster's
 // Services, EndpointSlices and Pods join the model (package clusters),
-// whose metric reg serves.
-func (k *kubeParts) watchModel(pub model.Publisher, opts model.Options, clusterID string, reg prometheus.Registerer) error {
+// whose metric reg serves. Each cluster's endpoints are on the network
+// of nets whose fromRegistry names it, unless their pod names another.
+func (k *kubeParts) watchModel(pub model.Publisher, opts model.Options, clusterID string, nets *model.MeshNetworks, reg prometheus.Registerer) error {
 	if k.rest == nil {
 		return errors.New("kubernetes model: no REST config")
 	}
@@ -54,7 +55,7 @@ func (k *kubeParts) watchModel(pub model.Publisher, opts model.Options, clusterI
 		if err != nil {
 			return fmt.Errorf("kubernetes model: %w", err)
 		}
-		k.remoteModels = clusters.NewSources(merger, opts, k.log.With("component", "model"))
+		k.remoteModels = clusters.NewSourcesWithNetworks(merger, opts, nets, k.log.With("component", "model"))
 		k.clusters.Notify(k.remoteModels)
 		pub = merger.Local()
 	}
@@ -65,6 +66,7 @@ func (k *kubeParts) watchModel(pub model.Publisher, opts model.Options, clusterI
 		Options:   opts,
 		Logger:    k.log.With("component", "model"),
 		ClusterID: clusterID,
+		Network:   nets.NetworkOfRegistry(clusterID),
 	})
 	if err != nil {
 		return fmt.Errorf("kubernetes model: %w", err)

@@ -37,7 +37,7 @@ func (s *Server) wireXDS(chain authn.Authenticator, td spiffeid.TrustDomain) err
 		}
 		s.unsupported = files
 	case s.kube != nil:
-		if err := s.kube.watchModel(store, opts, s.cfg.ClusterID, s.registry); err != nil {
+		if err := s.kube.watchModel(store, opts, s.cfg.ClusterID, s.cfg.MeshNetworks, s.registry); err != nil {
 			return err
 		}
 		r, err := s.kube.reportUnsupported(s.registry)
@@ -86,6 +86,7 @@ func (s *Server) wireXDS(chain authn.Authenticator, td spiffeid.TrustDomain) err
 		ScopeGatewayToNamespace: s.cfg.ScopeGatewayToNamespace,
 		AllowLoopbackHTTPJWKS:   s.cfg.AllowLoopbackHTTPJWKS,
 		SidecarIngressTLS:       s.cfg.SidecarIngressTLS,
+		MeshNetworks:            s.cfg.MeshNetworks,
 		Registerer:              s.registry,
 		Logger:                  s.log.With("component", "xds"),
 

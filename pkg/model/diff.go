@@ -67,7 +67,14 @@ func Diff(old, new *Snapshot) Change {
 		}
 		(*m)[host] = true
 	}
+	// A gateway Service's ingress address that changes changes the load
+	// assignments of every other service with endpoints in a network
+	// (split-horizon EDS, netgateways.go).
+	exposed := false
 	compare := func(host string, os, ns *Service) {
+		if ns != os && (ns == nil && len(os.Exposures) > 0 || ns != nil && !sameExposures(os.Exposures, ns.Exposures)) {
+			exposed = true
+		}
 		switch {
 		case ns == os: // shared by both snapshots: unchanged
 		case ns == nil || !sameService(os, ns):
@@ -87,6 +94,14 @@ func Diff(old, new *Snapshot) Change {
 		for _, ns := range new.services {
 			if old.Service(ns.Hostname) == nil {
 				mark(&c.Services, ns.Hostname)
+				exposed = exposed || len(ns.Exposures) > 0
+			}
+		}
+	}
+	if exposed {
+		for _, svc := range new.services {
+			if !c.Services[svc.Hostname] && hasNetworkEndpoints(svc) {
+				mark(&c.Endpoints, svc.Hostname)
 			}
 		}
 	}
@@ -98,6 +113,19 @@ func Diff(old, new *Snapshot) Change {
 	c.Pods = podChanges(old.res.Pods, new.res.Pods)
 	c.Sidecars = changedSidecars(old.res.Sidecars, new.res.Sidecars)
 	return c
+}
+
+// hasNetworkEndpoints reports whether an endpoint of svc names its
+// network: a proxy of another network may reach it through a gateway.
+func hasNetworkEndpoints(svc *Service) bool {
+	for _, eps := range svc.Endpoints {
+		for _, ep := range eps {
+			if ep.Network != "" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // changedSidecars are the Sidecars of a or b that the other does not hold
@@ -134,7 +162,7 @@ func sameService(a, b *Service) bool {
 	return a.Meta == b.Meta && a.Hostname == b.Hostname && a.Headless == b.Headless &&
 		slices.Equal(a.Addresses, b.Addresses) && maps.Equal(a.Selector, b.Selector) && slices.Equal(a.Ports, b.Ports) &&
 		slices.Equal(a.ExportTo, b.ExportTo) &&
-		sameEntry(a.Entry, b.Entry)
+		sameEntry(a.Entry, b.Entry) && sameExposures(a.Exposures, b.Exposures)
 }
 
 func sameEndpoints(a, b map[uint32][]Endpoint) bool {

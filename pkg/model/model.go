@@ -56,6 +56,10 @@ type Service struct {
 	// Entry is set on a service made of a ServiceEntry host (its Meta is
 	// the entry's, its Hostname the host); nil on a Kubernetes one.
 	Entry *Entry
+	// Exposures are, for each cluster where the Service has an ingress
+	// address or names a network, what may make it a network gateway
+	// (ComputeNetworkGateways); nil for most services.
+	Exposures []Exposure
 }
 
 // Port is a service port.
@@ -224,6 +228,8 @@ type Snapshot struct {
 	alternates map[string][]*Service
 	// sidecars index the Sidecars under Options, once asked for.
 	sidecars *lazySidecars
+	// gateways are the network gateways, once asked for.
+	gateways *lazyGateways
 }
 
 // Services returns the services sorted by hostname.
@@ -332,7 +338,7 @@ func BuildShared(version string, opts Options, res Resources, prev *Snapshot) *S
 }
 
 func assemble(version string, opts Options, res Resources, prev *Snapshot) *Snapshot {
-	s := &Snapshot{Version: version, Options: opts, res: res, rules: &lazyRules{}, sidecars: &lazySidecars{}}
+	s := &Snapshot{Version: version, Options: opts, res: res, rules: &lazyRules{}, sidecars: &lazySidecars{}, gateways: &lazyGateways{}}
 	s.clientSelected = slices.ContainsFunc(res.DestinationRules, func(dr *DestinationRule) bool {
 		return dr.Spec.GetWorkloadSelector() != nil
 	})

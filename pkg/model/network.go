@@ -4,10 +4,9 @@ package model
 // endpoint of network epNet directly, as Istio's Proxy.InNetwork decides:
 // when either network is unknown (empty) or they are the same.
 //
-// Bulwark generates no east-west gateway endpoints yet: a proxy is sent
-// only the endpoints it reaches directly, and those of other networks are
-// left out (Istio's sidecars would get the network's gateway instead, or,
-// for a network without one, the endpoints themselves).
+// An Envoy proxy reaches the endpoints of another network through that
+// network's gateways (NetworkGateways); proxyless gRPC, and any proxy for
+// a network without a gateway, only those InNetwork.
 func InNetwork(proxyNet, epNet string) bool {
 	return proxyNet == "" || epNet == "" || proxyNet == epNet
 }

@@ -36,9 +36,6 @@ func ignoredInGateway(_ map[string]string, spec map[string]any) []string {
 		out = append(out, unknownFields(p+".port", object(server["port"]), serverPortFields)...)
 		tls := object(server["tls"])
 		out = append(out, unknownFields(p+".tls", tls, serverTLSFields)...)
-		if tls["mode"] == "AUTO_PASSTHROUGH" {
-			out = append(out, p+".tls.mode: AUTO_PASSTHROUGH is for east-west gateways of several clusters, not served")
-		}
 	}
 	return out
 }

@@ -54,6 +54,9 @@ func TestParseMetadata(t *testing.T) {
 		"a slash in the namespace is an error":    {json: `{"NAMESPACE":"app/sa/x","SERVICE_ACCOUNT":"client"}`},
 		"a router's UNPRIVILEGED_POD parses":      {ok: true, json: `{"NAMESPACE":"gw","SERVICE_ACCOUNT":"ingress","UNPRIVILEGED_POD":"true"}`},
 		"a boolean UNPRIVILEGED_POD is an error":  {json: `{"NAMESPACE":"gw","SERVICE_ACCOUNT":"ingress","UNPRIVILEGED_POD":true}`},
+		"a NETWORK parses":                        {ok: true, json: `{"NAMESPACE":"app","SERVICE_ACCOUNT":"client","NETWORK":"net-a"}`},
+		"a numeric NETWORK is an error":           {json: `{"NAMESPACE":"app","SERVICE_ACCOUNT":"client","NETWORK":1}`},
+		"a NETWORK over 253 bytes is an error":    {json: `{"NAMESPACE":"app","SERVICE_ACCOUNT":"client","NETWORK":"` + strings.Repeat("n", 254) + `"}`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -68,4 +68,5 @@ func (s *Server) reportGateways(snap *model.Snapshot, closed failClosed, current
 			s.log.Warn("virtual service not routed as written", "kind", p.Kind, "name", p.Namespace+"/"+p.Name, "problem", p.Reason)
 		}
 	}
+	s.reportNetworks(snap, closed, current)
 }

@@ -37,6 +37,7 @@ type nodeWorkload struct {
 	pod            string // the pod its node ID names; "" for none
 	labels         map[string]string
 	ips            []string
+	network        string // node metadata NETWORK
 }
 
 // nodeWorkloadOf reads a node whose metadata parsed. The generator is
@@ -44,7 +45,7 @@ type nodeWorkload struct {
 // the node ID's type must be "sidecar", an Envoy sidecar, or "router", an
 // Envoy gateway. Both are bound to the pod they name alike.
 func nodeWorkloadOf(node *core.Node, meta *NodeMeta) (*nodeWorkload, error) {
-	w := &nodeWorkload{envoy: meta.Generator != "grpc", namespace: meta.Namespace, serviceAccount: meta.ServiceAccount, labels: meta.Labels}
+	w := &nodeWorkload{envoy: meta.Generator != "grpc", namespace: meta.Namespace, serviceAccount: meta.ServiceAccount, labels: meta.Labels, network: meta.Network}
 	typ, ip, id, err := parseNodeID(node.GetId())
 	switch {
 	case err != nil && w.envoy:
@@ -134,7 +135,7 @@ func (w *nodeWorkload) scopeIn(s *Server, snap *model.Snapshot, ms *meshState) (
 			return ms.grpc.Generate(snap, gp, typeURL, names, wildcard)
 		}
 	}
-	ep := &envoygen.Proxy{Namespace: w.namespace, Labels: labels, IPs: ips, Router: w.router, Unprivileged: w.unprivileged}
+	ep := &envoygen.Proxy{Namespace: w.namespace, Labels: labels, IPs: ips, Router: w.router, Unprivileged: w.unprivileged, Network: w.network}
 	return "envoy\x00" + ms.envoy.Scope(snap, ep), func(snap *model.Snapshot, typeURL string, names []string, wildcard bool) []resource.Resource {
 		return ms.envoy.Generate(snap, ep, typeURL, names, wildcard)
 	}
@@ -148,7 +149,7 @@ func (w *nodeWorkload) endpointsKeyIn(snap *model.Snapshot, ms *meshState) strin
 		return ""
 	}
 	labels, _ := w.in(snap)
-	return "envoy\x00" + ms.envoy.EndpointScope(snap, &envoygen.Proxy{Namespace: w.namespace, Labels: labels})
+	return "envoy\x00" + ms.envoy.EndpointScope(snap, &envoygen.Proxy{Namespace: w.namespace, Labels: labels, Network: w.network})
 }
 
 // in is the workload's labels and addresses in snap: the registry pod's

@@ -36,6 +36,7 @@ func (s *Server) newMeshState(mc *meshv1alpha1.MeshConfig, keys *keyfetch.JWKSSn
 	m.AllowInsecureSkipVerify = s.cfg.AllowInsecureSkipVerify
 	m.AllowLoopbackHTTPJWKS = s.cfg.AllowLoopbackHTTPJWKS
 	m.SidecarIngressTLS = s.cfg.SidecarIngressTLS
+	m.Networks = s.cfg.MeshNetworks
 	g := &envoygen.Generator{TrustDomain: s.cfg.TrustDomain, Mesh: m, ScopeGatewayToNamespace: s.cfg.ScopeGatewayToNamespace}
 	g.Telemetry = telemetry(mc)
 	if keys != nil {

@@ -15,6 +15,8 @@ import (
 const (
 	maxNodeBytes = 64 << 10
 	maxLabels    = 256
+	// maxNetworkName is meshNetworks' bound on a network's name.
+	maxNetworkName = 253
 )
 
 // ErrBadNode marks node information of the wrong shape.
@@ -30,6 +32,10 @@ type NodeMeta struct {
 	InstanceIPs    string            // INSTANCE_IPS, comma-separated
 	Generator      string            // GENERATOR
 	ClusterID      string            // CLUSTER_ID
+	// Network is NETWORK: the network the proxy's workload is on, which
+	// decides which endpoints it reaches directly and which through a
+	// network's gateway. Claiming another changes only that.
+	Network string
 	// Unprivileged is UNPRIVILEGED_POD "true": a router that may not bind
 	// ports below 1024.
 	Unprivileged bool
@@ -54,7 +60,7 @@ func ParseMetadata(md *structpb.Struct) (*NodeMeta, error) {
 	var m NodeMeta
 	for key, dst := range map[string]*string{
 		"NAMESPACE": &m.Namespace, "SERVICE_ACCOUNT": &m.ServiceAccount, "INSTANCE_IPS": &m.InstanceIPs,
-		"GENERATOR": &m.Generator, "CLUSTER_ID": &m.ClusterID,
+		"GENERATOR": &m.Generator, "CLUSTER_ID": &m.ClusterID, "NETWORK": &m.Network,
 	} {
 		v, ok := f[key]
 		if !ok {
@@ -92,6 +98,9 @@ func ParseMetadata(md *structpb.Struct) (*NodeMeta, error) {
 			}
 			m.Labels[k] = s.StringValue
 		}
+	}
+	if len(m.Network) > maxNetworkName {
+		return nil, fmt.Errorf("node metadata: NETWORK of %d bytes, limit %d: %w", len(m.Network), maxNetworkName, ErrBadNode)
 	}
 	if m.Namespace == "" || m.ServiceAccount == "" {
 		return nil, fmt.Errorf("node metadata: NAMESPACE and SERVICE_ACCOUNT are required: %w", ErrBadNode)

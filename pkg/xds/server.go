@@ -155,6 +155,10 @@ type Config struct {
 	// SidecarIngressTLS terminates the tls of Sidecar ingress listeners,
 	// as Istio's ENABLE_TLS_ON_SIDECAR_INGRESS.
 	SidecarIngressTLS bool
+	// MeshNetworks is meshNetworks (istiod's --networksConfig): the
+	// networks and their gateways, besides the Services that expose a
+	// network; nil: none.
+	MeshNetworks *model.MeshNetworks
 }
 
 // Server is the ADS server.

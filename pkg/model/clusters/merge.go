@@ -218,6 +218,12 @@ func (m *Merger) publishLocked() {
 func mergeServices(from []*model.Service) *model.Service {
 	first := from[0]
 	svc := *first
+	// Each cluster's Service may be its network's gateway: every
+	// cluster's exposure is kept.
+	svc.Exposures = nil
+	for _, s := range from {
+		svc.Exposures = append(svc.Exposures, s.Exposures...)
+	}
 	svc.Endpoints = make(map[uint32][]model.Endpoint, len(first.Ports))
 	for _, p := range first.Ports {
 		n := 0

@@ -15,9 +15,9 @@ import (
 type networkKey struct{ cluster, network string }
 
 // networks counts the model's endpoints by cluster and network, and says
-// once, when several networks appear, that Bulwark sends a proxy only the
-// endpoints of its own network (model.InNetwork): it has no east-west
-// gateways yet, through which Istio reaches the others.
+// once, when several networks appear, that a proxy reaches only its own
+// network's endpoints directly: the others through their network's
+// gateways, and not at all those of a network without one.
 type networks struct {
 	log   *slog.Logger
 	gauge *prometheus.GaugeVec // bulwark_network_endpoints{cluster,network}
@@ -35,8 +35,8 @@ func newNetworks(log *slog.Logger, reg prometheus.Registerer) (*networks, error)
 		gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "bulwark_network_endpoints",
 			Help: "Endpoints in the mesh model, by cluster and network (topology.istio.io/network; empty: unknown). " +
-				"With several networks, a proxy receives only the endpoints of its own network and of none: " +
-				"there are no east-west gateways yet, so the others are left out for it.",
+				"With several networks, a proxy receives the endpoints of its own network and of none, and those of " +
+				"another network as that network's gateways; a network without a gateway is left out for it.",
 		}, []string{"cluster", "network"})}
 	if reg != nil {
 		if err := reg.Register(n.gauge); err != nil {
@@ -104,8 +104,9 @@ func (n *networks) observe(svcs []*model.Service) {
 		}
 	}
 	if len(fresh) > 0 {
-		n.log.Warn("endpoints of several networks: a proxy gets only those of its own network (and of none); "+
-			"without east-west gateways, which Bulwark does not generate yet, the others are left out for it",
+		n.log.Warn("endpoints of several networks: a proxy reaches those of its own network (and of none) directly, "+
+			"the others through their network's gateways (meshNetworks, or a Service labelled topology.istio.io/network); "+
+			"a network without a gateway is left out for the others",
 			"networks", slices.Sorted(maps.Keys(named)), "new", fresh)
 	}
 }

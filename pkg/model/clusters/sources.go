@@ -23,6 +23,7 @@ import (
 type Sources struct {
 	merger *Merger
 	opts   model.Options
+	nets   *model.MeshNetworks // the networks of clusters
 	log    *slog.Logger
 	// newSource builds the source of a remote cluster; tests replace it.
 	newSource func(kubesource.Config) (runner, error)
@@ -49,10 +50,17 @@ type runner interface {
 // NewSources returns the remote sources of m, built with opts (the local
 // source's: the same domain). It does no I/O and starts nothing.
 func NewSources(m *Merger, opts model.Options, log *slog.Logger) *Sources {
+	return NewSourcesWithNetworks(m, opts, nil, log)
+}
+
+// NewSourcesWithNetworks is NewSources whose clusters' endpoints are on
+// the network of nets whose fromRegistry names their cluster, unless their
+// pod names another (topology.istio.io/network).
+func NewSourcesWithNetworks(m *Merger, opts model.Options, nets *model.MeshNetworks, log *slog.Logger) *Sources {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Sources{merger: m, opts: opts, log: log,
+	return &Sources{merger: m, opts: opts, nets: nets, log: log,
 		newSource: func(c kubesource.Config) (runner, error) { return kubesource.New(c) },
 		pending:   map[string]kubernetes.Interface{}, running: map[string]context.CancelFunc{},
 		published: map[string]*atomic.Bool{}}
@@ -155,6 +163,7 @@ func (s *Sources) startLocked(id string, client kubernetes.Interface) {
 		Options:       s.opts,
 		Logger:        log,
 		ClusterID:     id,
+		Network:       s.nets.NetworkOfRegistry(id),
 		EndpointsOnly: true,
 	})
 	if err != nil {

@@ -102,6 +102,7 @@ func (r *reuse) serviceSource(l listers, pods *podLookup, opts model.Options) ki
 func makeService(k *corev1.Service, slices []*discoveryv1.EndpointSlice, pods *podLookup, opts model.Options) *serviceEntry {
 	svc := convertService(k)
 	svc.Hostname = opts.Hostname(k.Namespace, k.Name)
+	svc.Exposures = exposuresOf(k, pods.r.topo.cluster)
 	pods.rec = &lookups{}
 	svc.Endpoints = endpointsOf(svc, slices, pods)
 	e := &serviceEntry{svc: svc, pods: pods.rec.pods, addrs: pods.rec.addrs}
@@ -236,6 +237,39 @@ func convertService(k *corev1.Service) *model.Service {
 	}
 	return svc
 }
+
+// exposuresOf is what may make Service k of cluster a network gateway:
+// its topology.istio.io/network and networking.istio.io/gatewayPort
+// labels, the ingress addresses of its load balancer (IPs, else
+// hostnames, as Istio reads them) and its externalIPs, and its ports;
+// nil for a Service with neither a network label nor an address.
+func exposuresOf(k *corev1.Service, cluster string) []model.Exposure {
+	e := model.Exposure{Cluster: cluster, Network: k.Labels[model.NetworkLabel], GatewayPort: k.Labels[model.GatewayPortLabel]}
+	if k.Spec.Type == corev1.ServiceTypeLoadBalancer {
+		for _, in := range k.Status.LoadBalancer.Ingress {
+			if a := cmp.Or(in.IP, in.Hostname); a != "" && len(e.Addresses) < maxExposedAddresses {
+				e.Addresses = append(e.Addresses, a)
+			}
+		}
+	}
+	for _, a := range k.Spec.ExternalIPs {
+		if a != "" && len(e.Addresses) < maxExposedAddresses {
+			e.Addresses = append(e.Addresses, a)
+		}
+	}
+	if e.Network == "" && len(e.Addresses) == 0 {
+		return nil
+	}
+	for _, p := range k.Spec.Ports {
+		if validPort(p.Port) {
+			e.Ports = append(e.Ports, uint32(p.Port))
+		}
+	}
+	return []model.Exposure{e}
+}
+
+// maxExposedAddresses bounds the ingress addresses read of one Service.
+const maxExposedAddresses = 64
 
 // convertPod is the workload of a pod that may run a sidecar: not one that
 // has ended.

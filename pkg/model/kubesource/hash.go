@@ -27,6 +27,16 @@ func serviceDigest(s *model.Service) [sha256.Size]byte {
 	} else {
 		h.count(0)
 	}
+	h.count(len(s.Exposures))
+	for _, e := range s.Exposures {
+		h.str(e.Cluster, e.Network, e.GatewayPort)
+		h.count(len(e.Addresses))
+		h.str(e.Addresses...)
+		h.count(len(e.Ports))
+		for _, p := range e.Ports {
+			h.count(int(p))
+		}
+	}
 	h.count(len(s.Ports))
 	for _, p := range s.Ports {
 		h.str(p.Name, p.TargetPortName, p.Protocol)

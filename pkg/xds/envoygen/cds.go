@@ -43,6 +43,10 @@ type outboundCluster struct {
 	subset *networkingv1.Subset // nil for the service's own cluster
 	dr     *model.DestinationRule
 	router bool // a router's: a headless service's is an EDS cluster
+	// sniDNAT is a router's SNI-DNAT cluster "outbound_.<port>_.<subset>_.<host>"
+	// of an AUTO_PASSTHROUGH server (eastwest.go): plaintext, as the
+	// client's mTLS passes through it.
+	sniDNAT bool
 }
 
 // outboundClusters lists every outbound cluster the proxy sees: each TCP
@@ -73,8 +77,13 @@ func (b *builder) outboundClusters() []outboundCluster {
 // sees, as outboundClusters lists it.
 func (b *builder) outboundClusterNamed(name string) (outboundCluster, bool) {
 	host, subset, port, ok := resource.ParseClusterName(name)
+	sniDNAT := false
 	if !ok {
-		return outboundCluster{}, false
+		host, subset, port, ok = resource.ParseSNIClusterName(name)
+		if !ok || !b.autoPassthrough() {
+			return outboundCluster{}, false
+		}
+		sniDNAT = true
 	}
 	svc := b.service(host)
 	if svc == nil {
@@ -85,7 +94,10 @@ func (b *builder) outboundClusterNamed(name string) (outboundCluster, bool) {
 		return outboundCluster{}, false
 	}
 	dr := b.snap.DestinationRuleFor(svc.Hostname, b.p.Namespace, b.p.Labels)
-	oc := outboundCluster{name: name, svc: svc, port: svc.Ports[i], dr: dr, router: b.p.Router}
+	oc := outboundCluster{name: name, svc: svc, port: svc.Ports[i], dr: dr, router: b.p.Router, sniDNAT: sniDNAT}
+	if sniDNAT && !sniDNATService(svc) {
+		return outboundCluster{}, false
+	}
 	if subset == "" {
 		return oc, true
 	}
@@ -231,6 +243,9 @@ func (b *builder) outboundClusterResource(oc outboundCluster) resource.Resource 
 // service, an ORIGINAL_DST one.
 func (b *builder) outboundEDSCluster(oc outboundCluster) resource.Resource {
 	mode := b.tlsOf(oc)
+	if oc.sniDNAT {
+		mode = tlsPlain // the client's mTLS passes through
+	}
 	subset := oc.subset.GetName()
 	h2 := protocolOf(oc.port) == protoHTTP2
 	upstream := upstreamProtocolOf(oc.port)
@@ -252,7 +267,7 @@ func (b *builder) outboundEDSCluster(oc outboundCluster) resource.Resource {
 		}}
 	}
 	return resource.Resource{Name: name, Key: k, Encode: func() ([]byte, error) {
-		if mode == tlsRefused || oc.headless() {
+		if mode == tlsRefused || oc.headless() && !oc.sniDNAT {
 			return b.otherCluster(oc, mode, upstream)
 		}
 		shapes, err := edsClusterShapes()

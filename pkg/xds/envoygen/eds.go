@@ -2,6 +2,7 @@ package envoygen
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -54,8 +55,9 @@ func (b *builder) namedClusters(names []string) []resource.Resource {
 
 func (b *builder) loadAssignments(ocs []outboundCluster) []resource.Resource {
 	var out []resource.Resource
+	gws := b.networkGateways()
 	for _, oc := range ocs {
-		if b.tlsOf(oc) == tlsRefused || oc.headless() || !oc.edsLoadAssignment() {
+		if !oc.sniDNAT && (b.tlsOf(oc) == tlsRefused || oc.headless()) || !oc.edsLoadAssignment() {
 			continue // a static cluster without endpoints, ORIGINAL_DST, or DNS
 		}
 		// The endpoints depend on the rule that defines a subset or says
@@ -64,24 +66,59 @@ func (b *builder) loadAssignments(ocs []outboundCluster) []resource.Resource {
 		if oc.dr != nil {
 			k = key("eds", oc.name, oc.dr.Key())
 		}
-		if net := b.network(); net != "" {
+		net := b.network()
+		if gws.Enabled() {
+			// Other networks' endpoints are their gateways.
+			k += "|net:" + net + "|gw:" + gws.Key
+		} else if net != "" {
 			k += "|net:" + net // other networks' endpoints are left out
 		}
 		if oc.svc.Headless {
 			k += "|router" // only routers have a headless service's
 		}
 		out = append(out, resource.Resource{Name: oc.name, Key: k, Encode: func() ([]byte, error) {
-			return b.loadAssignment(oc)
+			return b.loadAssignment(oc, gws)
 		}})
 	}
 	return out
+}
+
+// networkGateways are the mesh's network gateways for this snapshot and
+// meshNetworks.
+func (b *builder) networkGateways() *model.NetworkGateways {
+	return b.snap.NetworkGateways(b.g.Mesh.Networks)
+}
+
+// lbGroup is the endpoints of one locality, then the gateways that stand
+// for the remote ones, with their summed weights.
+type lbGroup struct {
+	region, zone, subzone string
+	endpoints             []model.Endpoint
+	weights               []uint32 // of endpoints
+	mtls                  []bool   // of endpoints
+	gateways              []model.NetworkGateway
+	gatewayWeights        map[model.NetworkGateway]uint32
+	weight                uint32
 }
 
 // loadAssignment encodes oc's ClusterLoadAssignment directly (see
 // wire.go): the endpoints by locality, localities in order, each endpoint
 // healthy with its weight and, when it accepts Istio mTLS, the mark the
 // cluster's transport socket match selects.
-func (b *builder) loadAssignment(oc outboundCluster) ([]byte, error) {
+//
+// With network gateways (split-horizon EDS, as Istio's endpoint builder):
+// every weight is scaled by the gateways' ScaleFactor; an endpoint the
+// proxy does not reach directly, because it is of another network that
+// has gateways (or the proxy's network is unknown and the endpoint's has
+// gateways), is replaced by those gateways, its weight split evenly among
+// them, in its locality, marked for mTLS, if it accepts Istio mTLS; if it
+// does not, it is left out, as traffic through a gateway is routed by the
+// mTLS SNI alone. An endpoint of another network without gateways is
+// left out too: Istio would send it as if it were reachable (see the
+// README). An SNI-DNAT cluster (a router's AUTO_PASSTHROUGH) keeps only
+// what accepts mTLS. Without any gateway, a proxy of a known network gets
+// only the endpoints of its network and of none.
+func (b *builder) loadAssignment(oc outboundCluster, gws *model.NetworkGateways) ([]byte, error) {
 	mtlsMark, err := mtlsEndpointMark()
 	if err != nil {
 		return nil, err
@@ -90,31 +127,77 @@ func (b *builder) loadAssignment(oc outboundCluster) ([]byte, error) {
 	if oc.subset != nil {
 		subsetLabels = oc.subset.GetLabels()
 	}
-	type group struct {
-		region, zone, subzone string
-		endpoints             []model.Endpoint
-		weight                uint32
-	}
-	var groups []*group
+	var groups []*lbGroup
 	network := b.network()
+	multi := gws.Enabled()
+	scale := uint32(1)
+	if multi {
+		scale = gws.ScaleFactor()
+	}
+	// Istio keeps a locality whose endpoints were all filtered out, empty,
+	// when it filters by network or mTLS.
+	keepEmpty := multi || oc.sniDNAT
 	for _, ep := range oc.svc.Endpoints[oc.port.Port] {
 		if oc.subset != nil && !model.Matches(subsetLabels, ep.Labels) {
 			continue
 		}
-		if !model.InNetwork(network, ep.Network) {
-			continue // no east-west gateway: not reachable
+		var epGws []model.NetworkGateway
+		direct := model.InNetwork(network, ep.Network)
+		if multi {
+			epGws = gws.For(ep.Network, ep.Cluster)
+			if network == "" && ep.Network != "" && len(epGws) > 0 {
+				direct = false // an unknown network goes through the gateways there are
+			}
+		}
+		if !direct && len(epGws) == 0 && !keepEmpty {
+			continue // not reachable: no gateway
 		}
 		region, rest, _ := strings.Cut(ep.Locality, "/")
 		zone, subzone, _ := strings.Cut(rest, "/")
-		i := slices.IndexFunc(groups, func(g *group) bool { return g.region == region && g.zone == zone && g.subzone == subzone })
+		i := slices.IndexFunc(groups, func(g *lbGroup) bool { return g.region == region && g.zone == zone && g.subzone == subzone })
 		if i < 0 {
 			i = len(groups)
-			groups = append(groups, &group{region: region, zone: zone, subzone: subzone})
+			groups = append(groups, &lbGroup{region: region, zone: zone, subzone: subzone})
 		}
-		groups[i].endpoints = append(groups[i].endpoints, ep)
-		groups[i].weight += max(ep.Weight, 1)
+		g := groups[i]
+		if !direct && len(epGws) == 0 {
+			continue // not reachable: no gateway
+		}
+		mtls := b.acceptsMTLS(oc, ep)
+		if (!direct || oc.sniDNAT) && !mtls {
+			continue // through a gateway, or from one: mTLS alone
+		}
+		weight := scaledWeight(ep.Weight, scale)
+		if direct {
+			g.endpoints = append(g.endpoints, ep)
+			g.weights = append(g.weights, weight)
+			g.mtls = append(g.mtls, mtls)
+			g.weight = addWeight(g.weight, weight)
+			continue
+		}
+		if g.gatewayWeights == nil {
+			g.gatewayWeights = map[model.NetworkGateway]uint32{}
+		}
+		share := weight / uint32(len(epGws))
+		for _, gw := range epGws {
+			if _, ok := g.gatewayWeights[gw]; !ok {
+				g.gateways = append(g.gateways, gw)
+			}
+			g.gatewayWeights[gw] += share
+		}
 	}
-	slices.SortFunc(groups, func(x, y *group) int {
+	for _, g := range groups {
+		slices.SortFunc(g.gateways, func(x, y model.NetworkGateway) int {
+			return cmp.Or(cmp.Compare(x.Address, y.Address), cmp.Compare(x.Port, y.Port), cmp.Compare(x.Network, y.Network), cmp.Compare(x.Cluster, y.Cluster))
+		})
+		for _, gw := range g.gateways {
+			if g.gatewayWeights[gw] == 0 {
+				g.gatewayWeights[gw] = 1 // as Istio: a gateway's weight is never 0
+			}
+			g.weight = addWeight(g.weight, g.gatewayWeights[gw])
+		}
+	}
+	slices.SortFunc(groups, func(x, y *lbGroup) int {
 		return cmp.Or(cmp.Compare(x.region, y.region), cmp.Compare(x.zone, y.zone), cmp.Compare(x.subzone, y.subzone))
 	})
 	w := make(wire, 0, 64+len(oc.name)+len(oc.svc.Endpoints[oc.port.Port])*64)
@@ -124,31 +207,54 @@ func (b *builder) loadAssignment(oc outboundCluster) ([]byte, error) {
 		w, l = w.open(claEndpoints)
 		w, loc = w.open(localityLocality)
 		w = w.str(localityRegion, g.region).str(localityZone, g.zone).str(localitySubZone, g.subzone).close(loc)
-		for _, ep := range g.endpoints {
-			var lb, e, addr, sock, weight int
-			w, lb = w.open(localityLbEndpoints)
-			w, e = w.open(lbEndpointEndpoint)
-			w, addr = w.open(endpointAddress)
-			w, sock = w.open(addressSocketAddress)
-			w = w.str(socketAddressAddress, ep.Address).varint(socketAddressPort, uint64(ep.Port)).close(sock).close(addr).close(e)
-			w = w.varint(lbEndpointHealth, uint64(core.HealthStatus_HEALTHY))
-			if b.acceptsMTLS(oc, ep) {
-				w = append(w, mtlsMark...)
-			}
-			w, weight = w.open(lbEndpointWeight)
-			w = w.varint(uint32Value, uint64(max(ep.Weight, 1))).close(weight).close(lb)
+		for i, ep := range g.endpoints {
+			w = lbEndpoint(w, ep.Address, ep.Port, g.weights[i], g.mtls[i], mtlsMark)
 		}
-		var weight int
-		w, weight = w.open(localityWeight)
-		w = w.varint(uint32Value, uint64(g.weight)).close(weight).close(l)
+		for _, gw := range g.gateways {
+			w = lbEndpoint(w, gw.Address, gw.Port, g.gatewayWeights[gw], true, mtlsMark)
+		}
+		if len(g.endpoints)+len(g.gateways) > 0 {
+			var weight int
+			w, weight = w.open(localityWeight)
+			w = w.varint(uint32Value, uint64(g.weight)).close(weight)
+		}
+		w = w.close(l)
 	}
 	return w, nil
 }
 
-// network is the proxy's network: its workload's topology.istio.io/network
-// label (the injector sets it to the network it injects for); empty when
-// unknown.
-func (b *builder) network() string { return b.p.Labels[model.NetworkLabel] }
+// lbEndpoint appends an LbEndpoint at address:port, healthy, with weight,
+// marked for mTLS when mtls.
+func lbEndpoint(w wire, address string, port, weight uint32, mtls bool, mtlsMark []byte) wire {
+	var lb, e, addr, sock, wt int
+	w, lb = w.open(localityLbEndpoints)
+	w, e = w.open(lbEndpointEndpoint)
+	w, addr = w.open(endpointAddress)
+	w, sock = w.open(addressSocketAddress)
+	w = w.str(socketAddressAddress, address).varint(socketAddressPort, uint64(port)).close(sock).close(addr).close(e)
+	w = w.varint(lbEndpointHealth, uint64(core.HealthStatus_HEALTHY))
+	if mtls {
+		w = append(w, mtlsMark...)
+	}
+	w, wt = w.open(lbEndpointWeight)
+	return w.varint(uint32Value, uint64(weight)).close(wt).close(lb)
+}
+
+// scaledWeight is an endpoint's weight (1 when unset) times scale, at
+// most the largest uint32, as Istio scales it.
+func scaledWeight(weight, scale uint32) uint32 {
+	return uint32(min(uint64(max(weight, 1))*uint64(scale), math.MaxUint32))
+}
+
+// addWeight adds without overflow, as Istio sums a locality's weights.
+func addWeight(a, b uint32) uint32 {
+	return uint32(min(uint64(a)+uint64(b), math.MaxUint32))
+}
+
+// network is the proxy's network: its node metadata NETWORK, else its
+// workload's topology.istio.io/network label (the injector sets both to
+// the network it injects for); empty when unknown.
+func (b *builder) network() string { return cmp.Or(b.p.Network, b.p.Labels[model.NetworkLabel]) }
 
 // Field numbers of envoy.config.endpoint.v3.ClusterLoadAssignment and of
 // what it nests.

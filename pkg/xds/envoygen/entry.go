@@ -107,7 +107,7 @@ func (b *builder) dnsCluster(r resource.Resource, oc outboundCluster, t cluster.
 		if c.GetType() == cluster.Cluster_STATIC {
 			return c, nil // refused TLS: no endpoints at all
 		}
-		raw, err := b.loadAssignment(oc)
+		raw, err := b.loadAssignment(oc, nil) // DNS endpoints: no gateways
 		if err != nil {
 			return nil, fmt.Errorf("cluster %s: %w", oc.name, err)
 		}

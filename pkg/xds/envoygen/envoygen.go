@@ -78,6 +78,9 @@ type Proxy struct {
 	// (node metadata UNPRIVILEGED_POD): servers resolving to them are
 	// left out.
 	Unprivileged bool
+	// Network is the proxy's network (node metadata NETWORK); empty: its
+	// workload's topology.istio.io/network label, else unknown.
+	Network string
 }
 
 // Mesh is the mesh-wide configuration generation reads.
@@ -116,6 +119,10 @@ type Mesh struct {
 	// GatewayTopology is mesh config defaultConfig.gatewayTopology, read
 	// by routers' HTTP connection managers.
 	GatewayTopology GatewayTopology
+	// Networks is meshNetworks: the networks and their gateways
+	// (model.NetworkGateways, with the Services that expose a network);
+	// nil: none but those Services.
+	Networks *model.MeshNetworks
 	// Routes are the mesh-wide settings of the VirtualService translation
 	// (defaultHttpRetryPolicy, defaultVirtualServiceExportTo), read by
 	// sidecars' routes and by routers' routes and TCP and TLS chains.
@@ -262,6 +269,9 @@ func (b *builder) sidecarResources(typeURL string, names []string, wildcard bool
 func (g *Generator) Scope(snap *model.Snapshot, p *Proxy) string {
 	b := &builder{g: g, snap: snap, p: p}
 	if p.Router {
+		if p.Network != "" {
+			return "router|" + b.routerScope() + string(appendPart([]byte("|net|"), p.Network))
+		}
 		return "router|" + b.routerScope()
 	}
 	var out []byte
@@ -290,6 +300,9 @@ func (g *Generator) Scope(snap *model.Snapshot, p *Proxy) string {
 	if k := b.sidecarKey(); k != "" {
 		out = appendPart(append(out, "|sidecar|"...), k)
 	}
+	if p.Network != "" {
+		out = appendPart(append(out, "|net|"...), p.Network)
+	}
 	return string(out)
 }
 
@@ -315,6 +328,10 @@ func (g *Generator) EndpointScope(snap *model.Snapshot, p *Proxy) string {
 		if sc := snap.SidecarFor(p.Namespace, p.Labels); sc != nil {
 			out = appendPart(append(out, "|sidecar|"...), sc.Key())
 		}
+	}
+	// Which endpoints it reaches directly, and which through gateways.
+	if net := (&builder{p: p}).network(); net != "" {
+		out = appendPart(append(out, "|net|"...), net)
 	}
 	return string(out)
 }

@@ -38,7 +38,7 @@ func (p GatewayProblem) String() string {
 // Why a server is not served. Kind is the metric's reason label.
 const (
 	ProblemConflict    = "conflict"    // another server already takes its port or SNI
-	ProblemUnsupported = "unsupported" // a feature not served (bind, AUTO_PASSTHROUGH)
+	ProblemUnsupported = "unsupported" // a feature not served (bind)
 	ProblemInvalid     = "invalid"     // a server Istio's validation refuses
 	ProblemRefused     = "refused"     // insecureSkipVerify without the operator's consent
 )
@@ -185,8 +185,6 @@ func (b *builder) gatewayServer(gw *model.Gateway, srv *networkingv1.Server) (*g
 		return nil, fmt.Sprintf("%s: %d hosts, limit %d", ProblemInvalid, len(srv.GetHosts()), maxServerHosts)
 	case srv.GetBind() != "":
 		return nil, ProblemUnsupported + ": bind is not served"
-	case srv.GetTls().GetMode() == networkingv1.ServerTLSSettings_AUTO_PASSTHROUGH:
-		return nil, ProblemUnsupported + ": AUTO_PASSTHROUGH is not served"
 	}
 	for _, h := range srv.GetHosts() {
 		if len(h) > maxHostLen || !validServerHost(h) {

@@ -343,7 +343,6 @@ func TestRefusedServerTLSLeavesTheRestServing(t *testing.T) {
 		"another namespace's Secret":       {simple("app/c"), ProblemRefused},
 		"another namespace's CA Secret":    {&networkingv1.ServerTLSSettings{Mode: networkingv1.ServerTLSSettings_MUTUAL, CredentialName: "c", CaCertCredentialName: "kubernetes://app/ca"}, ProblemRefused},
 		"a malformed certificate hash":     {&networkingv1.ServerTLSSettings{Mode: networkingv1.ServerTLSSettings_MUTUAL, CredentialName: "c", VerifyCertificateHash: []string{"x"}}, ProblemInvalid},
-		"AUTO_PASSTHROUGH (multi-cluster)": {&networkingv1.ServerTLSSettings{Mode: networkingv1.ServerTLSSettings_AUTO_PASSTHROUGH}, ProblemUnsupported},
 	} {
 		t.Run(name, func(t *testing.T) {
 			snap := withGateways(base, gateway("istio-system", "gw", ingressSelector,

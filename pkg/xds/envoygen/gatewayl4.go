@@ -33,6 +33,8 @@ func (b *builder) l4Routes(l *gwListener) []routes.Problem {
 		switch {
 		case s.kind == kindHTTP || s.terminatesHTTPS():
 			continue
+		case autoPassthroughServer(s.server):
+			s.l4 = b.autoPassthroughRoutes(s)
 		case passthrough(s.server):
 			s.l4, ps = o.GatewayTLSRoutes(b.snap, s.gw, s.server, b.p.Namespace, claimed)
 		default:
@@ -67,6 +69,10 @@ func (b *builder) l4Routes(l *gwListener) []routes.Problem {
 // filters of the router's AuthorizationPolicies and tcp_proxy, as Istio
 // builds them for gateways, with the telemetry of t.
 func (t *Telemetry) l4Chain(s *gwServer, r routes.L4Route, rbac []*listener.Filter) (*listener.FilterChain, error) {
+	auto := autoPassthroughServer(s.server)
+	if auto {
+		rbac = nil // as Istio's: the connection's own mTLS is checked where it ends
+	}
 	filters, err := t.tcpFilters(gatewayClass, rbac, tcpProxyTo(r), true)
 	if err != nil {
 		return nil, err
@@ -85,6 +91,9 @@ func (t *Telemetry) l4Chain(s *gwServer, r routes.L4Route, rbac []*listener.Filt
 	}
 	if len(sni) > 0 {
 		fc.FilterChainMatch = &listener.FilterChainMatch{ServerNames: slices.Clone(sni)}
+	}
+	if auto {
+		fc.FilterChainMatch.ApplicationProtocols = slices.Clone(istioALPNs)
 	}
 	return fc, nil
 }

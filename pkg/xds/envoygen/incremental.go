@@ -112,11 +112,17 @@ func ServiceNames(snap *model.Snapshot, hostname string, add func(typeURL, name 
 			add(resource.RouteType, sniffedRouteName(hostname, sp.Port))
 		}
 	}
+	sniDNAT := hasAutoPassthrough(snap) && sniDNATService(svc)
 	for _, sp := range svc.Ports {
 		for _, subset := range append([]string{""}, subsets...) {
 			name := resource.ClusterName(hostname, subset, sp.Port)
 			add(resource.ClusterType, name)
 			add(resource.EndpointType, name)
+			if sniDNAT { // an east-west gateway's (eastwest.go)
+				name = resource.SNIClusterName(hostname, subset, sp.Port)
+				add(resource.ClusterType, name)
+				add(resource.EndpointType, name)
+			}
 		}
 		add(resource.RouteType, strconv.FormatUint(uint64(sp.Port), 10))
 		add(resource.RouteType, sniffedRouteName(hostname, sp.Port))

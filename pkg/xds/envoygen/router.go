@@ -21,12 +21,13 @@ func (b *builder) routerResources(typeURL string, names []string, wildcard bool)
 		for _, oc := range b.outboundClusters() {
 			out = append(out, b.outboundClusterResource(oc))
 		}
+		out = append(out, b.sniDNATResources(typeURL)...) // an east-west gateway's (eastwest.go)
 		return append(out, blackholeClusterResource())
 	case resource.EndpointType:
 		if !wildcard {
 			return append([]resource.Resource{}, b.namedEndpoints(slices.Compact(slices.Sorted(slices.Values(names))))...)
 		}
-		return append([]resource.Resource{}, b.endpoints()...)
+		return append(append([]resource.Resource{}, b.endpoints()...), b.sniDNATResources(typeURL)...)
 	case resource.ListenerType:
 		return append([]resource.Resource{}, b.gatewayListeners()...)
 	case resource.RouteType:

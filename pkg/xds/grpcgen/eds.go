@@ -28,7 +28,8 @@ func (g *Generator) endpoints(snap *model.Snapshot, p *Proxy, name string) *Reso
 	eps := svc.Endpoints[port.Port]
 	key := "eds|" + name
 	if net := p.Labels[model.NetworkLabel]; net != "" {
-		// Other networks' endpoints are left out: no east-west gateway.
+		// Other networks' endpoints are left out: proxyless gRPC is not
+		// sent through network gateways (README).
 		eps = model.EndpointsInNetwork(eps, net)
 		key += "|net:" + net
 	}

@@ -52,9 +52,33 @@ func ParseClusterName(name string) (host, subset string, port uint32, ok bool) {
 	return host, subset, uint32(p), true
 }
 
-// ClusterHost is the host of a name ClusterName writes; "" for any other
-// name.
+// SNIClusterName is Istio's name of an outbound cluster as an SNI and as
+// a router's SNI-DNAT cluster, "outbound_.<port>_.<subset>_.<host>".
+func SNIClusterName(host, subset string, port uint32) string {
+	return "outbound_." + strconv.FormatUint(uint64(port), 10) + "_." + subset + "_." + host
+}
+
+// ParseSNIClusterName reads a name SNIClusterName writes.
+func ParseSNIClusterName(name string) (host, subset string, port uint32, ok bool) {
+	rest, ok := strings.CutPrefix(name, "outbound_.")
+	if !ok {
+		return "", "", 0, false
+	}
+	portStr, rest, _ := strings.Cut(rest, "_.")
+	subset, host, ok = strings.Cut(rest, "_.")
+	p, err := strconv.ParseUint(portStr, 10, 16)
+	if !ok || err != nil || p == 0 || host == "" || strings.Contains(host, "_.") {
+		return "", "", 0, false
+	}
+	return host, subset, uint32(p), true
+}
+
+// ClusterHost is the host of a name ClusterName or SNIClusterName
+// writes; "" for any other name.
 func ClusterHost(name string) string {
-	host, _, _, _ := ParseClusterName(name)
+	if host, _, _, ok := ParseClusterName(name); ok {
+		return host
+	}
+	host, _, _, _ := ParseSNIClusterName(name)
 	return host
 }

@@ -1,0 +1,155 @@
+package xds
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/types/known/structpb"
+	networkingv1 "istio.io/api/networking/v1"
+
+	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
+)
+
+// networkWorld has service echo.app with one endpoint on net-b accepting
+// mTLS, net-b's gateway Service at gatewayIP (none when empty), and
+// net-c's gateway Service, labelled but without an address.
+func networkWorld(version, gatewayIP string) *model.Snapshot {
+	echo := &model.Service{Meta: model.Meta{Name: "echo", Namespace: "app"}, Addresses: []string{"10.96.0.10"},
+		Ports: []model.Port{{Name: "http", Port: 80, TargetPort: 8080}},
+		Endpoints: map[uint32][]model.Endpoint{80: {{Address: "10.20.0.1", Port: 8080, Namespace: "app", ServiceAccount: "echo",
+			Network: "net-b", Cluster: "b", Labels: map[string]string{model.TLSModeLabel: "istio", model.NetworkLabel: "net-b"}}}}}
+	gwB := &model.Service{Meta: model.Meta{Name: "eastwest-b", Namespace: "istio-system"}, Addresses: []string{"10.96.9.9"},
+		Ports:     []model.Port{{Name: "tls", Port: 15443}},
+		Exposures: []model.Exposure{{Cluster: "b", Network: "net-b", Addresses: []string{gatewayIP}, Ports: []uint32{15443}}}}
+	gwC := &model.Service{Meta: model.Meta{Name: "eastwest-c", Namespace: "istio-system"}, Addresses: []string{"10.96.9.10"},
+		Ports:     []model.Port{{Name: "tls", Port: 15443}},
+		Exposures: []model.Exposure{{Cluster: "c", Network: "net-c", Ports: []uint32{15443}}}}
+	return model.Build(version, model.Options{}, model.Resources{Services: []*model.Service{echo, gwB, gwC}})
+}
+
+// networkNode is an Envoy sidecar's node claiming NETWORK net.
+func networkNode(net string) *core.Node {
+	n := envoyNode("app", "client", "10.10.0.9")
+	n.Metadata.Fields["NETWORK"] = structpb.NewStringValue(net)
+	return n
+}
+
+func loadAddresses(t *testing.T, r *discovery.DiscoveryResponse) []string {
+	t.Helper()
+	var out []string
+	for _, a := range r.GetResources() {
+		cla := unmarshal[*endpoint.ClusterLoadAssignment](t, a, &endpoint.ClusterLoadAssignment{})
+		for _, l := range cla.GetEndpoints() {
+			for _, e := range l.GetLbEndpoints() {
+				s := e.GetEndpoint().GetAddress().GetSocketAddress()
+				out = append(out, fmt.Sprintf("%s:%d", s.GetAddress(), s.GetPortValue()))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestAGatewayAddressChangeRepushesOtherNetworksEndpoints: a proxy of
+// net-a (node metadata NETWORK) reaches net-b's endpoint through net-b's
+// gateway; when the gateway Service's address changes, the load
+// assignment is pushed again with the new address.
+func TestAGatewayAddressChangeRepushesOtherNetworksEndpoints(t *testing.T) {
+	h := newHarness(t, networkWorld("v1", "198.51.100.7"), nil)
+	st := h.stream(clientID)
+	const name = "outbound|80||echo.app.svc.cluster.local"
+	if err := st.Send(&discovery.DiscoveryRequest{Node: networkNode("net-a"), TypeUrl: resource.EndpointType, ResourceNames: []string{name}}); err != nil {
+		t.Fatal(err)
+	}
+	r := recv(t, st)
+	if got := loadAddresses(t, r); !slices.Equal(got, []string{"198.51.100.7:15443"}) {
+		t.Fatalf("endpoints %v, want net-b's gateway", got)
+	}
+	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: []string{name}, ResponseNonce: r.GetNonce(), VersionInfo: r.GetVersionInfo()}); err != nil {
+		t.Fatal(err)
+	}
+	h.store.Publish(networkWorld("v2", "198.51.100.9"))
+	r = recv(t, st)
+	if got := loadAddresses(t, r); !slices.Equal(got, []string{"198.51.100.9:15443"}) {
+		t.Fatalf("endpoints after the gateway moved %v, want its new address", got)
+	}
+	// net-c's gateway Service without an address is reported.
+	waitFor(t, "the gateway left out counted", func() bool {
+		return testutil.ToFloat64(h.srv.metrics.failClosed.WithLabelValues("Network", "gateway_left_out")) == 1
+	})
+}
+
+func TestANetworkWithoutGatewayIsCounted(t *testing.T) {
+	snap := networkWorld("v1", "198.51.100.7")
+	res := *snap.Resources()
+	orphan := &model.Service{Meta: model.Meta{Name: "orphan", Namespace: "app"}, Addresses: []string{"10.96.0.11"},
+		Ports: []model.Port{{Name: "http", Port: 80}},
+		Endpoints: map[uint32][]model.Endpoint{80: {{Address: "10.40.0.1", Port: 80, Namespace: "app", Network: "net-d",
+			Labels: map[string]string{model.TLSModeLabel: "istio"}}}}}
+	res.Services = append(slices.Clone(res.Services), orphan)
+	h := newHarness(t, model.Build("v1", model.Options{}, res), nil)
+	waitFor(t, "the network without gateway counted", func() bool {
+		return testutil.ToFloat64(h.srv.metrics.failClosed.WithLabelValues("Network", "no_gateway")) == 1
+	})
+}
+
+func TestNodeNetworkReachesTheGenerator(t *testing.T) {
+	md, err := ParseMetadata(networkNode("net-a").GetMetadata())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := nodeWorkloadOf(networkNode("net-a"), md)
+	if err != nil || w.network != "net-a" {
+		t.Fatalf("workload %+v, %v", w, err)
+	}
+}
+
+// TestAnEastWestGatewaysEndpointChangeIsAnEndpointPush: the load
+// assignment of an SNI-DNAT cluster follows its service's endpoints as an
+// endpoint push, as an outbound cluster's does.
+func TestAnEastWestGatewaysEndpointChangeIsAnEndpointPush(t *testing.T) {
+	world := func(version string, addrs ...string) *model.Snapshot {
+		var eps []model.Endpoint
+		for _, a := range addrs {
+			eps = append(eps, model.Endpoint{Address: a, Port: 8080, Namespace: "app", ServiceAccount: "echo",
+				Labels: map[string]string{model.TLSModeLabel: "istio"}})
+		}
+		echo := &model.Service{Meta: model.Meta{Name: "echo", Namespace: "app"}, Addresses: []string{"10.96.0.10"},
+			Ports: []model.Port{{Name: "http", Port: 80, TargetPort: 8080}}, Endpoints: map[uint32][]model.Endpoint{80: eps}}
+		gw := &model.Gateway{Meta: model.Meta{Namespace: "gw", Name: "cross-network"}, Spec: &networkingv1.Gateway{
+			Selector: map[string]string{"istio": "eastwestgateway"},
+			Servers: []*networkingv1.Server{{Port: &networkingv1.Port{Number: 15443, Name: "tls", Protocol: "TLS"}, Hosts: []string{"*.local"},
+				Tls: &networkingv1.ServerTLSSettings{Mode: networkingv1.ServerTLSSettings_AUTO_PASSTHROUGH}}},
+		}}
+		return model.Build(version, model.Options{}, model.Resources{Services: []*model.Service{echo}, Gateways: []*model.Gateway{gw}})
+	}
+	h := newHarness(t, world("v1", "10.0.0.1"), nil)
+	st := h.stream(ingressIdentity)
+	const name = "outbound_.80_._.echo.app.svc.cluster.local"
+	node := routerNode("gw", "ingress", "10.0.9.1", map[string]any{"istio": "eastwestgateway"}, nil)
+	if err := st.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.EndpointType, ResourceNames: []string{name}}); err != nil {
+		t.Fatal(err)
+	}
+	r := recv(t, st)
+	if got := loadAddresses(t, r); !slices.Equal(got, []string{"10.0.0.1:8080"}) {
+		t.Fatalf("SNI-DNAT endpoints %v", got)
+	}
+	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: resource.EndpointType, ResourceNames: []string{name}, ResponseNonce: r.GetNonce(), VersionInfo: r.GetVersionInfo()}); err != nil {
+		t.Fatal(err)
+	}
+	before := testutil.ToFloat64(h.srv.metrics.pushTriggers.WithLabelValues("endpoint"))
+	h.store.Publish(world("v2", "10.0.0.1", "10.0.0.2"))
+	r = recv(t, st)
+	if got := loadAddresses(t, r); !slices.Equal(got, []string{"10.0.0.1:8080", "10.0.0.2:8080"}) {
+		t.Fatalf("SNI-DNAT endpoints after a change %v", got)
+	}
+	if after := testutil.ToFloat64(h.srv.metrics.pushTriggers.WithLabelValues("endpoint")); after <= before {
+		t.Errorf("endpoint push triggers %v → %v: not an endpoint push", before, after)
+	}
+}
