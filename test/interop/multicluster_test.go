@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -160,7 +161,7 @@ func TestMultiClusterTokensAreReviewedByTheirCluster(t *testing.T) {
 // env's cluster, named id, for the reader service account of istio-system.
 // The service account's token Secret is written by the test, as
 // kube-controller-manager's token controller (not run here) would fill it;
-// the reader may create TokenReviews (system:auth-delegator).
+// the reader has the chart's remote-reader ClusterRole (grantRemoteReader).
 func istioctlRemoteSecret(t *testing.T, env *testenv.Env, id string) *corev1.Secret {
 	t.Helper()
 	ctx := context.Background()
@@ -177,13 +178,7 @@ func istioctlRemoteSecret(t *testing.T, env *testenv.Env, id string) *corev1.Sec
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "istio-reader-token-review"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:auth-delegator"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: ns}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	grantRemoteReader(t, env, ns, sa)
 	bins := peerBinariesFor(t)
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -327,4 +322,40 @@ func adsFirstResponse(t *testing.T, ca caTarget, token, cluster, ns, pod, claime
 	}
 	_, err = st.Recv()
 	return err
+}
+
+// remoteReaderBlock is the remote reader's ClusterRole in docs/rbac.md,
+// which test/helm keeps equal to the chart's.
+var remoteReaderBlock = regexp.MustCompile("(?s)```yaml remote-reader\n(.*?)```")
+
+// grantRemoteReader gives ns/sa of env's cluster the remote reader's
+// ClusterRole of docs/rbac.md, and nothing else: what another cluster's
+// istiod may do there.
+func grantRemoteReader(t *testing.T, env *testenv.Env, ns, sa string) {
+	t.Helper()
+	const doc = "../../docs/rbac.md"
+	data, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := remoteReaderBlock.FindSubmatch(data)
+	if m == nil {
+		t.Fatalf("%s: no remote-reader block", doc)
+	}
+	var role rbacv1.ClusterRole
+	if err := yaml.UnmarshalStrict(m[1], &role); err != nil {
+		t.Fatalf("%s: %v", doc, err)
+	}
+	ctx := context.Background()
+	rbac := env.Client(t).RbacV1()
+	if _, err := rbac.ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rbac.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: ns}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -26,7 +26,6 @@ import (
 	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -56,7 +55,6 @@ func TestMultiClusterEndpoints(t *testing.T) {
 	ca := caTarget{addr: p.SecureGRPCAddr, root: root, san: "istiod." + istiodNS + ".svc"}
 	remote := istioctlRemoteSecret(t, envB, clusterB)
 	remote.Namespace = istiodNS
-	grantEndpointReader(t, envB)
 	if _, err := envA.Client(t).CoreV1().Secrets(istiodNS).Create(ctx, remote, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -167,31 +165,6 @@ func TestMultiClusterEndpoints(t *testing.T) {
 			subsetB: nil,
 		})
 	})
-}
-
-// grantEndpointReader lets the reader service account of B's remote
-// secret read what endpoint discovery reads, and no Secret: the part of
-// Istio's reader ClusterRole that remote endpoints need.
-func grantEndpointReader(t *testing.T, env *testenv.Env) {
-	t.Helper()
-	ctx := context.Background()
-	rbac := env.Client(t).RbacV1()
-	if _, err := rbac.ClusterRoles().Create(ctx, &rbacv1.ClusterRole{
-		ObjectMeta: metav1.ObjectMeta{Name: "istio-reader-endpoints"},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{""}, Resources: []string{"pods", "services", "nodes"}, Verbs: []string{"get", "list", "watch"}},
-			{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}},
-		},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rbac.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "istio-reader-endpoints"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "istio-reader-endpoints"},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "istio-reader-service-account", Namespace: "istio-system"}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // echoService is Service echo of one cluster, whose EndpointSlice the test
