@@ -306,6 +306,7 @@ func compareClusterTLS(d *differences, istioSim, ourSim *simulation.Simulation) 
 		}
 		d.check("cluster TLS "+ic.GetName(), ic.GetType().String()+" "+clusterTLS(ic), oc.GetType().String()+" "+clusterTLS(oc), "")
 		d.check("cluster upstream HTTP options "+ic.GetName(), autoSNI(ic), autoSNI(oc), "")
+		d.check("cluster upstream protocol "+ic.GetName(), upstreamProtocolOptions(d.t, ic), upstreamProtocolOptions(d.t, oc), "")
 		if ictx, octx := originationContext(ic), originationContext(oc); (ictx != nil || octx != nil) && !proto.Equal(ictx, octx) {
 			d.check("cluster origination TLS context "+ic.GetName(), prototext.Format(ictx), prototext.Format(octx), "")
 		}
