@@ -55,6 +55,9 @@ func applyInboundPool(c *cluster.Cluster, pool *networkingv1.ConnectionPoolSetti
 // applyPool sets on c the upstream protocol upstream and pool's limits,
 // as applyInboundPool says; outbound clusters share it.
 func applyPool(c *cluster.Cluster, pool *networkingv1.ConnectionPoolSettings, upstream upstreamProtocol) error {
+	if err := checkPoolDurations(pool); err != nil {
+		return fmt.Errorf("cluster %s: connection pool: %w", c.Name, err)
+	}
 	opts := &httpopts.HttpProtocolOptions{}
 	var h2 *core.Http2ProtocolOptions
 	switch upstream {

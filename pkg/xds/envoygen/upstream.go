@@ -138,3 +138,28 @@ func passthroughProtocol(c *cluster.Cluster) (proto.Message, error) {
 	c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpOptionsName: a}
 	return c, nil
 }
+
+// checkPoolDurations refuses a pool whose durations Envoy would reject
+// (negative or malformed; a zero connect timeout), which validation
+// refuses too: the cluster is left out, with an error, rather than the
+// proxy's whole cluster update rejected.
+func checkPoolDurations(pool *networkingv1.ConnectionPoolSettings) error {
+	h, tcp := pool.GetHttp(), pool.GetTcp()
+	for name, d := range map[string]*durationpb.Duration{
+		"http.idleTimeout": h.GetIdleTimeout(), "http.http2KeepAlive.interval": h.GetHttp2KeepAlive().GetInterval(),
+		"http.http2KeepAlive.timeout": h.GetHttp2KeepAlive().GetTimeout(), "tcp.connectTimeout": tcp.GetConnectTimeout(),
+		"tcp.idleTimeout": tcp.GetIdleTimeout(), "tcp.maxConnectionDuration": tcp.GetMaxConnectionDuration(),
+		"tcp.tcpKeepalive.time": tcp.GetTcpKeepalive().GetTime(), "tcp.tcpKeepalive.interval": tcp.GetTcpKeepalive().GetInterval(),
+	} {
+		if d == nil {
+			continue
+		}
+		if err := d.CheckValid(); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if d.AsDuration() < 0 || name == "tcp.connectTimeout" && d.AsDuration() == 0 {
+			return fmt.Errorf("%s: %s is not a positive duration", name, d.AsDuration())
+		}
+	}
+	return nil
+}

@@ -7,6 +7,7 @@ import (
 	httpopts "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
 
 // upstreamOfCluster names how cl chooses its upstream HTTP version, with
@@ -97,5 +98,43 @@ spec:
 				}
 			}
 		})
+	}
+}
+
+// TestBadConnectionPoolLeavesTheClusterOut: a pool Envoy would reject
+// (a negative timeout, past validation) fails its cluster's build alone.
+func TestBadConnectionPoolLeavesTheClusterOut(t *testing.T) {
+	snap := modeltest.Load(t, manifests+`---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: echo, namespace: app}
+spec:
+  host: echo.app.svc.cluster.local
+  trafficPolicy:
+    portLevelSettings:
+    - {port: {number: 80}, connectionPool: {http: {idleTimeout: -5s}}}
+`)
+	for _, p := range []*Proxy{
+		{Namespace: "app", Labels: map[string]string{"app": "sleep"}, IPs: []string{"10.0.0.9"}},
+		{Namespace: "app", Labels: map[string]string{"app": "echo", "version": "v1"}, IPs: []string{"10.0.0.5"}},
+	} {
+		failed := map[string]bool{}
+		for _, r := range (&Generator{TrustDomain: td}).Generate(snap, p, resource.ClusterType, nil, true) {
+			if _, err := r.Marshal(); err != nil {
+				failed[r.Name] = true
+			}
+		}
+		want := map[string]bool{"outbound|80||echo.app.svc.cluster.local": true}
+		if p.Labels["app"] == "echo" {
+			want = map[string]bool{"outbound|80||echo.app.svc.cluster.local": true, "inbound|8080||": true}
+		}
+		if len(failed) != len(want) {
+			t.Errorf("%s: failed %v, want %v", p.Labels["app"], failed, want)
+		}
+		for n := range want {
+			if !failed[n] {
+				t.Errorf("%s: %s built, want it refused", p.Labels["app"], n)
+			}
+		}
 	}
 }
