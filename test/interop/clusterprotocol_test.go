@@ -131,6 +131,17 @@ var protocolScenarios = []protocolScenario{{
   subsets:
   - {name: v1, labels: {app: proto}, trafficPolicy: {connectionPool: {http: {maxRetries: 4}}}}
 `),
+}, {
+	name: "a workload-selected rule for its clients only; a Sidecar's inbound pool over the rule's",
+	istio: protoRule("  trafficPolicy: {connectionPool: {http: {idleTimeout: 40s, h2UpgradePolicy: UPGRADE}}}\n") + `---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: proto-sleep, namespace: app}
+spec:
+  host: proto.app.svc.cluster.local
+  workloadSelector: {matchLabels: {app: sleep}}
+  trafficPolicy: {connectionPool: {http: {useClientProtocol: true}, tcp: {maxConnections: 2}}}
+` + sidecarRes("app", "proto", "  workloadSelector: {labels: {app: proto}}\n  inboundConnectionPool: {tcp: {maxConnections: 3}}\n"),
 }}
 
 // TestClusterProtocolMatchesIstio compares every cluster's upstream
