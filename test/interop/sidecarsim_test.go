@@ -28,7 +28,7 @@ import (
 // but not compared. It also compares the names of listeners, clusters and
 // routes, every route configuration field by field (compareRouteConfigs:
 // default routes with their retry policy and timeouts), each cluster's
-// type and upstream TLS, and each ClusterLoadAssignment's endpoints and
+// type, upstream TLS and upstream protocol options, and each ClusterLoadAssignment's endpoints and
 // their auto-mTLS marks. As a
 // control, the checks of TestSidecarConfigValid and
 // TestSidecarConfigSecurity run on Istio's configuration, which they must
@@ -294,8 +294,9 @@ func diffNames(d *differences, what string, istio, ours []string) {
 	}
 }
 
-// compareClusterTLS compares, for every cluster both generate, its type
-// and what it does about upstream TLS (clusterTLS).
+// compareClusterTLS compares, for every cluster both generate, its type,
+// what it does about upstream TLS (clusterTLS), and its upstream protocol
+// and common HTTP options (upstreamProtocolOptions).
 func compareClusterTLS(d *differences, istioSim, ourSim *simulation.Simulation) {
 	d.t.Helper()
 	ours := xdstest.ExtractClusters(ourSim.Clusters)
