@@ -64,6 +64,7 @@ func checkTrafficPolicy(f *Findings, invalid map[string]bool, path string, tp *n
 		f.errorf(path, "tunnel and proxyProtocol cannot be set together")
 	}
 	checkClientTLS(f, invalid, path+".tls", tp.GetTls())
+	checkConnectionPool(f, path+".connectionPool", tp.GetConnectionPool())
 	for i, pls := range tp.GetPortLevelSettings() {
 		pp := at(path+".portLevelSettings", i)
 		if pls == nil {
@@ -80,6 +81,7 @@ func checkTrafficPolicy(f *Findings, invalid map[string]bool, path string, tp *n
 			f.errorf(pp, "must set at least one field besides port")
 		}
 		checkClientTLS(f, invalid, pp+".tls", pls.GetTls())
+		checkConnectionPool(f, pp+".connectionPool", pls.GetConnectionPool())
 	}
 }
 

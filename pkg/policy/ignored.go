@@ -13,8 +13,8 @@ import (
 var (
 	destinationRuleFields = set("host", "exportTo", "subsets", "trafficPolicy", "workloadSelector")
 	subsetFields          = set("name", "labels", "trafficPolicy")
-	trafficPolicyFields   = set("tls", "portLevelSettings")
-	portPolicyFields      = set("port", "tls")
+	trafficPolicyFields   = set("tls", "portLevelSettings", "connectionPool")
+	portPolicyFields      = set("port", "tls", "connectionPool")
 )
 
 func set(names ...string) map[string]bool {
@@ -70,10 +70,24 @@ func ignoredInDestinationRule(_ map[string]string, spec map[string]any) []string
 
 func ignoredInTrafficPolicy(path string, tp map[string]any) []string {
 	out := unknownFields(path, tp, trafficPolicyFields)
+	out = append(out, partlyConnectionPool(path, tp)...)
 	for i, pl := range list(tp["portLevelSettings"]) {
-		out = append(out, unknownFields(fmt.Sprintf("%s.portLevelSettings[%d]", path, i), object(pl), portPolicyFields)...)
+		p := fmt.Sprintf("%s.portLevelSettings[%d]", path, i)
+		out = append(out, unknownFields(p, object(pl), portPolicyFields)...)
+		out = append(out, partlyConnectionPool(p, object(pl))...)
 	}
 	return out
+}
+
+// partlyConnectionPool says where a DestinationRule's connectionPool is
+// not applied: Envoy's clusters take it whole (limits, timeouts, HTTP
+// options, h2UpgradePolicy, useClientProtocol); proxyless gRPC clients
+// do not read it.
+func partlyConnectionPool(path string, policy map[string]any) []string {
+	if _, ok := policy["connectionPool"]; !ok {
+		return nil
+	}
+	return []string{path + ".connectionPool: applied by Envoy proxies only, not by proxyless gRPC clients"}
 }
 
 // unknownFields names, in order, the fields of obj not in read.

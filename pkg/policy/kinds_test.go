@@ -45,7 +45,7 @@ func TestIgnoredFields(t *testing.T) {
 			want: []string{
 				"spec.trafficPolicy.loadBalancer: ignored, not generated",
 				"spec.trafficPolicy.outlierDetection: ignored, not generated",
-				"spec.trafficPolicy.portLevelSettings[0].connectionPool: ignored, not generated",
+				"spec.trafficPolicy.portLevelSettings[0].connectionPool: applied by Envoy proxies only, not by proxyless gRPC clients",
 				"spec.subsets[0].trafficPolicy.tunnel: ignored, not generated",
 			},
 		},

@@ -95,6 +95,7 @@ func envoyMesh(mc *meshv1alpha1.MeshConfig) envoygen.Mesh {
 	return envoygen.Mesh{
 		RegistryOnly:       policy != nil && policy.GetMode() == meshv1alpha1.MeshConfig_OutboundTrafficPolicy_REGISTRY_ONLY,
 		DisableAutoMTLS:    autoMTLS != nil && !autoMTLS.GetValue(),
+		H2Upgrade:          mc.GetH2UpgradePolicy() == meshv1alpha1.MeshConfig_UPGRADE,
 		TrustDomainAliases: mc.GetTrustDomainAliases(),
 		TLSDefaults: envoygen.TLSDefaults{
 			ECDHCurves:         mc.GetTlsDefaults().GetEcdhCurves(),

@@ -218,18 +218,21 @@ func TestEnvoyMeshFollowsIstiosDefaults(t *testing.T) {
 		mc       *meshv1alpha1.MeshConfig
 		registry bool
 		noAuto   bool
+		h2       bool
 	}{
 		"no mesh configuration is ALLOW_ANY with auto-mTLS":                {mc: nil},
 		"an empty mesh configuration is ALLOW_ANY with auto-mTLS":          {mc: &meshv1alpha1.MeshConfig{}},
 		"an outbound traffic policy of REGISTRY_ONLY blocks":               {mc: &meshv1alpha1.MeshConfig{OutboundTrafficPolicy: &meshv1alpha1.MeshConfig_OutboundTrafficPolicy{}}, registry: true},
 		"enableAutoMtls false turns auto-mTLS off":                         {mc: &meshv1alpha1.MeshConfig{EnableAutoMtls: wrapperspb.Bool(false)}, noAuto: true},
 		"the parsed defaults are ALLOW_ANY with auto-mTLS, as Istio's are": {mc: meshconfig.Default(meshconfig.Defaults{})},
+		"h2UpgradePolicy UPGRADE upgrades":                                 {mc: &meshv1alpha1.MeshConfig{H2UpgradePolicy: meshv1alpha1.MeshConfig_UPGRADE}, h2: true},
+		"h2UpgradePolicy DO_NOT_UPGRADE does not":                          {mc: &meshv1alpha1.MeshConfig{H2UpgradePolicy: meshv1alpha1.MeshConfig_DO_NOT_UPGRADE}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			m := envoyMesh(tc.mc)
-			if m.RegistryOnly != tc.registry || m.DisableAutoMTLS != tc.noAuto {
-				t.Errorf("got %+v, want RegistryOnly %v DisableAutoMTLS %v", m, tc.registry, tc.noAuto)
+			if m.RegistryOnly != tc.registry || m.DisableAutoMTLS != tc.noAuto || m.H2Upgrade != tc.h2 {
+				t.Errorf("got %+v, want RegistryOnly %v DisableAutoMTLS %v H2Upgrade %v", m, tc.registry, tc.noAuto, tc.h2)
 			}
 		})
 	}

@@ -158,19 +158,6 @@ var ingressAllowedDifferences = []allowedDifference{{
 	subject:  regexp.MustCompile(`^listener 10\.0\.0\.5_9000$`),
 	istio:    "present", ours: "absent",
 	reason: "a listener bound to its port (captureMode NONE) is not built; reported",
-}, {
-	// The services' own inbound clusters keep Envoy's HTTP/1.1 upstream
-	// where Istio sets HTTP/2 (gRPC) or the client's protocol (sniffed);
-	// the ingress listeners' clusters set them as Istio.
-	scenario: regexp.MustCompile(`^inboundConnectionPool on the services' inbound clusters$`),
-	subject:  regexp.MustCompile(`^inbound cluster protocol inbound\|7070\|\|$`),
-	istio:    "h2", ours: "default",
-	reason: "service inbound clusters: upstream protocol not set",
-}, {
-	scenario: regexp.MustCompile(`^inboundConnectionPool on the services' inbound clusters$`),
-	subject:  regexp.MustCompile(`^inbound cluster protocol inbound\|5001\|\|$`),
-	istio:    "downstream", ours: "default",
-	reason: "service inbound clusters: upstream protocol not set",
 }}
 
 // TestSidecarIngressMatchesIstio compares, for every ingress scenario and

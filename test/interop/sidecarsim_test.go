@@ -28,7 +28,7 @@ import (
 // but not compared. It also compares the names of listeners, clusters and
 // routes, every route configuration field by field (compareRouteConfigs:
 // default routes with their retry policy and timeouts), each cluster's
-// type and upstream TLS, and each ClusterLoadAssignment's endpoints and
+// type, upstream TLS and upstream protocol options, and each ClusterLoadAssignment's endpoints and
 // their auto-mTLS marks. As a
 // control, the checks of TestSidecarConfigValid and
 // TestSidecarConfigSecurity run on Istio's configuration, which they must
@@ -294,8 +294,9 @@ func diffNames(d *differences, what string, istio, ours []string) {
 	}
 }
 
-// compareClusterTLS compares, for every cluster both generate, its type
-// and what it does about upstream TLS (clusterTLS).
+// compareClusterTLS compares, for every cluster both generate, its type,
+// what it does about upstream TLS (clusterTLS), and its upstream protocol
+// and common HTTP options (upstreamProtocolOptions).
 func compareClusterTLS(d *differences, istioSim, ourSim *simulation.Simulation) {
 	d.t.Helper()
 	ours := xdstest.ExtractClusters(ourSim.Clusters)
@@ -306,6 +307,7 @@ func compareClusterTLS(d *differences, istioSim, ourSim *simulation.Simulation) 
 		}
 		d.check("cluster TLS "+ic.GetName(), ic.GetType().String()+" "+clusterTLS(ic), oc.GetType().String()+" "+clusterTLS(oc), "")
 		d.check("cluster upstream HTTP options "+ic.GetName(), autoSNI(ic), autoSNI(oc), "")
+		d.check("cluster upstream protocol "+ic.GetName(), upstreamProtocolOptions(d.t, ic), upstreamProtocolOptions(d.t, oc), "")
 		if ictx, octx := originationContext(ic), originationContext(oc); (ictx != nil || octx != nil) && !proto.Equal(ictx, octx) {
 			d.check("cluster origination TLS context "+ic.GetName(), prototext.Format(ictx), prototext.Format(octx), "")
 		}

@@ -118,10 +118,10 @@ func (b *builder) clusters() []resource.Resource {
 	out = append(out, b.inboundClusters()...)
 	out = append(out,
 		resource.Resource{Name: passthroughCluster, Key: key("cds", passthroughCluster), Build: func() (proto.Message, error) {
-			return withDownstreamProtocol(originalDst(passthroughCluster, false))
+			return passthroughProtocol(originalDst(passthroughCluster, false))
 		}},
 		resource.Resource{Name: inboundPassthroughCluster, Key: key("cds", inboundPassthroughCluster), Build: func() (proto.Message, error) {
-			return withDownstreamProtocol(originalDst(inboundPassthroughCluster, true))
+			return passthroughProtocol(originalDst(inboundPassthroughCluster, true))
 		}},
 		blackholeClusterResource(),
 	)
@@ -247,14 +247,19 @@ func (b *builder) outboundEDSCluster(oc outboundCluster) resource.Resource {
 		mode = tlsPlain // the client's mTLS passes through
 	}
 	subset := oc.subset.GetName()
-	h2 := protocolOf(oc.port) == protoHTTP2
-	upstream := upstreamProtocolOf(oc.port)
+	pool := oc.connectionPool()
+	upstream := b.upstreamOf(oc, pool)
+	h2 := upstream == upstreamH2
 	name := oc.name
 	shape := "" // a headless service's cluster is EDS for routers alone
 	if oc.svc.Headless && oc.router {
 		shape = "router"
 	}
-	k := key("cds", name, strconv.Itoa(int(mode)), shape)
+	pk, err := poolKey(pool)
+	if err != nil {
+		return resource.Resource{Name: name, Key: key("cds", name), Encode: func() ([]byte, error) { return nil, fmt.Errorf("cluster %s: %w", name, err) }}
+	}
+	k := key("cds", name, strconv.Itoa(int(mode)), shape, strconv.Itoa(int(upstream)), pk)
 	if mode == tlsOriginate {
 		// The rule's settings are the cluster's content.
 		settings := oc.tlsSettings()
@@ -262,7 +267,7 @@ func (b *builder) outboundEDSCluster(oc outboundCluster) resource.Resource {
 		if err != nil {
 			return resource.Resource{Name: name, Key: k, Encode: func() ([]byte, error) { return nil, fmt.Errorf("cluster %s: %w", name, err) }}
 		}
-		return resource.Resource{Name: name, Key: key("cds", name, strconv.Itoa(int(mode)), shape, string(raw)), Encode: func() ([]byte, error) {
+		return resource.Resource{Name: name, Key: key("cds", name, strconv.Itoa(int(mode)), shape, strconv.Itoa(int(upstream)), pk, string(raw)), Encode: func() ([]byte, error) {
 			return b.originationCluster(oc, settings, upstream)
 		}}
 	}
@@ -278,6 +283,11 @@ func (b *builder) outboundEDSCluster(oc outboundCluster) resource.Resource {
 		// is the cluster's own follows them.
 		sans, serverName := b.serviceIdentities(oc.svc), sni(oc.svc.Hostname, subset, oc.port.Port)
 		shape := shapes[upstream]
+		if pool != nil {
+			if shape, err = pooledShape(upstream, pool); err != nil {
+				return nil, fmt.Errorf("cluster %s: %w", name, err)
+			}
+		}
 		w := append(make(wire, 0, len(shape)+2*len(name)+upstreamMTLSSize(sans, serverName)+len(plaintextSocketMatchWire())+64), shape...)
 		w = w.str(clusterName, name)
 		w, eds := w.open(clusterEDSConfig)
@@ -308,7 +318,7 @@ func (b *builder) outboundEDSCluster(oc outboundCluster) resource.Resource {
 // cluster whose TLS mode is refused (static, without endpoints, so nothing
 // leaks in plaintext), or a headless service's (see asPassthrough).
 func (b *builder) otherCluster(oc outboundCluster, mode clusterTLS, upstream upstreamProtocol) ([]byte, error) {
-	c, err := edsClusterShape(upstream)
+	c, err := outboundShape(upstream, oc.connectionPool())
 	if err != nil {
 		return nil, fmt.Errorf("cluster %s: %w", oc.name, err)
 	}

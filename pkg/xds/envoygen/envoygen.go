@@ -92,6 +92,10 @@ type Mesh struct {
 	// DisableAutoMTLS turns off auto-mTLS (mesh config enableAutoMtls:
 	// false): clusters use mTLS only when a DestinationRule says so.
 	DisableAutoMTLS bool
+	// H2Upgrade upgrades outbound clusters of HTTP/1.1 ports to HTTP/2
+	// (mesh config h2UpgradePolicy: UPGRADE) unless a DestinationRule's
+	// connectionPool.http.h2UpgradePolicy says otherwise.
+	H2Upgrade bool
 	// TrustDomainAliases (mesh config trustDomainAliases) are trust
 	// domains whose identities AuthorizationPolicy principals match as
 	// the mesh's own, and the other way round.

@@ -133,7 +133,7 @@ func autoSNI(s *networkingv1.ClientTLSSettings) *core.UpstreamHttpProtocolOption
 // originationCluster encodes oc with the rule's TLS settings s toward its
 // endpoints, as an EDS cluster or, for a headless service, ORIGINAL_DST.
 func (b *builder) originationCluster(oc outboundCluster, s *networkingv1.ClientTLSSettings, upstream upstreamProtocol) ([]byte, error) {
-	c, err := edsClusterShape(upstream)
+	c, err := outboundShape(upstream, oc.connectionPool())
 	if err != nil {
 		return nil, fmt.Errorf("cluster %s: %w", oc.name, err)
 	}

@@ -2,6 +2,7 @@ package envoygen
 
 import (
 	"fmt"
+	"strconv"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -18,8 +19,7 @@ import (
 // The connection limits a Sidecar sets on the proxy's inbound clusters,
 // as Istio's buildInboundCluster applies them: an ingress listener's
 // connectionPool, else the Sidecar's inboundConnectionPool, replaces
-// whatever else would apply (Bulwark reads no DestinationRule
-// connectionPool, so nothing else does).
+// whatever else would apply (the DestinationRule's, inboundTargetPool).
 
 // inboundPool is the connection pool of the inbound cluster of port:
 // that port's ingress listener's, else the Sidecar's
@@ -42,15 +42,31 @@ func inboundPool(sc *model.Sidecar, port uint32) *networkingv1.ConnectionPoolSet
 // requests per connection and connection duration; HTTP/2's concurrent
 // streams and keepalive where the cluster speaks HTTP/2.
 func applyInboundPool(c *cluster.Cluster, pool *networkingv1.ConnectionPoolSettings, lp protocol) error {
-	opts := &httpopts.HttpProtocolOptions{}
-	var h2 *core.Http2ProtocolOptions
+	upstream := upstreamDefault
 	switch lp {
 	case protoHTTP2:
+		upstream = upstreamH2
+	case protoAuto:
+		upstream = upstreamDownstream
+	}
+	return applyPool(c, pool, upstream)
+}
+
+// applyPool sets on c the upstream protocol upstream and pool's limits,
+// as applyInboundPool says; outbound clusters share it.
+func applyPool(c *cluster.Cluster, pool *networkingv1.ConnectionPoolSettings, upstream upstreamProtocol) error {
+	if err := checkPoolDurations(pool); err != nil {
+		return fmt.Errorf("cluster %s: connection pool: %w", c.Name, err)
+	}
+	opts := &httpopts.HttpProtocolOptions{}
+	var h2 *core.Http2ProtocolOptions
+	switch upstream {
+	case upstreamH2:
 		h2 = &core.Http2ProtocolOptions{}
 		opts.UpstreamProtocolOptions = &httpopts.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpopts.HttpProtocolOptions_ExplicitHttpConfig{
 			ProtocolConfig: &httpopts.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: h2},
 		}}
-	case protoAuto:
+	case upstreamDownstream:
 		opts.UpstreamProtocolOptions = useDownstreamProtocol()
 	}
 	if pool != nil {
@@ -146,33 +162,50 @@ func useDownstreamProtocol() *httpopts.HttpProtocolOptions_UseDownstreamProtocol
 
 // inboundClusters are the proxy's "inbound|<port>||" clusters: those of
 // its Sidecar's ingress listeners when it has any, else one per inbound
-// target, to the connection's original destination, with the Sidecar's
-// inboundConnectionPool when it sets one.
+// target, to the connection's original destination, speaking upstream as
+// Istio's setUpstreamProtocol has a service port's inbound cluster speak
+// (HTTP/2 for HTTP/2 and gRPC ports, the client's protocol for sniffed
+// ones), with the connection pool of inboundTargetPool.
 func (b *builder) inboundClusters() []resource.Resource {
 	if in := b.ingressListeners(); in != nil {
 		return b.ingressClusters(in)
 	}
-	sc := b.egress()
-	pool := sc.sidecar.GetSpec().GetInboundConnectionPool()
+	sidecarPool := b.egress().sidecar.GetSpec().GetInboundConnectionPool()
 	targets := b.inboundTargets()
 	out := make([]resource.Resource, 0, len(targets))
 	for _, t := range targets {
 		name := inboundClusterName(t.port)
-		if pool == nil {
-			out = append(out, resource.Resource{Name: name, Key: key("cds", name), Build: func() (proto.Message, error) {
-				return originalDst(name, true), nil
-			}})
+		lp := t.protocol
+		pool := b.inboundTargetPool(t, sidecarPool)
+		pk, err := poolKey(pool)
+		if err != nil {
+			out = append(out, resource.Resource{Name: name, Key: key("cds", name), Build: func() (proto.Message, error) { return nil, fmt.Errorf("cluster %s: %w", name, err) }})
 			continue
 		}
-		out = append(out, resource.Resource{Name: name, Key: key("cds", name, "pool", sc.key), Build: func() (proto.Message, error) {
+		out = append(out, resource.Resource{Name: name, Key: key("cds", name, strconv.Itoa(int(lp)), pk), Build: func() (proto.Message, error) {
 			c := originalDst(name, true)
-			// The service's inbound clusters keep their upstream
-			// protocol; the pool sets limits alone.
-			if err := applyInboundPool(c, pool, protoTCP); err != nil {
+			if err := applyInboundPool(c, pool, lp); err != nil {
 				return nil, err
 			}
 			return c, nil
 		}})
 	}
 	return out
+}
+
+// inboundTargetPool is the connection pool of t's inbound cluster, as
+// Istio's buildInboundCluster chooses it: the Sidecar's
+// inboundConnectionPool when it sets one, else the connectionPool of the
+// DestinationRule for t's service without a workloadSelector (Istio
+// honours selectors on outbound clusters only), for t's service port.
+func (b *builder) inboundTargetPool(t inboundTarget, sidecarPool *networkingv1.ConnectionPoolSettings) *networkingv1.ConnectionPoolSettings {
+	if sidecarPool != nil || t.svc == nil {
+		return sidecarPool
+	}
+	dr := b.snap.DestinationRuleFor(t.svc.Hostname, b.p.Namespace, nil)
+	if dr.GetSpec().GetWorkloadSelector() != nil {
+		return nil
+	}
+	pool, _ := portConnectionPool(dr.GetSpec().GetTrafficPolicy(), t.svcPort.Port)
+	return pool
 }
