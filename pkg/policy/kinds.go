@@ -58,6 +58,9 @@ const (
 	groupGatewayAPIX = "gateway.networking.x-k8s.io"
 	// groupInference is the Gateway API Inference Extension's.
 	groupInference = "inference.networking.k8s.io"
+	// groupIngress is Kubernetes' Ingress API, which Istio's istiod also
+	// serves, as an ingress controller.
+	groupIngress = "networking.k8s.io"
 )
 
 // kinds is the one list of kinds: the reporter watches those with
@@ -97,12 +100,17 @@ var kinds = []Kind{
 	{Group: groupGatewayAPI, Resource: "listenersets", Name: "ListenerSet", Namespaced: true, Support: Not, Section: sectionUnread, unread: notRead},
 	{Group: groupGatewayAPIX, Resource: "xbackendtrafficpolicies", Name: "XBackendTrafficPolicy", Namespaced: true, Support: Not, Section: sectionUnread, unread: notRead},
 	{Group: groupInference, Resource: "inferencepools", Name: "InferencePool", Namespaced: true, Support: Not, Section: sectionUnread, unread: notRead},
+	// Kubernetes' own: only the objects Istio's ingress controller would
+	// serve are reported (ignoredingress.go).
+	{Group: groupIngress, Resource: "ingresses", Name: "Ingress", Namespaced: true, Support: Not, Section: sectionUnread, ignored: ignoredInIngress},
+	{Group: groupIngress, Resource: "ingressclasses", Name: "IngressClass", Support: Not, Section: sectionUnread, ignored: ignoredInIngressClass},
 }
 
 // notRead is why a kind Bulwark does not implement is not read.
 const notRead = "Bulwark does not read this kind"
 
-// Kinds returns every kind of Istio and of the Gateway API, honoured or not.
+// Kinds returns every kind of Istio and of the Gateway API, and
+// Kubernetes' Ingress kinds, honoured or not.
 func Kinds() []Kind { return slices.Clone(kinds) }
 
 // Reported returns the kinds of which an object may be reported: those not
@@ -129,6 +137,10 @@ func Lookup(group, name string) (Kind, bool) {
 // String is the kind with its group, "EnvoyFilter.networking.istio.io",
 // which tells Istio's Gateway from the Gateway API's.
 func (k Kind) String() string { return k.Name + "." + k.Group }
+
+// BuiltIn says whether the API server serves the kind itself, without a
+// CustomResourceDefinition (Kubernetes' Ingress kinds).
+func (k Kind) BuiltIn() bool { return k.Group == groupIngress }
 
 // CRD is the name of the kind's CustomResourceDefinition.
 func (k Kind) CRD() string { return k.Resource + "." + k.Group }

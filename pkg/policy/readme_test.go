@@ -29,6 +29,7 @@ var (
 		"Gateway API":                     groupGatewayAPI,
 		"Gateway API experimental":        groupGatewayAPIX,
 		"Gateway API Inference Extension": groupInference,
+		"Kubernetes":                      groupIngress,
 	}
 )
 

@@ -10,12 +10,13 @@ import (
 )
 
 // reportedGroup says whether group is one whose kinds Istio reads and
-// pkg/policy lists: Istio's own, the Gateway API's (standard and experimental) and its
-// Inference Extension's. Kubernetes Ingress and the multi-cluster services
-// API, which Istio reads too, are not among them.
+// pkg/policy lists: Istio's own, the Gateway API's (standard and
+// experimental), its Inference Extension's, and Kubernetes' Ingress API
+// (Istio's istiod is an ingress controller too). The multi-cluster services
+// API, which Istio reads too, is not among them.
 func reportedGroup(group string) bool {
 	switch group {
-	case "gateway.networking.k8s.io", "gateway.networking.x-k8s.io", "inference.networking.k8s.io":
+	case "gateway.networking.k8s.io", "gateway.networking.x-k8s.io", "inference.networking.k8s.io", "networking.k8s.io":
 		return true
 	}
 	return strings.HasSuffix(group, ".istio.io")

@@ -44,17 +44,31 @@ func TestUnsupportedConfigIsReportedWithoutAPush(t *testing.T) {
 	published := countLines(p.logs.String(), `msg="mesh model published"`)
 	pushes := countLines(p.logs.String(), `msg="pushing model"`)
 
-	objects := []struct{ group, kind, name string }{
-		{"networking.istio.io", "EnvoyFilter", "add-header"},
-		{"networking.istio.io", "WorkloadGroup", "group"},
-		{"extensions.istio.io", "WasmPlugin", "plugin"},
-		{"networking.istio.io", "ProxyConfig", "proxy-config"},
-		{"gateway.networking.k8s.io", "HTTPRoute", "route"},
-		{"gateway.networking.k8s.io", "ListenerSet", "listeners"},
-		{"gateway.networking.x-k8s.io", "XBackendTrafficPolicy", "traffic"},
-		{"inference.networking.k8s.io", "InferencePool", "pool"},
+	objects := []struct {
+		group, kind, name string
+		spec              map[string]any
+	}{
+		{"networking.istio.io", "EnvoyFilter", "add-header", nil},
+		{"networking.istio.io", "WorkloadGroup", "group", nil},
+		{"extensions.istio.io", "WasmPlugin", "plugin", nil},
+		{"networking.istio.io", "ProxyConfig", "proxy-config", nil},
+		{"gateway.networking.k8s.io", "HTTPRoute", "route", nil},
+		{"gateway.networking.k8s.io", "ListenerSet", "listeners", nil},
+		{"gateway.networking.x-k8s.io", "XBackendTrafficPolicy", "traffic", nil},
+		{"inference.networking.k8s.io", "InferencePool", "pool", nil},
+		// Kubernetes' own, of Istio's class: Istio would serve it.
+		{"networking.k8s.io", "Ingress", "istio-ingress", map[string]any{"ingressClassName": "istio",
+			"defaultBackend": map[string]any{"service": map[string]any{"name": "web", "port": map[string]any{"number": int64(80)}}}}},
 	}
-	for _, o := range objects {
+	// An Ingress of another class is not Istio's: not reported.
+	others := []struct {
+		group, kind, name string
+		spec              map[string]any
+	}{
+		{"networking.k8s.io", "Ingress", "nginx-ingress", map[string]any{"ingressClassName": "nginx",
+			"defaultBackend": map[string]any{"service": map[string]any{"name": "web", "port": map[string]any{"number": int64(80)}}}}},
+	}
+	for _, o := range append(others, objects...) {
 		k, ok := policy.Lookup(o.group, o.kind)
 		if !ok {
 			t.Fatalf("no kind %s.%s", o.kind, o.group)
@@ -64,6 +78,9 @@ func TestUnsupportedConfigIsReportedWithoutAPush(t *testing.T) {
 			"apiVersion": k.Group + "/" + gvr.Version, "kind": k.Name,
 			"metadata": map[string]any{"name": o.name, "namespace": ns}, "spec": map[string]any{},
 		}}
+		if o.spec != nil {
+			obj.Object["spec"] = o.spec
+		}
 		if _, err := dyn.Resource(gvr).Namespace(ns).Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -85,6 +102,11 @@ func TestUnsupportedConfigIsReportedWithoutAPush(t *testing.T) {
 		}
 		if n := countLines(p.logs.String(), `msg="Istio configuration not honoured"`, "kind="+o.kind, "object="+ns+"/"+o.name); n != 1 {
 			t.Errorf("%s %s logged %d times, want once", o.kind, o.name, n)
+		}
+	}
+	for _, o := range others {
+		if n := countLines(p.logs.String(), "kind="+o.kind, "object="+ns+"/"+o.name); n != 0 {
+			t.Errorf("%s %s, not Istio's to serve, logged %d times", o.kind, o.name, n)
 		}
 	}
 	if v := p.metric(t, `bulwark_unsupported_config{group="networking.istio.io",kind="EnvoyFilter"}`); v < 1 {

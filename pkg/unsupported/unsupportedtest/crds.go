@@ -44,13 +44,14 @@ func Version(k policy.Kind) string {
 }
 
 // CRDs writes, in a file of t's temporary directory, a CustomResourceDefinition
-// for each kind of package policy not in ChartKinds, at Versions, and
+// for each kind of package policy not in ChartKinds nor built into the API
+// server, at Versions, and
 // returns its path.
 func CRDs(t testing.TB) string {
 	t.Helper()
 	var b strings.Builder
 	for _, k := range policy.Kinds() {
-		if ChartKinds[k.CRD()] {
+		if ChartKinds[k.CRD()] || k.BuiltIn() {
 			continue
 		}
 		versions := Versions[k.CRD()]
