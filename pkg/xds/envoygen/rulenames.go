@@ -174,8 +174,9 @@ func (g *Generator) SeesRules(snap *model.Snapshot, p *Proxy, r *Rules) bool {
 //   - the route "80", where its hosts that name no service go, and of
 //     every service one of its hosts matches, the route "<port>" of each
 //     port and its sniffed route "<host>:<port>" (meshrds.go, rds.go),
-//     and its listeners, which its tls and tcp rules make chains of
-//     (meshl4.go);
+//     and, when it has tls or tcp rules, its listeners, which those rules
+//     make chains of (meshl4.go); listeners name routes, they do not read
+//     http rules;
 //   - the clusters and load assignments of the hosts it routes to, which
 //     a Sidecar imports because it routes to them (sidecarscope.go).
 //
@@ -184,10 +185,11 @@ func (g *Generator) SeesRules(snap *model.Snapshot, p *Proxy, r *Rules) bool {
 // roots, DestinationRuleNames the roots of a delegate routing to a host).
 func VirtualServiceNames(snap *model.Snapshot, vs *model.VirtualService, add func(typeURL, name string)) {
 	hosts := routes.Hosts(snap, vs)
+	l4 := len(vs.Spec.GetTls())+len(vs.Spec.GetTcp()) > 0
 	add(resource.RouteType, "80")
 	for _, svc := range snap.Services() {
 		if slices.ContainsFunc(hosts, func(h string) bool { return routes.HostsMatch(h, svc.Hostname) }) {
-			serviceRouteNames(snap, svc.Hostname, add)
+			serviceRouteNames(snap, svc.Hostname, l4, add)
 		}
 	}
 	dests := func(h string) { hostClusterNames(snap, h, nil, add) }
@@ -202,11 +204,12 @@ func VirtualServiceNames(snap *model.Snapshot, vs *model.VirtualService, add fun
 // DestinationRuleNames calls add with the type and name of every resource
 // of a sidecar that may read dr in snap, whichever proxy it is generated
 // for: of every service its host (maybe a wildcard) matches, the
-// clusters and load assignments of each port and subset (cds.go, eds.go),
-// the routes of its ports, whose default routes take the rule's
-// consistent hash (routes.DefaultRoute), and its listeners; and what
-// reads the VirtualServices that route to one of those services, whose
-// routes name its subsets and take its hash (VirtualServiceNames).
+// clusters and load assignments of each port and subset (cds.go, eds.go)
+// and the routes of its ports, whose default routes take the rule's
+// consistent hash (routes.DefaultRoute); and what reads the
+// VirtualServices that route to one of those services, whose routes name
+// its subsets and take its hash (VirtualServiceNames). Listeners do not
+// read DestinationRules.
 func DestinationRuleNames(snap *model.Snapshot, dr *model.DestinationRule, add func(typeURL, name string)) {
 	if dr.Spec == nil {
 		return
@@ -225,7 +228,7 @@ func DestinationRuleNames(snap *model.Snapshot, dr *model.DestinationRule, add f
 		}
 		matched[svc.Hostname] = true
 		hostClusterNames(snap, svc.Hostname, subsets, add)
-		serviceRouteNames(snap, svc.Hostname, add)
+		serviceRouteNames(snap, svc.Hostname, false, add)
 	}
 	if len(matched) == 0 {
 		return
@@ -285,17 +288,19 @@ func hostClusterNames(snap *model.Snapshot, hostname string, extra []string, add
 	}
 }
 
-// serviceRouteNames calls add with the names of the routes and listeners
-// of the service of hostname in snap, and of the entries of other
-// namespaces for it: the route "<port>" and "<host>:<port>" of each port,
-// and its listeners (listenerNames).
-func serviceRouteNames(snap *model.Snapshot, hostname string, add func(typeURL, name string)) {
+// serviceRouteNames calls add with the names of the routes of the service
+// of hostname in snap, and of the entries of other namespaces for it: the
+// route "<port>" and "<host>:<port>" of each port; and, with listeners,
+// its listeners (listenerNames).
+func serviceRouteNames(snap *model.Snapshot, hostname string, listeners bool, add func(typeURL, name string)) {
 	svcs := snap.Alternates(hostname)
 	if svc := snap.Service(hostname); svc != nil {
 		svcs = append(slices.Clip(svcs), svc)
 	}
 	for _, svc := range svcs {
-		listenerNames(svc, add)
+		if listeners {
+			listenerNames(svc, add)
+		}
 		for _, sp := range svc.Ports {
 			add(resource.RouteType, strconv.FormatUint(uint64(sp.Port), 10))
 			add(resource.RouteType, sniffedRouteName(hostname, sp.Port))
