@@ -104,9 +104,9 @@ var ruleChangeCases = map[string]struct{ before, after string }{
 		vsOf("g", "a", "  hosts: [svc-a0]\n  gateways: [gw]\n  http: [{route: [{destination: {host: svc-a1}}]}]\n"),
 	},
 	"a port whose protocol is sniffed": {"", vsOf("p", "a", "  hosts: [sniffed]\n  http: [{timeout: 1s, route: [{destination: {host: svc-a1}}]}]\n")},
-	"a host that is no service": {"", vsOf("x", "a", "  hosts: [www.example.org]\n  http: [{route: [{destination: {host: svc-a0}}]}]\n")},
-	"an entry's host":           {"", vsOf("e", "b", "  hosts: [ext.example.com]\n  http: [{timeout: 1s, route: [{destination: {host: ext.example.com}}]}]\n")},
-	"subsets added":             {"", drOf("r", "a", "  host: svc-a0\n  subsets: [{name: v1, labels: {version: v1}}, {name: v2, labels: {version: v2}}]\n")},
+	"a host that is no service":        {"", vsOf("x", "a", "  hosts: [www.example.org]\n  http: [{route: [{destination: {host: svc-a0}}]}]\n")},
+	"an entry's host":                  {"", vsOf("e", "b", "  hosts: [ext.example.com]\n  http: [{timeout: 1s, route: [{destination: {host: ext.example.com}}]}]\n")},
+	"subsets added":                    {"", drOf("r", "a", "  host: svc-a0\n  subsets: [{name: v1, labels: {version: v1}}, {name: v2, labels: {version: v2}}]\n")},
 	"subsets a route uses": {
 		drOf("r", "a", "  host: svc-a0\n  subsets: [{name: v1, labels: {version: v1}}]\n") +
 			vsOf("r", "b", "  hosts: [svc-b0]\n  http: [{route: [{destination: {host: svc-a0.a.svc.cluster.local, subset: v1}}]}]\n"),
