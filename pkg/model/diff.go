@@ -12,11 +12,10 @@ import (
 // stopping or moving changes endpoints and pods only; generators then
 // rebuild what reads those, not everything.
 type Change struct {
-	// Config is true when anything but endpoints, pods and authorization
-	// differs: the services themselves (ports, addresses, selectors, a
-	// service added or removed), a PeerAuthentication, a DestinationRule,
-	// a Gateway, a VirtualService, a Telemetry or the options. The other fields are empty then: everything may
-	// differ.
+	// Config is true when anything but endpoints, pods, authorization,
+	// services, Sidecars, VirtualServices and DestinationRules differs: a
+	// PeerAuthentication, a Gateway, a Telemetry or the options. The other
+	// fields are empty then: everything may differ.
 	Config bool
 	// Authorization is true when AuthorizationPolicies or
 	// RequestAuthentications differ, and AuthorizationScopes are where
@@ -36,11 +35,17 @@ type Change struct {
 	// and after a change): a proxy configured by none of them, before or
 	// after, keeps its configuration.
 	Sidecars []*Sidecar
+	// VirtualServices and DestinationRules are those added, removed or
+	// changed (a changed one before and after): the resources that read
+	// neither, before or after, are unchanged.
+	VirtualServices  []*VirtualService
+	DestinationRules []*DestinationRule
 }
 
 // None reports whether nothing differs.
 func (c Change) None() bool {
-	return !c.Config && !c.Authorization && len(c.Services) == 0 && len(c.Endpoints) == 0 && len(c.Pods) == 0 && len(c.Sidecars) == 0
+	return !c.Config && !c.Authorization && len(c.Services) == 0 && len(c.Endpoints) == 0 && len(c.Pods) == 0 && len(c.Sidecars) == 0 &&
+		len(c.VirtualServices) == 0 && len(c.DestinationRules) == 0
 }
 
 // Diff is what differs from old to new. WorkloadEntries count through the
@@ -112,6 +117,13 @@ func Diff(old, new *Snapshot) Change {
 	}
 	c.Pods = podChanges(old.res.Pods, new.res.Pods)
 	c.Sidecars = changedSidecars(old.res.Sidecars, new.res.Sidecars)
+	var ok bool
+	if c.VirtualServices, ok = changedObjects(old.res.VirtualServices, new.res.VirtualServices, (*VirtualService).Parts); !ok {
+		return Change{Config: true}
+	}
+	if c.DestinationRules, ok = changedObjects(old.res.DestinationRules, new.res.DestinationRules, (*DestinationRule).Parts); !ok {
+		return Change{Config: true}
+	}
 	return c
 }
 
@@ -126,6 +138,42 @@ func hasNetworkEndpoints(svc *Service) bool {
 		}
 	}
 	return false
+}
+
+// changedObjects are the objects of a or b that the other does not hold
+// as they are, in a's order then b's. It reports false when a and b
+// differ only in their order, which no change explains.
+func changedObjects[T comparable](a, b []T, parts func(T) (Meta, proto.Message)) ([]T, bool) {
+	if sameSpecs(a, b, parts) {
+		return nil, true
+	}
+	index := func(l []T) map[Meta]T {
+		out := make(map[Meta]T, len(l))
+		for _, x := range l {
+			m, _ := parts(x)
+			out[m] = x
+		}
+		return out
+	}
+	inA, inB := index(a), index(b)
+	same := func(x, y T) bool {
+		_, xs := parts(x)
+		_, ys := parts(y)
+		return x == y || xs == ys || proto.Equal(xs, ys)
+	}
+	var out []T
+	for _, l := range []struct {
+		objs  []T
+		other map[Meta]T
+	}{{a, inB}, {b, inA}} {
+		for _, x := range l.objs {
+			m, _ := parts(x)
+			if y, ok := l.other[m]; !ok || !same(x, y) {
+				out = append(out, x)
+			}
+		}
+	}
+	return out, len(out) > 0
 }
 
 // changedSidecars are the Sidecars of a or b that the other does not hold
@@ -218,15 +266,13 @@ func samePod(a, b *Pod) bool {
 }
 
 // sameRules reports whether a and b hold equal PeerAuthentications,
-// DestinationRules, Gateways, VirtualServices and Telemetries (which
-// change any listener of the proxies they select). A Gateway or a
-// VirtualService may change any listener or route of a gateway, and
-// (bound to "mesh") of a sidecar: their changes are config changes.
+// Gateways and Telemetries (which change any listener of the proxies
+// they select). A Gateway may change any listener or route of a gateway:
+// its changes are config changes. VirtualServices and DestinationRules
+// are told one by one (Change.VirtualServices, DestinationRules).
 func sameRules(a, b *Resources) bool {
 	return sameSpecs(a.PeerAuthentications, b.PeerAuthentications, (*PeerAuthentication).Parts) &&
-		sameSpecs(a.DestinationRules, b.DestinationRules, (*DestinationRule).Parts) &&
 		sameSpecs(a.Gateways, b.Gateways, (*Gateway).Parts) &&
-		sameSpecs(a.VirtualServices, b.VirtualServices, (*VirtualService).Parts) &&
 		sameSpecs(a.Telemetries, b.Telemetries, (*Telemetry).Parts)
 }
 

@@ -147,9 +147,10 @@ func TestFileModelReadsGatewaysAndVirtualServices(t *testing.T) {
 	}
 }
 
-// TestDiffGatewaysAndVirtualServicesAreConfig: a Gateway or a
-// VirtualService added, changed, recreated or removed is a config change,
-// which pushes to every proxy; not an endpoint change, which would push
+// TestDiffGatewaysAndVirtualServicesAreConfig: a Gateway added, changed,
+// recreated or removed is a config change, which pushes to every proxy;
+// a VirtualService so changed is told by name (before and after), for the
+// proxies that see it; neither is an endpoint change, which would push
 // nothing to a gateway.
 func TestDiffGatewaysAndVirtualServicesAreConfig(t *testing.T) {
 	base := modeltest.Load(t, diffBase+"---"+gatewayManifests)
@@ -177,8 +178,8 @@ func TestDiffGatewaysAndVirtualServicesAreConfig(t *testing.T) {
 				t.Fatal("the edit changed nothing")
 			}
 			d := model.Diff(base, modeltest.Load(t, next))
-			if !d.Config {
-				t.Errorf("not a config change: %+v", d)
+			if vs := strings.HasPrefix(name, "a VirtualService"); d.Config == vs || (len(d.VirtualServices) > 0) != vs {
+				t.Errorf("config %t, virtual services %d: %+v", d.Config, len(d.VirtualServices), d)
 			}
 		})
 	}

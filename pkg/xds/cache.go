@@ -37,6 +37,7 @@ type pushState struct {
 	byContent     map[string]*response // by type URL and version; see canonical
 	sinceCache    map[uint64]sinceResult
 	affectedCache map[affectedKey]affectedNames
+	seesCache     map[seesKey]bool
 }
 
 type builtResource struct {

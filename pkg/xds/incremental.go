@@ -17,8 +17,13 @@ import (
 // there, the pushes since tell what it may lack. After endpoint changes
 // that is the load assignments of those services' clusters that it
 // subscribes to, and nothing of the other types: those are neither
-// regenerated nor compared nor sent. A proxy whose scope changed, or that
-// is further behind than the history reaches, is answered in full.
+// regenerated nor compared nor sent. After VirtualServices or
+// DestinationRules changed, a sidecar that sees none of them (their
+// exportTo, its Sidecar's imports) regenerates nothing, and one that sees
+// some regenerates the resources that read them (envoygen's Rules);
+// routers regenerate their listeners and routes in full, and proxyless
+// gRPC everything. A proxy whose scope changed, or that is further behind
+// than the history reaches, is answered in full.
 
 // historyLen is how many pushes back a proxy's basis may be and still be
 // brought up to date by their changes alone.
@@ -36,7 +41,7 @@ type change struct {
 // pods), "config" otherwise.
 func (c change) trigger() string {
 	switch {
-	case c.full || c.authz || len(c.sidecars) > 0:
+	case c.full || c.authz || len(c.sidecars) > 0 || c.rules != nil:
 		return "config"
 	case len(c.services) > 0:
 		return "service"
@@ -62,6 +67,10 @@ type endpointChanges struct {
 	// of another namespace keeps its Sidecar, unless one of the root
 	// namespace changed.
 	sidecars map[string]bool
+	// rules are the VirtualServices and DestinationRules that changed
+	// (nil: none), with what reads them for Envoy: a sidecar that sees
+	// none of them keeps its resources (envoygen.SeesRules).
+	rules *envoygen.Rules
 }
 
 // add adds o to c, allocating what c lacks.
@@ -76,6 +85,7 @@ func (c *endpointChanges) add(o endpointChanges) {
 		c.serviceNames[typeURL] = union(c.serviceNames[typeURL], names)
 	}
 	c.sidecars = union(c.sidecars, o.sidecars)
+	c.rules = c.rules.Merge(o.rules)
 	c.hosts = union(c.hosts, o.hosts)
 	c.addrs = union(c.addrs, o.addrs)
 	c.pods = union(c.pods, o.pods)
@@ -113,6 +123,10 @@ func (c endpointChanges) touches(w *nodeWorkload, snap *model.Snapshot) bool {
 	if len(c.services) > 0 { // a service may select the workload
 		return true
 	}
+	// Which load assignments it shares depends on the DestinationRules.
+	if c.rules.HasDestinationRules() {
+		return true
+	}
 	// Its Sidecar may have changed, and with it its scope's key.
 	if c.sidecars[w.namespace] || c.sidecars[snap.Options.RootNamespace] {
 		return true
@@ -131,9 +145,14 @@ func (c endpointChanges) touches(w *nodeWorkload, snap *model.Snapshot) bool {
 // fullAfter reports whether the workload's resources of typeURL are
 // generated in full after changes c: a router's listeners and routes
 // after anything but endpoints changed, as they read its Gateways'
-// servers, the services they route to and its authorization as a whole.
+// servers, the VirtualServices bound to them, the services they route to
+// and its authorization as a whole; and everything of proxyless gRPC
+// after a VirtualService or DestinationRule changed.
 func (w *nodeWorkload) fullAfter(typeURL string, c endpointChanges) bool {
-	return w.router && (typeURL == typeListener || typeURL == typeRoute) && (c.authz || len(c.services) > 0 || len(c.pods) > 0)
+	if c.rules != nil && !w.envoy {
+		return true
+	}
+	return w.router && (typeURL == typeListener || typeURL == typeRoute) && (c.authz || len(c.services) > 0 || len(c.pods) > 0 || c.rules != nil)
 }
 
 // history is the changes of the last historyLen pushes.
@@ -177,11 +196,12 @@ func (h *history) since(from, to uint64) (endpointChanges, bool) {
 // so that after a quiet period they need not wait for more. A Service
 // added or changed waits for quiet: the pods and EndpointSlices made with
 // it follow within moments, and its routes should not reach proxies
-// before its endpoints.
+// before its endpoints. VirtualServices and DestinationRules wait too, as
+// other configuration does: they are often applied several at once.
 func (s *Server) prompt(snap *model.Snapshot) bool {
 	prev := s.state.Load().snap
 	d := model.Diff(prev, s.mesh.Load().derive(snap))
-	return prev.Version != "" && !d.Config && len(d.Services) == 0
+	return prev.Version != "" && !d.Config && len(d.Services) == 0 && len(d.VirtualServices) == 0 && len(d.DestinationRules) == 0
 }
 
 func (s *Server) classify(prev, st *pushState) change {
@@ -190,7 +210,7 @@ func (s *Server) classify(prev, st *pushState) change {
 		return c
 	}
 	d := model.Diff(prev.snap, st.snap)
-	if d.Config { // Gateways and VirtualServices too: routers' listeners and routes
+	if d.Config { // Gateways too: routers' listeners and routes
 		return c
 	}
 	// An endpoint change that more than load assignments read is a change
@@ -212,6 +232,7 @@ func (s *Server) classify(prev, st *pushState) change {
 		}
 		c.sidecars[sc.Namespace] = true
 	}
+	c.rules = envoygen.ChangedRules(prev.snap, st.snap, d)
 	for host := range d.Services {
 		for _, snap := range []*model.Snapshot{prev.snap, st.snap} {
 			envoygen.ServiceNames(snap, host, func(typeURL, name string) {
@@ -275,8 +296,9 @@ func (s *Server) changesSince(st *pushState, b basis, scope string) (endpointCha
 // empty otherwise.
 func (st *pushState) changedNames(p *proxy, typeURL string, c endpointChanges, k affectedKey, names func(yield func(string) bool), wildcard bool) (changed []string, key string) {
 	c.authz = c.authz && c.authzFor(st.snap, p.wl.namespace, p.wl.labelsIn(st.snap))
-	if c.authz || len(c.services) > 0 || typeURL != typeEndpoint {
-		k.typeURL, k.envoy, k.authz = typeURL, p.wl.envoy, c.authz
+	ruleNames := st.ruleNamesFor(p, c, k.from, typeURL)
+	if c.authz || len(c.services) > 0 || len(ruleNames) > 0 || typeURL != typeEndpoint {
+		k.typeURL, k.envoy, k.authz, k.rules = typeURL, p.wl.envoy, c.authz, len(ruleNames) > 0
 	}
 	if wildcard && p.wl.envoy {
 		// An Envoy sidecar's wildcard types are not endpoints: what
@@ -289,18 +311,24 @@ func (st *pushState) changedNames(p *proxy, typeURL string, c endpointChanges, k
 		for n := range c.serviceNames[typeURL] {
 			out = append(out, n)
 		}
+		for n := range ruleNames {
+			out = append(out, n)
+		}
 		slices.Sort(out)
 		return slices.Compact(out), ""
 	}
 	a, ok := st.affectedCached(k)
 	if !ok {
-		a = st.affected(k, names, changedBy(c, typeURL, p.wl.envoy))
+		a = st.affected(k, names, changedBy(c, typeURL, p.wl.envoy, ruleNames))
 	}
-	if !wildcard || len(c.serviceNames[typeURL]) == 0 {
+	if !wildcard || len(c.serviceNames[typeURL])+len(ruleNames) == 0 {
 		return a.names, a.key
 	}
 	out := slices.Clone(a.names)
 	for n := range c.serviceNames[typeURL] {
+		out = append(out, n)
+	}
+	for n := range ruleNames {
 		out = append(out, n)
 	}
 	slices.Sort(out)
@@ -347,11 +375,12 @@ type affectedKey struct {
 	typeURL string // for changes that are not endpoints'
 	envoy   bool
 	authz   bool // the proxy's authorization changed
+	rules   bool // it sees a VirtualService or DestinationRule that changed
 }
 
 // changedBy tells the names of typeURL that c changes for an Envoy
 // sidecar or, when not envoy, proxyless gRPC.
-func changedBy(c endpointChanges, typeURL string, envoy bool) func(string) bool {
+func changedBy(c endpointChanges, typeURL string, envoy bool, ruleNames map[string]bool) func(string) bool {
 	readsAuthz := grpcgen.ReadsAuthorization
 	if envoy {
 		readsAuthz = envoygen.ReadsAuthorization
@@ -361,6 +390,7 @@ func changedBy(c endpointChanges, typeURL string, envoy bool) func(string) bool 
 		case typeURL == typeEndpoint && c.hosts[resource.ClusterHost(n)]:
 		case c.authz && readsAuthz(typeURL, n):
 		case envoy && c.serviceNames[typeURL][n]:
+		case ruleNames[n]:
 		case !envoy && readsAnyService(typeURL, n, c.services):
 		default:
 			return false

@@ -44,6 +44,11 @@ type randomMesh struct {
 	drTLS    string                  // svc-0's DestinationRule TLS mode
 	v2Label  string                  // the label value of svc-0's subset v2
 	vs       int                     // which of virtualServices the mesh has
+	// which of l4VirtualServices, delegateVirtualServices,
+	// exportedVirtualServices, extraDestinationRules, serviceEntries and
+	// sidecars the mesh has
+	l4, delegate, exported, extraDR, entries, sidecar int
+	drPrivate                                         bool // svc-0's DestinationRule exported to a alone
 }
 
 type meshService struct {
@@ -62,7 +67,7 @@ type meshPod struct {
 
 func newRandomMesh(seed uint64) *randomMesh {
 	m := &randomMesh{rnd: rand.New(rand.NewPCG(seed, seed)), services: map[string]*meshService{}, pods: map[string]*meshPod{},
-		mtls: "STRICT", drTLS: "ISTIO_MUTUAL", v2Label: "v2", allowNS: "a"}
+		mtls: "STRICT", drTLS: "ISTIO_MUTUAL", v2Label: "v2", allowNS: "a", sidecar: 1}
 	for i := range 4 {
 		ns := []string{"a", "b"}[i%2]
 		svc := m.addService(fmt.Sprintf("svc-%d", i), ns)
@@ -200,6 +205,38 @@ func (m *randomMesh) otherChange() string {
 	return "nothing"
 }
 
+// ruleChange changes VirtualServices, DestinationRules, ServiceEntries
+// or Sidecars.
+func (m *randomMesh) ruleChange() string {
+	pickOf := func(n int) int { return m.rnd.IntN(n) }
+	switch m.rnd.IntN(8) {
+	case 0:
+		m.vs = pickOf(len(virtualServices))
+		return fmt.Sprintf("virtual services %d", m.vs)
+	case 1:
+		m.l4 = pickOf(len(l4VirtualServices))
+		return fmt.Sprintf("tls and tcp virtual services %d", m.l4)
+	case 2:
+		m.delegate = pickOf(len(delegateVirtualServices))
+		return fmt.Sprintf("delegated virtual services %d", m.delegate)
+	case 3:
+		m.exported = pickOf(len(exportedVirtualServices))
+		return fmt.Sprintf("exported virtual services %d", m.exported)
+	case 4:
+		m.extraDR = pickOf(len(extraDestinationRules))
+		return fmt.Sprintf("destination rules %d", m.extraDR)
+	case 5:
+		m.drPrivate = !m.drPrivate
+		return fmt.Sprintf("svc-0's destination rule private %t", m.drPrivate)
+	case 6:
+		m.entries = pickOf(len(serviceEntries))
+		return fmt.Sprintf("service entries %d", m.entries)
+	default:
+		m.sidecar = pickOf(len(sidecars))
+		return fmt.Sprintf("sidecars %d", m.sidecar)
+	}
+}
+
 func (m *randomMesh) relabel(p *meshPod) string {
 	p.version = map[string]string{"v1": "v2", "v2": "v1"}[p.version]
 	return "relabel " + p.name
@@ -240,6 +277,12 @@ func (m *randomMesh) snapshot(t *testing.T) *model.Snapshot {
 		res.Pods = append(res.Pods, &model.Pod{Meta: model.Meta{Name: p.name, Namespace: p.ns}, ServiceAccount: p.sa, Labels: p.labels(), IPs: []string{p.ip}})
 	}
 	slices.SortFunc(res.Pods, func(a, b *model.Pod) int { return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name) })
+	drExport := ""
+	if m.drPrivate {
+		drExport = "\n  exportTo: [\".\"]"
+	}
+	rules := l4VirtualServices[m.l4] + delegateVirtualServices[m.delegate] + exportedVirtualServices[m.exported] +
+		extraDestinationRules[m.extraDR] + serviceEntries[m.entries] + sidecars[m.sidecar]
 	policies := modeltest.Load(t, fmt.Sprintf(`
 apiVersion: security.istio.io/v1
 kind: PeerAuthentication
@@ -257,15 +300,17 @@ apiVersion: networking.istio.io/v1
 kind: DestinationRule
 metadata: {name: svc-0, namespace: a}
 spec:
-  host: svc-0.a.svc.cluster.local
+  host: svc-0.a.svc.cluster.local%s
   trafficPolicy: {tls: {mode: %s}}
   subsets: [{name: v1, labels: {version: v1}}, {name: v2, labels: {version: %s}}]
-%s%s`, m.mtls, m.allowNS, m.drTLS, m.v2Label, m.requestAuthentication(), virtualServices[m.vs])).Resources()
+%s%s%s`, m.mtls, m.allowNS, drExport, m.drTLS, m.v2Label, m.requestAuthentication(), virtualServices[m.vs], rules)).Resources()
 	res.PeerAuthentications = policies.PeerAuthentications
 	res.AuthorizationPolicies = policies.AuthorizationPolicies
 	res.RequestAuthentications = policies.RequestAuthentications
 	res.DestinationRules = policies.DestinationRules
 	res.VirtualServices = policies.VirtualServices
+	res.ServiceEntries = policies.ServiceEntries
+	res.Sidecars = policies.Sidecars
 	return model.Build(fmt.Sprintf("random-%d", m.version), model.Options{}, res)
 }
 
@@ -307,6 +352,151 @@ spec:
     route: [{destination: {host: svc-1.b.svc.cluster.local}}]
   - route: [{destination: {host: svc-0.a.svc.cluster.local, subset: v2}}]
 `}
+
+// l4VirtualServices are tls and tcp routes: none; svc-3's tcp port split
+// between svc-3 and svc-2; the entry api.example.com routed by SNI to
+// svc-1's tcp port.
+var l4VirtualServices = []string{"", `---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: tcp-split, namespace: b}
+spec:
+  hosts: [svc-3]
+  tcp:
+  - match: [{port: 9000}]
+    route:
+    - {destination: {host: svc-3, port: {number: 9000}}, weight: 70}
+    - {destination: {host: svc-2.a.svc.cluster.local, port: {number: 9000}}, weight: 30}
+`, `---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: tls-sni, namespace: a}
+spec:
+  hosts: [api.example.com]
+  tls:
+  - match: [{port: 443, sniHosts: [api.example.com]}]
+    route: [{destination: {host: svc-1.b.svc.cluster.local, port: {number: 9000}}}]
+`}
+
+// delegateVirtualServices are svc-2's routes delegating /api to a
+// VirtualService of namespace b: none; the delegate routing to svc-1;
+// routing to svc-3 with a timeout; exported to b alone, so that svc-2's
+// namespace cannot follow it.
+var delegateVirtualServices = []string{"", delegated(`route: [{destination: {host: svc-1}}]`, ""),
+	delegated(`timeout: 2s
+    route: [{destination: {host: svc-3}}]`, ""),
+	delegated(`route: [{destination: {host: svc-1}}]`, "\n  exportTo: [b]")}
+
+func delegated(rule, exportTo string) string {
+	return `---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: root, namespace: a}
+spec:
+  hosts: [svc-2]
+  http:
+  - match: [{uri: {prefix: /api}}]
+    delegate: {name: del, namespace: b}
+  - route: [{destination: {host: svc-2}}]
+---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: del, namespace: b}
+spec:` + exportTo + `
+  http:
+  - match: [{uri: {prefix: /api/v1}}]
+    ` + rule + "\n"
+}
+
+// exportedVirtualServices are svc-3's routes by exportTo: none; seen in b
+// alone, one rule for clients labelled version v2; seen in a alone;
+// bound to a gateway alone, which sidecars do not read.
+var exportedVirtualServices = []string{"", exportedVS("exportTo: [b]"), exportedVS("exportTo: [a]"), exportedVS("gateways: [gw]")}
+
+func exportedVS(binding string) string {
+	return `---
+apiVersion: networking.istio.io/v1
+kind: VirtualService
+metadata: {name: svc-3, namespace: b}
+spec:
+  hosts: [svc-3]
+  ` + binding + `
+  http:
+  - match: [{sourceLabels: {version: v2}}]
+    retries: {attempts: 5, perTryTimeout: 1s}
+    route: [{destination: {host: svc-3}}]
+  - timeout: 5s
+    route: [{destination: {host: svc-3}}]
+`
+}
+
+// extraDestinationRules: none; a root namespace rule for every service of
+// b, plaintext; the same exported to a alone; svc-1's own rule with a
+// subset and a consistent hash, private to b.
+var extraDestinationRules = []string{"", wideRule(""), wideRule("\n  exportTo: [a]"), `---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: svc-1, namespace: b}
+spec:
+  host: svc-1
+  exportTo: ["."]
+  trafficPolicy: {loadBalancer: {consistentHash: {httpHeaderName: x-user}}}
+  subsets: [{name: v1, labels: {version: v1}}]
+`}
+
+func wideRule(exportTo string) string {
+	return `---
+apiVersion: networking.istio.io/v1
+kind: DestinationRule
+metadata: {name: wide, namespace: istio-system}
+spec:
+  host: "*.b.svc.cluster.local"` + exportTo + `
+  trafficPolicy: {tls: {mode: DISABLE}}
+`
+}
+
+// serviceEntries: none; api.example.com (tls, no resolution) of a and
+// ext.example.com (http, static) of b; the same with ext exported to a
+// alone; with ext at another address.
+var serviceEntries = []string{"", entries("", "192.0.2.10"), entries("\n  exportTo: [a]", "192.0.2.10"), entries("", "192.0.2.11")}
+
+func entries(exportTo, addr string) string {
+	return `---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: api, namespace: a}
+spec:
+  hosts: [api.example.com]
+  location: MESH_EXTERNAL
+  resolution: NONE
+  ports: [{number: 443, name: tls, protocol: TLS}]
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: ext, namespace: b}
+spec:
+  hosts: [ext.example.com]` + exportTo + `
+  location: MESH_EXTERNAL
+  resolution: STATIC
+  ports: [{number: 80, name: http, protocol: HTTP}]
+  endpoints: [{address: ` + addr + `}]
+`
+}
+
+// sidecars scope namespace b's proxies: not at all; to b; to b, a and the
+// root namespace; svc-3's to itself and svc-2.
+var sidecars = []string{"", sidecarOf("", `"./*"`), sidecarOf("", `"./*", "a/*", "istio-system/*"`),
+	sidecarOf("\n  workloadSelector: {labels: {app: svc-3}}", `"./svc-3.b.svc.cluster.local", "a/svc-2.a.svc.cluster.local"`)}
+
+func sidecarOf(selector, hosts string) string {
+	return `---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: scope, namespace: b}
+spec:` + selector + `
+  egress: [{hosts: [` + hosts + `]}]
+`
+}
 
 func (m *randomMesh) requestAuthentication() string {
 	if !m.jwt {
@@ -629,7 +819,7 @@ func TestIncrementalPushesEndAsAFullGeneration(t *testing.T) {
 	t.Logf("seed %d (MESH_SEED replays it)", seed)
 	m := newRandomMesh(seed)
 	var proxies []*meshPod
-	for _, key := range []string{"svc-0", "svc-1", "svc-2"} {
+	for _, key := range []string{"svc-0", "svc-1", "svc-2", "svc-3"} {
 		for _, p := range m.pods {
 			if p.svc == key && len(proxies) < 5 {
 				p.proxy = true
@@ -665,16 +855,18 @@ func TestIncrementalPushesEndAsAFullGeneration(t *testing.T) {
 		return testutil.ToFloat64(h.srv.metrics.pushTriggers.WithLabelValues(trigger))
 	}
 	endpointPushes := func() float64 { return pushes("endpoint") }
-	for i := range 60 {
+	for i := range 80 {
 		var did []string
-		kind := m.rnd.IntN(6) // 0: other; 1: authorization; else endpoints
-		endpointsOnly := kind > 1
+		kind := []int{0, 1, 2, 2, 2, 3, 3, 3, 3, 3}[m.rnd.IntN(10)] // 0: other; 1: authorization; 2: rules; 3: endpoints
+		endpointsOnly := kind > 2
 		for range 1 + m.rnd.IntN(3) {
 			switch kind {
 			case 0:
 				did = append(did, m.otherChange())
 			case 1:
 				did = append(did, m.authorizationChange())
+			case 2:
+				did = append(did, m.ruleChange())
 			default:
 				did = append(did, m.endpointChange())
 			}
@@ -695,7 +887,7 @@ func TestIncrementalPushesEndAsAFullGeneration(t *testing.T) {
 			continue // not endpoints only: a service account or tlsMode is read elsewhere
 		case endpointsOnly:
 			untouched = []string{resource.ClusterType, resource.ListenerType, resource.RouteType}
-		case kind == 0:
+		case kind == 0 || kind == 2:
 			continue
 		}
 		for _, e := range fleet {

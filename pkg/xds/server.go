@@ -372,7 +372,7 @@ func (s *Server) push(snap *model.Snapshot, changedAt time.Time) {
 	c := s.classify(prev, st)
 	// Policies and rules are read again only when they may have changed:
 	// not for services and endpoints, the changes a mesh sees most.
-	policies := c.full || c.authz || len(c.sidecars) > 0
+	policies := c.full || c.authz || len(c.sidecars) > 0 || c.rules != nil
 	if policies {
 		s.wantKeys(snap)
 	}

@@ -81,7 +81,11 @@ func newFleetMesh(b *testing.B, env *testenv.Env, m int) *fleetMesh {
 	if err != nil || len(crds) == 0 {
 		b.Fatalf("Istio CRDs under charts/istiod/crds: %v (%d files)", err, len(crds))
 	}
-	env.InstallCRDs(b, crds...)
+	routing, err := istioRoutingCRDs() // the VirtualServices of fleetrules_test.go
+	if err != nil {
+		b.Fatal(err)
+	}
+	env.InstallCRDs(b, append(crds, routing)...)
 	cfg := rest.CopyConfig(env.Config)
 	cfg.QPS, cfg.Burst = 2000, 4000
 	mesh := &fleetMesh{kube: kubernetes.NewForConfigOrDie(cfg), istio: versioned.NewForConfigOrDie(cfg),

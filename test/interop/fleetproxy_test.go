@@ -59,6 +59,7 @@ type fleetProxy struct {
 	readyAfter time.Duration
 	readyBytes int64
 	ldsAt      time.Time // last listener response
+	respAt     time.Time // last response of any type
 	streams    int
 }
 

@@ -48,6 +48,13 @@ var fleetMetrics = []fleetMetric{
 	{"policy change, affected proxies p99 (ms)", "policy-p99-ms", phasePolicy, msOf(func(r *fleetRound) time.Duration { return r.policyP99 })},
 	{"policy change, proxies sent listeners", "policy-lds-proxies", phasePolicy, func(r *fleetRound) float64 { return float64(r.policyPushed) }},
 	{"policy change, control plane CPU (ms)", "policy-cpu-ms", phasePolicy, msOf(func(r *fleetRound) time.Duration { return r.policyCPU })},
+	{"VirtualService change, its namespace's p99 (ms)", "vs-p99-ms", phaseVS, msOf(func(r *fleetRound) time.Duration { return r.vsP99 })},
+	{"VirtualService change, proxies that see it", "vs-affected-proxies", phaseVS, func(r *fleetRound) float64 { return float64(r.vsAffected) }},
+	{"VirtualService change, proxies sent anything", "vs-pushed-proxies", phaseVS, func(r *fleetRound) float64 { return float64(r.vsPushed) }},
+	{"VirtualService change, control plane CPU (ms)", "vs-cpu-ms", phaseVS, msOf(func(r *fleetRound) time.Duration { return r.vsCPU })},
+	{"DestinationRule subset added, p99 (ms)", "dr-p99-ms", phaseDR, msOf(func(r *fleetRound) time.Duration { return r.drP99 })},
+	{"DestinationRule change, proxies sent anything", "dr-pushed-proxies", phaseDR, func(r *fleetRound) float64 { return float64(r.drPushed) }},
+	{"DestinationRule change, control plane CPU (ms)", "dr-cpu-ms", phaseDR, msOf(func(r *fleetRound) time.Duration { return r.drCPU })},
 	{"fleet's own CPU over the changes (s)", "fleet-change-cpu-s", phasePolicy, func(r *fleetRound) float64 { return r.changeFleetCPU.Seconds() }},
 }
 

@@ -40,10 +40,14 @@ type fleetRound struct {
 	newClusterP99, newEDSP99  time.Duration
 	newGap, newCPU            time.Duration
 	policyP99, policyCPU      time.Duration
-	policyPushed              int           // proxies that received listeners after the policy change
-	changeFleetCPU            time.Duration // the fleet's, over all changes
-	samples                   map[string]proxySnapshot
-	failed                    map[string]bool // phases not every proxy got through
+	policyPushed              int // proxies that received listeners after the policy change
+	// The rule changes (fleetrules_test.go): p99 of the proxies concerned,
+	// CPU, and the proxies sent anything.
+	vsP99, vsCPU, drP99, drCPU     time.Duration
+	vsAffected, vsPushed, drPushed int
+	changeFleetCPU                 time.Duration // the fleet's, over all changes
+	samples                        map[string]proxySnapshot
+	failed                         map[string]bool // phases not every proxy got through
 }
 
 // fleetRun is one round in progress.
@@ -90,12 +94,16 @@ func runFleetRound(b *testing.B, cfg fleetSize, mesh *fleetMesh, cp *fleetCP, ki
 	r.burst(ctx)
 	r.newService(ctx)
 	r.policy(ctx)
+	r.virtualService(ctx)
+	r.destinationRule(ctx)
 	r.res.changeFleetCPU = selfCPU(b) - fleet0
 	x := r.res
 	fleetNote("%s round %d: move p99 %s (cpu %s); burst %s (cpu %s, writes over %s); new service eds p99 %s (cpu %s); policy p99 %s (cpu %s, %d proxies sent listeners)",
 		kind, round, x.moveP99.Round(time.Millisecond), x.moveCPU, x.burstAll.Round(time.Millisecond), x.burstCPU,
 		x.burstWrites.Round(time.Millisecond), x.newEDSP99.Round(time.Millisecond), x.newCPU,
 		x.policyP99.Round(time.Millisecond), x.policyCPU, x.policyPushed)
+	fleetNote("%s round %d: virtual service p99 %s (cpu %s, %d proxies see it, %d sent anything); destination rule p99 %s (cpu %s, %d proxies sent anything)",
+		kind, round, x.vsP99.Round(time.Millisecond), x.vsCPU, x.vsAffected, x.vsPushed, x.drP99.Round(time.Millisecond), x.drCPU, x.drPushed)
 	return r.res
 }
 
@@ -149,7 +157,7 @@ func (r *fleetRun) initial(ctx context.Context) bool {
 	r.res.refused = f.refused.Load()
 	if !ok {
 		r.fail(phaseInitial, "not every proxy holds the whole configuration after %s: %s", fleetInitialTimeout, f.progress())
-		for _, phase := range []string{phaseMove, phaseBurst, phaseNewSvc, phasePolicy} {
+		for _, phase := range []string{phaseMove, phaseBurst, phaseNewSvc, phasePolicy, phaseVS, phaseDR} {
 			r.res.failed[phase] = true
 		}
 		f.stop()

@@ -152,6 +152,7 @@ func (p *fleetProxy) apply(r *fleetResponse, cur, decodedFor *fleetGoal, now tim
 	}
 	s := &p.s
 	s.bytes += int64(r.size)
+	p.respAt = now
 	var out []*discovery.DeltaDiscoveryRequest
 	switch r.typeURL {
 	case fleetCDS:

@@ -355,8 +355,8 @@ func TestSourceAgainstAPIServer(t *testing.T) {
 			}
 			return false
 		})
-		if d := model.Diff(snap, after); !d.Config {
-			t.Errorf("the route change is not a config change: %+v", d)
+		if d := model.Diff(snap, after); len(d.VirtualServices) != 2 || d.VirtualServices[0].Name != "echo" {
+			t.Errorf("the route change is not told as the VirtualService's, before and after: %+v", d)
 		}
 
 		check(t, "delete gateway", c.istio.NetworkingV1().Gateways(c.ns).Delete(ctx, "ingress", metav1.DeleteOptions{}))
