@@ -229,6 +229,7 @@ func DestinationRuleNames(snap *model.Snapshot, dr *model.DestinationRule, add f
 		matched[svc.Hostname] = true
 		hostClusterNames(snap, svc.Hostname, subsets, add)
 		serviceRouteNames(snap, svc.Hostname, false, add)
+		inboundClusterNames(svc, add)
 	}
 	if len(matched) == 0 {
 		return
@@ -253,6 +254,31 @@ func DestinationRuleNames(snap *model.Snapshot, dr *model.DestinationRule, add f
 			if len(root.Spec.GetHosts()) > 0 && routes.BoundToMesh(root) && routes.Delegates(root, vs) {
 				VirtualServiceNames(snap, root, add)
 			}
+		}
+	}
+}
+
+// inboundClusterNames calls add with the names of the inbound clusters
+// "inbound|<port>||" the workloads of svc may have, whose connection pool
+// and upstream protocol the DestinationRule for svc sets: one per target
+// port of its endpoints, or of its ports.
+func inboundClusterNames(svc *model.Service, add func(typeURL, name string)) {
+	seen := map[uint32]bool{}
+	name := func(port uint32) {
+		if port != 0 && !seen[port] {
+			seen[port] = true
+			add(resource.ClusterType, inboundClusterName(port))
+		}
+	}
+	for _, sp := range svc.Ports {
+		switch {
+		case sp.TargetPort != 0:
+			name(sp.TargetPort)
+		case sp.TargetPortName == "":
+			name(sp.Port) // targetPort defaults to port
+		}
+		for _, ep := range svc.Endpoints[sp.Port] {
+			name(ep.Port)
 		}
 	}
 }

@@ -121,6 +121,9 @@ var ruleChangeCases = map[string]struct{ before, after string }{
 	"a consistent hash":             {"", drOf("h", "a", "  host: svc-a1\n  trafficPolicy: {loadBalancer: {consistentHash: {httpHeaderName: x-user}}}\n")},
 	"for workloads by their labels": {"", drOf("s", "b", "  host: svc-b2\n  workloadSelector: {matchLabels: {version: v1}}\n  trafficPolicy: {tls: {mode: DISABLE}}\n")},
 	"TLS origination to an entry":   {"", drOf("o", "b", "  host: ext.example.com\n  trafficPolicy: {portLevelSettings: [{port: {number: 80}, tls: {mode: SIMPLE}}]}\n")},
+	// A service's rule sets its own workloads' inbound clusters too.
+	"a connection pool":     {"", drOf("p", "a", "  host: svc-a0\n  trafficPolicy: {connectionPool: {tcp: {maxConnections: 10}, http: {h2UpgradePolicy: UPGRADE, maxRequestsPerConnection: 5}}}\n")},
+	"the client's protocol": {"", drOf("c", "a", "  host: svc-a0\n  trafficPolicy: {connectionPool: {http: {useClientProtocol: true}}}\n")},
 }
 
 // TestRuleReadersNameWhatChanges: for each rule change and each proxy
