@@ -257,38 +257,18 @@ func vsDestinations(snap *model.Snapshot, vs *model.VirtualService, ns string) [
 		}
 		out[i].ports[d.GetPort().GetNumber()] = true
 	}
-	for _, r := range vs.Spec.GetHttp() {
+	routes.EachDestination(vs, func(r *networkingv1.HTTPRoute) bool {
 		matched := true
 		for _, m := range r.GetMatch() {
 			if src := m.GetSourceNamespace(); src != "" {
 				if src == ns {
-					matched = true
-					break
+					return true
 				}
 				matched = false
 			}
 		}
-		if !matched {
-			continue
-		}
-		for _, d := range r.GetRoute() {
-			add(d.GetDestination())
-		}
-		add(r.GetMirror())
-		for _, m := range r.GetMirrors() {
-			add(m.GetDestination())
-		}
-	}
-	for _, r := range vs.Spec.GetTcp() {
-		for _, d := range r.GetRoute() {
-			add(d.GetDestination())
-		}
-	}
-	for _, r := range vs.Spec.GetTls() {
-		for _, d := range r.GetRoute() {
-			add(d.GetDestination())
-		}
-	}
+		return matched
+	}, add)
 	return out
 }
 

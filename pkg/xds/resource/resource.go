@@ -39,17 +39,7 @@ func ClusterName(host, subset string, port uint32) string {
 
 // ParseClusterName reads a name ClusterName writes.
 func ParseClusterName(name string) (host, subset string, port uint32, ok bool) {
-	rest, ok := strings.CutPrefix(name, "outbound|")
-	if !ok {
-		return "", "", 0, false
-	}
-	portStr, rest, _ := strings.Cut(rest, "|")
-	subset, host, ok = strings.Cut(rest, "|")
-	p, err := strconv.ParseUint(portStr, 10, 16)
-	if !ok || err != nil || p == 0 || host == "" || strings.Contains(host, "|") {
-		return "", "", 0, false
-	}
-	return host, subset, uint32(p), true
+	return parseClusterName(name, "outbound|", "|")
 }
 
 // SNIClusterName is Istio's name of an outbound cluster as an SNI and as
@@ -60,14 +50,19 @@ func SNIClusterName(host, subset string, port uint32) string {
 
 // ParseSNIClusterName reads a name SNIClusterName writes.
 func ParseSNIClusterName(name string) (host, subset string, port uint32, ok bool) {
-	rest, ok := strings.CutPrefix(name, "outbound_.")
+	return parseClusterName(name, "outbound_.", "_.")
+}
+
+// parseClusterName reads "<prefix><port><sep><subset><sep><host>".
+func parseClusterName(name, prefix, sep string) (host, subset string, port uint32, ok bool) {
+	rest, ok := strings.CutPrefix(name, prefix)
 	if !ok {
 		return "", "", 0, false
 	}
-	portStr, rest, _ := strings.Cut(rest, "_.")
-	subset, host, ok = strings.Cut(rest, "_.")
+	portStr, rest, _ := strings.Cut(rest, sep)
+	subset, host, ok = strings.Cut(rest, sep)
 	p, err := strconv.ParseUint(portStr, 10, 16)
-	if !ok || err != nil || p == 0 || host == "" || strings.Contains(host, "_.") {
+	if !ok || err != nil || p == 0 || host == "" || strings.Contains(host, sep) {
 		return "", "", 0, false
 	}
 	return host, subset, uint32(p), true

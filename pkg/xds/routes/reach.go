@@ -46,12 +46,26 @@ func Delegates(root, d *model.VirtualService) bool {
 // DestinationHosts calls add with each host vs routes, mirrors or
 // forwards to, whatever the rule's matches, resolved in vs's namespace.
 func DestinationHosts(snap *model.Snapshot, vs *model.VirtualService, add func(host string)) {
-	dst := func(d *networkingv1.Destination) {
-		if d != nil && d.GetHost() != "" {
+	EachDestination(vs, nil, func(d *networkingv1.Destination) {
+		if d.GetHost() != "" {
 			add(ResolveHost(snap, d.GetHost(), vs.Namespace))
+		}
+	})
+}
+
+// EachDestination calls fn with each destination of vs's routes and
+// mirrors, http rules first (those keepHTTP keeps; all when nil), then
+// tcp, then tls, in vs's order.
+func EachDestination(vs *model.VirtualService, keepHTTP func(*networkingv1.HTTPRoute) bool, fn func(*networkingv1.Destination)) {
+	dst := func(d *networkingv1.Destination) {
+		if d != nil {
+			fn(d)
 		}
 	}
 	for _, r := range vs.Spec.GetHttp() {
+		if keepHTTP != nil && !keepHTTP(r) {
+			continue
+		}
 		for _, d := range r.GetRoute() {
 			dst(d.GetDestination())
 		}
