@@ -54,8 +54,12 @@ func TestWarningsSayWhatIsIgnored(t *testing.T) {
 			},
 		},
 		"another version of a kind gets the same warnings": {
-			kind: betaDestRule, spec: `{"host":"a.ns.svc.cluster.local","trafficPolicy":{"connectionPool":{"tcp":{"maxConnections":1}}}}`,
-			want: []string{"DestinationRule ns/p is not honoured as written: spec.trafficPolicy.connectionPool: ignored, not generated"},
+			kind: betaDestRule, spec: `{"host":"a.ns.svc.cluster.local","trafficPolicy":{"outlierDetection":{"consecutive5xxErrors":3}}}`,
+			want: []string{"DestinationRule ns/p is not honoured as written: spec.trafficPolicy.outlierDetection: ignored, not generated"},
+		},
+		"a connection pool is named for proxyless clients alone": {
+			kind: destRule, spec: `{"host":"a.ns.svc.cluster.local","trafficPolicy":{"connectionPool":{"tcp":{"maxConnections":1}}}}`,
+			want: []string{"DestinationRule ns/p is not honoured as written: spec.trafficPolicy.connectionPool: applied by Envoy proxies only, not by proxyless gRPC clients"},
 		},
 		"a DestinationRule of TLS only gets none": {
 			kind: destRule, spec: `{"host":"a.ns.svc.cluster.local","trafficPolicy":{"tls":{"mode":"ISTIO_MUTUAL"}}}`,
