@@ -67,6 +67,7 @@ func start() (*Env, error) {
 		c.stopProcesses()
 		if !errors.Is(err, errPortTaken) || attempt == startAttempts {
 			// Keep the logs: a failed start is rare and needs them.
+			_ = os.RemoveAll(c.dataDir())
 			return nil, fmt.Errorf("%w\n(run directory kept: %s)", err, runDir)
 		}
 	}
@@ -239,11 +240,14 @@ func (c *cluster) stopProcesses() {
 }
 
 // stop kills both processes and removes the run directory unless it is
-// kept: after a failed run its logs explain the failure.
+// kept: after a failed run its logs explain the failure. A kept directory
+// loses etcd's data (its write-ahead log alone takes 64 MB), so that the
+// logs of many failed runs do not fill the disk.
 func (c *cluster) stop() {
 	c.stopProcesses()
 	if c.keep {
-		fmt.Fprintf(os.Stderr, "testenv: kept run directory %s\n", c.runDir)
+		_ = os.RemoveAll(c.dataDir())
+		fmt.Fprintf(os.Stderr, "testenv: kept the logs in %s\n", c.runDir)
 		return
 	}
 	_ = os.RemoveAll(c.runDir)
