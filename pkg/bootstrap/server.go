@@ -138,6 +138,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if s.mesh, err = newMeshWatcher(cfg, log); err != nil {
 		return nil, err
 	}
+	s.registry.MustRegister(s.mesh.Collector())
 	injectStore := inject.NewStore()
 	s.injector = inject.NewFileSource(cfg.InjectConfigDir, injectStore, log.With("component", "inject"))
 	s.webhooks = webhookHandler(injectStore, s.mesh.Current, cfg, log.With("component", "webhook"))

@@ -126,6 +126,9 @@ func (w *Watcher) reload() {
 	for _, warn := range warnings {
 		notes = append(notes, note{slog.LevelWarn, "mesh configuration has fields this istiod does not read", []any{"file", w.cfg.Path, "warning", warn}})
 	}
+	if ignored := NotHonoured(mc); len(ignored) > 0 {
+		notes = append(notes, note{slog.LevelWarn, "mesh configuration sets fields istiod does not act on; they have no effect", []any{"file", w.cfg.Path, "fields", ignored}})
+	}
 	if td := mc.GetTrustDomain(); td != w.trustDomain {
 		notes = append(notes, note{slog.LevelWarn, "mesh configuration names another trust domain; istiod keeps the one it started with until it restarts, as its CA and every identity it issued belong to it",
 			[]any{"file", w.cfg.Path, "trust_domain", w.trustDomain, "configured", td}})

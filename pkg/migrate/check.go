@@ -161,6 +161,12 @@ func (r *Report) judgeControlPlanes() {
 		if cp.TrustDomain != "" && cp.TrustDomain != r.TrustDomain {
 			r.block("Istio's istiod %s/%s has trust domain %s, Bulwark %s: install Bulwark with meshConfig.trustDomain=%s, or the identities differ", cp.Namespace, cp.Name, cp.TrustDomain, r.TrustDomain, cp.TrustDomain)
 		}
+		if cp.MeshRefused != "" {
+			r.block("Istio's istiod %s/%s has a mesh config Bulwark would refuse, so Bulwark's chart given the same meshConfig would not start: %s", cp.Namespace, cp.Name, cp.MeshRefused)
+		}
+		if len(cp.MeshIgnored) > 0 {
+			r.warn("Istio's istiod %s/%s has a mesh config that sets fields Bulwark does not act on, whose effect is lost for the pods that move: %s", cp.Namespace, cp.Name, strings.Join(cp.MeshIgnored, ", "))
+		}
 		if cp.Revision == r.Revision {
 			r.block("Istio's istiod %s/%s is revision %s, Bulwark's revision too: choose another revision for Bulwark", cp.Namespace, cp.Name, cp.Revision)
 		}

@@ -145,6 +145,14 @@ func TestCheckBlocks(t *testing.T) {
 			},
 			want: "a root rotation is under way",
 		},
+		"a mesh config Bulwark would refuse": {
+			setup: func(t *testing.T, cp string) {
+				c.istiod(t, cp, "default", "cluster.local")
+				c.meshDoc(t, cp, "default", "outboundTrafficPolicy: {mode: SOMETIMES}\n")
+				c.secret(t, cp, "istio-ca-secret", istioCASecret(catest.NewRoot(t)))
+			},
+			want: "mesh config Bulwark would refuse",
+		},
 		"a namespace two webhooks inject": {
 			setup: func(t *testing.T, cp string) {
 				c.istiod(t, cp, "default", "cluster.local")
@@ -211,4 +219,22 @@ func proxiesIn(ps []Proxy, namespaces ...string) []Proxy {
 		}
 	}
 	return out
+}
+
+// Fields of Istio's mesh config that Bulwark does not act on do not block
+// the move, but the pods that move lose their effect: Check names them.
+func TestCheckNamesTheMeshConfigFieldsBulwarkIgnores(t *testing.T) {
+	c := startCluster(t)
+	cp := c.env.Namespace(t)
+	c.istiod(t, cp, "default", "cluster.local")
+	c.meshDoc(t, cp, "default", "trustDomain: cluster.local\nenablePrometheusMerge: true\nlocalityLbSetting: {enabled: true}\ningressClass: istio\n")
+	c.secret(t, cp, "istio-ca-secret", istioCASecret(catest.NewRoot(t)))
+
+	r := c.check(t, Config{Namespace: cp, Revision: "bulwark", AllowUnsupported: true})
+	if err := r.Err(); err != nil {
+		t.Errorf("blocked: %v %q", err, blocking(r))
+	}
+	if !hasFinding(r, false, "does not act on, whose effect is lost for the pods that move: ingressClass, localityLbSetting") {
+		t.Errorf("the ignored mesh config fields are not named: %+v", r.Findings)
+	}
 }

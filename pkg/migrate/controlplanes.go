@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
+
+	"github.com/bulwark-mesh/bulwark/pkg/meshconfig"
 )
 
 // Labels as Istio's and Bulwark's charts set them.
@@ -33,6 +35,11 @@ type ControlPlane struct {
 	Bulwark bool
 	// TrustDomain is the mesh config's, for Istio's istiod.
 	TrustDomain string
+	// MeshIgnored are the fields of Istio's istiod's mesh config that
+	// Bulwark does not act on (meshconfig.NotHonoured); MeshRefused is why
+	// Bulwark would refuse that mesh config, if it would.
+	MeshIgnored []string
+	MeshRefused string
 }
 
 // Webhook is a MutatingWebhookConfiguration that injects sidecars.
@@ -72,8 +79,7 @@ func listControlPlanes(ctx context.Context, client kubernetes.Interface) ([]Cont
 			Bulwark:  d.Labels[labelPartOf] == partOfBulwark,
 		}
 		if !cp.Bulwark {
-			cp.TrustDomain, err = meshTrustDomain(ctx, client, d.Namespace, cp.Revision)
-			if err != nil {
+			if err := readIstioMesh(ctx, client, &cp); err != nil {
 				return nil, err
 			}
 		}
@@ -88,32 +94,40 @@ func listControlPlanes(ctx context.Context, client kubernetes.Interface) ([]Cont
 // maxMeshSize bounds the mesh config read.
 const maxMeshSize = 1 << 20
 
-// meshTrustDomain reads trustDomain from the mesh ConfigMap of Istio's
-// revision: istio, or istio-<revision>; without one istiod runs on Istio's
-// defaults, cluster.local.
-func meshTrustDomain(ctx context.Context, client kubernetes.Interface, namespace, revision string) (string, error) {
+// readIstioMesh reads the mesh ConfigMap of Istio's revision (istio, or
+// istio-<revision>) into cp: its trust domain, and what of it Bulwark would
+// ignore or refuse. Without one istiod runs on Istio's defaults.
+func readIstioMesh(ctx context.Context, client kubernetes.Interface, cp *ControlPlane) error {
 	name := "istio"
-	if revision != defaultRevision {
-		name += "-" + revision
+	if cp.Revision != defaultRevision {
+		name += "-" + cp.Revision
 	}
-	cm, err := client.CoreV1().ConfigMaps(namespace).Get(ctx, name, metav1.GetOptions{})
+	cp.TrustDomain = defaultTrustDomain // Istio's default mesh config
+	cm, err := client.CoreV1().ConfigMaps(cp.Namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		if isNotFound(err) {
-			return defaultTrustDomain, nil // Istio's default mesh config
+			return nil
 		}
-		return "", fmt.Errorf("read mesh config %s/%s: %w", namespace, name, err)
+		return fmt.Errorf("read mesh config %s/%s: %w", cp.Namespace, name, err)
 	}
 	raw := cm.Data["mesh"]
 	if len(raw) > maxMeshSize {
-		return "", fmt.Errorf("mesh config %s/%s: larger than %d bytes", namespace, name, maxMeshSize)
+		return fmt.Errorf("mesh config %s/%s: larger than %d bytes", cp.Namespace, name, maxMeshSize)
 	}
 	var mesh struct {
 		TrustDomain string `json:"trustDomain"`
 	}
 	if err := yaml.Unmarshal([]byte(raw), &mesh); err != nil {
-		return "", fmt.Errorf("mesh config %s/%s: %w", namespace, name, err)
+		return fmt.Errorf("mesh config %s/%s: %w", cp.Namespace, name, err)
 	}
-	return cmp.Or(mesh.TrustDomain, defaultTrustDomain), nil
+	cp.TrustDomain = cmp.Or(mesh.TrustDomain, defaultTrustDomain)
+	mc, _, err := meshconfig.Parse([]byte(raw), meshconfig.Defaults{})
+	if err != nil {
+		cp.MeshRefused = err.Error()
+		return nil
+	}
+	cp.MeshIgnored = meshconfig.NotHonoured(mc)
+	return nil
 }
 
 func listWebhooks(ctx context.Context, client kubernetes.Interface) ([]Webhook, error) {

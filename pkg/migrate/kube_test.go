@@ -113,6 +113,23 @@ func (c *cluster) istiod(t *testing.T, ns, rev, trustDomain string) {
 	}
 }
 
+// meshDoc replaces the mesh config of the Istio istiod of revision rev in
+// ns (installed by istiod) with doc.
+func (c *cluster) meshDoc(t *testing.T, ns, rev, doc string) {
+	t.Helper()
+	name := "istio"
+	if rev != "default" {
+		name += "-" + rev
+	}
+	_, err := c.client.CoreV1().ConfigMaps(ns).Update(ctxFor(t), &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Data:       map[string]string{"mesh": doc},
+	}, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // injector installs a MutatingWebhookConfiguration with the selectors
 // Istio's chart gives revision rev (and, for "default", the
 // istio-injection label), removed when t ends.
