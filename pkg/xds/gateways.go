@@ -3,6 +3,7 @@ package xds
 import (
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/envoygen"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/identity"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/routes"
 )
 
@@ -11,10 +12,10 @@ import (
 // once per distinct router scope, in snap.
 func (s *Server) gatewayProblems(snap *model.Snapshot) ([]envoygen.GatewayProblem, []routes.Problem) {
 	s.mu.Lock()
-	var routers []*nodeWorkload
+	var routers []*identity.Workload
 	for _, p := range s.streams {
 		p.mu.Lock()
-		if p.wl != nil && p.wl.router && p.debug == nil {
+		if p.wl != nil && p.wl.Router && p.debug == nil {
 			routers = append(routers, p.wl)
 		}
 		p.mu.Unlock()
@@ -24,20 +25,20 @@ func (s *Server) gatewayProblems(snap *model.Snapshot) ([]envoygen.GatewayProble
 		return nil, nil
 	}
 	ms := s.mesh.Load()
-	snap = ms.derive(snap)
+	snap = ms.Derive(snap)
 	seen := map[string]bool{}
 	var out []envoygen.GatewayProblem
 	var vs []routes.Problem
 	for _, w := range routers {
-		labels, ips := w.in(snap)
-		p := &envoygen.Proxy{Namespace: w.namespace, Labels: labels, IPs: ips, Router: true, Unprivileged: w.unprivileged}
-		scope := ms.envoy.Scope(snap, p)
+		labels, ips := w.In(snap)
+		p := &envoygen.Proxy{Namespace: w.Namespace, Labels: labels, IPs: ips, Router: true, Unprivileged: w.Unprivileged}
+		scope := ms.Envoy.Scope(snap, p)
 		if seen[scope] {
 			continue
 		}
 		seen[scope] = true
-		out = append(out, ms.envoy.GatewayProblems(snap, p)...)
-		vs = append(vs, ms.envoy.RouteProblems(snap, p)...)
+		out = append(out, ms.Envoy.GatewayProblems(snap, p)...)
+		vs = append(vs, ms.Envoy.RouteProblems(snap, p)...)
 	}
 	return out, vs
 }

@@ -18,7 +18,7 @@ func (s *Server) reportMeshRoutes(snap *model.Snapshot, closed failClosed, curre
 	if len(snap.Resources().VirtualServices) == 0 {
 		return
 	}
-	envoy := s.mesh.Load().envoy
+	envoy := s.mesh.Load().Envoy
 	for _, p := range append(envoy.Mesh.Routes.MeshProblems(snap), envoy.MeshL4Problems(snap)...) {
 		closed.add("VirtualService", "sidecar_routes_left_out")
 		msg := p.String()
@@ -63,7 +63,7 @@ func (s *Server) proxylessConnected() bool {
 	defer s.mu.Unlock()
 	for _, p := range s.streams {
 		p.mu.Lock()
-		grpc := p.wl != nil && !p.wl.envoy
+		grpc := p.wl != nil && !p.wl.Envoy
 		p.mu.Unlock()
 		if grpc {
 			return true

@@ -13,7 +13,7 @@ import (
 // gateway; both are counted in
 // bulwark_policy_fail_closed{kind="Network"}.
 func (s *Server) reportNetworks(snap *model.Snapshot, closed failClosed, current map[string]bool) {
-	gws := snap.NetworkGateways(s.mesh.Load().envoy.Mesh.Networks)
+	gws := snap.NetworkGateways(s.mesh.Load().Envoy.Mesh.Networks)
 	for _, p := range gws.Problems {
 		closed.add("Network", "gateway_left_out")
 		current[p] = true

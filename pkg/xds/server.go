@@ -52,6 +52,8 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/authn/keyfetch"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/authz"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/debug"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/generation"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/reqauthn"
 )
@@ -120,7 +122,7 @@ type Config struct {
 	// proxy; others the proxies of their own namespace.
 	SystemNamespace string
 	// ControlPlane names this istiod in debug responses.
-	ControlPlane ControlPlane
+	ControlPlane debug.ControlPlane
 	// DebugPages are istiod's /debug pages, by name ("unsupported"), that
 	// TypeDebug serves too, beside syncz and config_dump: to debug clients
 	// authenticated in SystemNamespace or the mesh's root namespace only.
@@ -177,8 +179,8 @@ type Server struct {
 	helds        heldBases    // what they hold
 
 	state   atomic.Pointer[pushState]
-	history history                   // what each recent push changed
-	mesh    atomic.Pointer[meshState] // in force; the next push state is built with it
+	history history                         // what each recent push changed
+	mesh    atomic.Pointer[generation.Mesh] // in force; the next push state is built with it
 
 	reportMu sync.Mutex
 	reported map[string]bool // policy problems logged, by description
@@ -307,15 +309,15 @@ func (s *Server) Run(ctx context.Context) error {
 		s.wantKeys(snap)
 	}
 	// A change made between New and Subscribe is caught here.
-	if mc := currentMesh(s.cfg.Mesh); mc != s.mesh.Load().cfg {
+	if mc := currentMesh(s.cfg.Mesh); mc != s.mesh.Load().Config {
 		s.applyMesh(mc)
 		meshPending = true
 	}
-	if ks := currentKeys(s.cfg.KeySets); ks != s.mesh.Load().keys {
+	if ks := currentKeys(s.cfg.KeySets); ks != s.mesh.Load().Keys {
 		s.applyKeys(ks)
 		meshPending = true
 	}
-	if cur := s.cfg.Model.Current(); meshPending || s.mesh.Load().derive(cur).Version != s.state.Load().snap.Version {
+	if cur := s.cfg.Model.Current(); meshPending || s.mesh.Load().Derive(cur).Version != s.state.Load().snap.Version {
 		pending, first = cur, s.cfg.Clock()
 		push()
 	}
@@ -438,7 +440,7 @@ func (s *Server) reportPolicies(snap *model.Snapshot) {
 		}
 	}
 	for _, dr := range snap.Resources().DestinationRules {
-		for _, problem := range originationProblems(dr, s.mesh.Load().envoy.Mesh) {
+		for _, problem := range originationProblems(dr, s.mesh.Load().Envoy.Mesh) {
 			if strings.Contains(problem, refusedNoEndpoints) {
 				closed.add("DestinationRule", "tls_refused")
 			}

@@ -15,7 +15,7 @@ import (
 // not generated). Fields Bulwark ignores whole (tracing, targetRefs) are
 // the unsupported-config reporter's.
 func (s *Server) reportTelemetries(snap *model.Snapshot, closed failClosed, current map[string]bool) {
-	g := s.mesh.Load().envoy
+	g := s.mesh.Load().Envoy
 	say := func(msg string, args ...any) {
 		current[msg] = true
 		if !s.reported[msg] {

@@ -1,90 +1,60 @@
-package xds
+package generation
 
 import (
-	"time"
+	"maps"
+	"slices"
+	"strconv"
 
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/bulwark-mesh/bulwark/pkg/authn/keyfetch"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/envoygen"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/identity"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/routes"
 )
 
-// MeshSource is the mesh configuration (Istio's MeshConfig, the istio
-// ConfigMap's "mesh") as it changes.
-type MeshSource interface {
-	Current() *meshv1alpha1.MeshConfig
-	Subscribe() (<-chan *meshv1alpha1.MeshConfig, func())
+// Mesh is one mesh configuration as generation reads it. A push
+// state is built from a model snapshot and a Mesh; proxies generate
+// with the Mesh of the push state they answer from.
+type Mesh struct {
+	Config *meshv1alpha1.MeshConfig // nil: Istio's defaults
+	Keys   *keyfetch.JWKSSnapshot   // RequestAuthentication key sets; nil: none fetched
+	Envoy  *envoygen.Generator
+	GRPC   *grpcgen.Generator // proxyless gRPC's, with the same route settings
 }
 
-// meshState is one mesh configuration as generation reads it. A push
-// state is built from a model snapshot and a meshState; proxies generate
-// with the meshState of the push state they answer from.
-type meshState struct {
-	cfg   *meshv1alpha1.MeshConfig // nil: Istio's defaults
-	keys  *keyfetch.JWKSSnapshot   // RequestAuthentication key sets; nil: none fetched
-	envoy *envoygen.Generator
-	grpc  *grpcgen.Generator // proxyless gRPC's, with the same route settings
+// Settings are istiod's own settings that generation reads besides the
+// mesh configuration: its flags, which do not change while it runs.
+type Settings struct {
+	TrustDomain             spiffeid.TrustDomain
+	AllowInsecureSkipVerify bool
+	AllowLoopbackHTTPJWKS   bool
+	SidecarIngressTLS       bool
+	ScopeGatewayToNamespace bool
+	MeshNetworks            *model.MeshNetworks
 }
 
-func (s *Server) newMeshState(mc *meshv1alpha1.MeshConfig, keys *keyfetch.JWKSSnapshot) *meshState {
+// NewMesh is the generation of mesh configuration mc (nil: Istio's
+// defaults) and RequestAuthentication key sets keys (nil: none fetched)
+// under istiod's settings set.
+func NewMesh(set Settings, mc *meshv1alpha1.MeshConfig, keys *keyfetch.JWKSSnapshot) *Mesh {
 	m := envoyMesh(mc)
-	m.AllowInsecureSkipVerify = s.cfg.AllowInsecureSkipVerify
-	m.AllowLoopbackHTTPJWKS = s.cfg.AllowLoopbackHTTPJWKS
-	m.SidecarIngressTLS = s.cfg.SidecarIngressTLS
-	m.Networks = s.cfg.MeshNetworks
-	g := &envoygen.Generator{TrustDomain: s.cfg.TrustDomain, Mesh: m, ScopeGatewayToNamespace: s.cfg.ScopeGatewayToNamespace}
+	m.AllowInsecureSkipVerify = set.AllowInsecureSkipVerify
+	m.AllowLoopbackHTTPJWKS = set.AllowLoopbackHTTPJWKS
+	m.SidecarIngressTLS = set.SidecarIngressTLS
+	m.Networks = set.MeshNetworks
+	g := &envoygen.Generator{TrustDomain: set.TrustDomain, Mesh: m, ScopeGatewayToNamespace: set.ScopeGatewayToNamespace}
 	g.Telemetry = telemetry(mc)
 	if keys != nil {
 		g.Keys = keys
 	}
-	return &meshState{cfg: mc, keys: keys, envoy: g, grpc: &grpcgen.Generator{TrustDomain: s.cfg.TrustDomain, Routes: m.Routes}}
-}
-
-// applyMesh makes mc the mesh configuration the next push is built with.
-func (s *Server) applyMesh(mc *meshv1alpha1.MeshConfig) {
-	s.mesh.Store(s.newMeshState(mc, s.mesh.Load().keys))
-}
-
-// applyKeys makes keys the key sets the next push is built with.
-func (s *Server) applyKeys(keys *keyfetch.JWKSSnapshot) {
-	s.mesh.Store(s.newMeshState(s.mesh.Load().cfg, keys))
-}
-
-// jwksRule is what RequestAuthentication key sets may be fetched from.
-func (s *Server) jwksRule() keyfetch.URLRule {
-	return keyfetch.URLRule{LoopbackHTTP: s.cfg.AllowLoopbackHTTPJWKS}
-}
-
-// KeySets are the key sets istiod fetches for RequestAuthentication
-// (keyfetch.JWKSCache): the server says which it wants as the model
-// changes and pushes each snapshot of them like a mesh change.
-type KeySets interface {
-	Want(srcs []keyfetch.JWKSSource)
-	Current() *keyfetch.JWKSSnapshot
-	Subscribe() (<-chan *keyfetch.JWKSSnapshot, func())
-}
-
-var _ KeySets = (*keyfetch.JWKSCache)(nil)
-
-// subscribeKeys subscribes to the key sets; without them, the channel is
-// nil and never ready.
-func (s *Server) subscribeKeys() (<-chan *keyfetch.JWKSSnapshot, func()) {
-	if s.cfg.KeySets == nil {
-		return nil, func() {}
-	}
-	return s.cfg.KeySets.Subscribe()
-}
-
-func currentKeys(k KeySets) *keyfetch.JWKSSnapshot {
-	if k == nil {
-		return nil
-	}
-	return k.Current()
+	return &Mesh{Config: mc, Keys: keys, Envoy: g, GRPC: &grpcgen.Generator{TrustDomain: set.TrustDomain, Routes: m.Routes}}
 }
 
 // envoyMesh is what the Envoy generator reads of mc, with Istio's
@@ -138,45 +108,62 @@ func gatewayTopology(t *meshv1alpha1.Topology) envoygen.GatewayTopology {
 	return out
 }
 
-// derive is snap as generation sees it under m: mesh-wide policies are
+// Derive is snap as generation sees it under m: mesh-wide policies are
 // those of m's root namespace (the model's own when m names none), and
 // Services and DestinationRules without exportTo are exported as m's
 // defaultServiceExportTo and defaultDestinationRuleExportTo say.
-func (m *meshState) derive(snap *model.Snapshot) *model.Snapshot {
-	return snap.WithRootNamespace(m.cfg.GetRootNamespace()).
-		WithExportDefaults(m.cfg.GetDefaultServiceExportTo(), m.cfg.GetDefaultDestinationRuleExportTo())
+func (m *Mesh) Derive(snap *model.Snapshot) *model.Snapshot {
+	return snap.WithRootNamespace(m.Config.GetRootNamespace()).
+		WithExportDefaults(m.Config.GetDefaultServiceExportTo(), m.Config.GetDefaultDestinationRuleExportTo())
 }
 
-// meshOf is the meshState st was built with; a push state made without
-// one (tests) generates with the one in force.
-func (s *Server) meshOf(st *pushState) *meshState {
-	if st.mesh != nil {
-		return st.mesh
+// Func generates the resources of one type for one proxy.
+type Func func(snap *model.Snapshot, typeURL string, names []string, wildcard bool) []resource.Resource
+
+// Scope is what generation reads of the workload w in snap: in a registry
+// of pods, the labels and addresses of the pod the node names when it
+// runs under the node's service account; else what the node claims. key
+// is all of it, after the generator's name: proxies with equal keys get
+// equal resources from one push state. Envoy sidecars generate with m's
+// generator.
+func (m *Mesh) Scope(w *identity.Workload, snap *model.Snapshot) (key string, gen Func) {
+	labels, ips := w.In(snap)
+	if !w.Envoy {
+		gp := &grpcgen.Proxy{Namespace: w.Namespace, Labels: labels}
+		return "grpc\x00" + labelsKey(w.Namespace, labels), func(snap *model.Snapshot, typeURL string, names []string, wildcard bool) []resource.Resource {
+			return m.GRPC.Generate(snap, gp, typeURL, names, wildcard)
+		}
 	}
-	return s.mesh.Load()
-}
-
-// newState is the push state of the model snapshot snap under the mesh
-// configuration in force.
-func (s *Server) newState(snap *model.Snapshot, changedAt time.Time) *pushState {
-	ms := s.mesh.Load()
-	st := newPushState(ms.derive(snap), changedAt)
-	st.mesh = ms
-	return st
-}
-
-// subscribeMesh subscribes to the mesh source; without one, the channel
-// is nil and never ready.
-func (s *Server) subscribeMesh() (<-chan *meshv1alpha1.MeshConfig, func()) {
-	if s.cfg.Mesh == nil {
-		return nil, func() {}
+	ep := &envoygen.Proxy{Namespace: w.Namespace, Labels: labels, IPs: ips, Router: w.Router, Unprivileged: w.Unprivileged, Network: w.Network}
+	return "envoy\x00" + m.Envoy.Scope(snap, ep), func(snap *model.Snapshot, typeURL string, names []string, wildcard bool) []resource.Resource {
+		return m.Envoy.Generate(snap, ep, typeURL, names, wildcard)
 	}
-	return s.cfg.Mesh.Subscribe()
 }
 
-func currentMesh(src MeshSource) *meshv1alpha1.MeshConfig {
-	if src == nil {
-		return nil
+// EndpointsKey is the key under which the workload w shares load
+// assignments in snap with other proxies (envoygen's EndpointScope): ""
+// when it shares them only within its scope.
+func (m *Mesh) EndpointsKey(w *identity.Workload, snap *model.Snapshot) string {
+	if !w.Envoy {
+		return ""
 	}
-	return src.Current()
+	labels, _ := w.In(snap)
+	return "envoy\x00" + m.Envoy.EndpointScope(snap, &envoygen.Proxy{Namespace: w.Namespace, Labels: labels, Network: w.Network})
+}
+
+// labelsKey is a namespace and labels as one unambiguous string.
+func labelsKey(namespace string, labels map[string]string) string {
+	b := appendField(nil, namespace)
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		b = appendField(appendField(b, k), labels[k])
+	}
+	return string(b)
+}
+
+// appendField appends s length-prefixed, as the push state's keys are
+// written, so that names a proxy chooses cannot make two keys equal.
+func appendField(b []byte, s string) []byte {
+	b = strconv.AppendInt(b, int64(len(s)), 10)
+	b = append(b, ':')
+	return append(b, s...)
 }
