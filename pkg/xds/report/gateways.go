@@ -1,30 +1,20 @@
-package xds
+package report
 
 import (
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/envoygen"
-	"github.com/bulwark-mesh/bulwark/pkg/xds/identity"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/routes"
 )
 
 // gatewayProblems are the Gateway servers not served to the routers
 // connected, and the parts of VirtualServices their routes leave out,
 // once per distinct router scope, in snap.
-func (s *Server) gatewayProblems(snap *model.Snapshot) ([]envoygen.GatewayProblem, []routes.Problem) {
-	s.mu.Lock()
-	var routers []*identity.Workload
-	for _, p := range s.streams {
-		p.mu.Lock()
-		if p.wl != nil && p.wl.Router && p.debug == nil {
-			routers = append(routers, p.wl)
-		}
-		p.mu.Unlock()
-	}
-	s.mu.Unlock()
+func (s *scan) gatewayProblems(snap *model.Snapshot) ([]envoygen.GatewayProblem, []routes.Problem) {
+	routers := s.connected.Routers
 	if len(routers) == 0 {
 		return nil, nil
 	}
-	ms := s.mesh.Load()
+	ms := s.mesh
 	snap = ms.Derive(snap)
 	seen := map[string]bool{}
 	var out []envoygen.GatewayProblem
@@ -45,7 +35,7 @@ func (s *Server) gatewayProblems(snap *model.Snapshot) ([]envoygen.GatewayProble
 
 // reportGateways logs each Gateway problem once while it lasts and
 // counts them by kind.
-func (s *Server) reportGateways(snap *model.Snapshot, closed failClosed, current map[string]bool) {
+func (s *scan) reportGateways(snap *model.Snapshot, closed failClosed, current map[string]bool) {
 	servers, vss := s.gatewayProblems(snap)
 	for _, p := range servers {
 		closed.add("Gateway", "server_"+p.Kind())
