@@ -24,7 +24,7 @@ import (
 type pushState struct {
 	snap      *model.Snapshot
 	changedAt time.Time // first model change this push carries; zero at start
-	// mesh is the mesh configuration snap is seen with (mesh.go); nil: the one in force
+	// mesh is the mesh generation snap is seen with; nil: the one in force
 	mesh *generation.Mesh
 
 	// seq numbers push states in the order they were pushed; the server's

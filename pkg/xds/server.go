@@ -25,6 +25,18 @@
 // those of package envoygen. With Config.Secrets the
 // Secret type (SDS: ROOTCA, gateway credentialName secrets) is served on
 // the same streams, and only to proxies whose stream is TLS.
+//
+// This package is the transport and the push state: streams, their
+// authentication, what each proxy asked for, holds and acknowledged, and
+// the push states whose shared responses answer them. Those live together
+// because every answer is computed under the proxy's stream lock from its
+// subscription, its holdings and the push state, and a push's history
+// says which of them a change reaches. What reads no stream is apart:
+// who a node is (package identity), what one mesh configuration generates
+// and the scope a workload gets (package generation), what of the
+// configuration is not applied as written (package report), and what
+// istiod shows operators and istioctl (package debug). The resources
+// themselves are packages envoygen's and grpcgen's.
 package xds
 
 import (
@@ -122,7 +134,7 @@ type Config struct {
 	// ControlPlane names this istiod in debug responses.
 	ControlPlane debug.ControlPlane
 	// DebugPages are istiod's /debug pages, by name ("unsupported"), that
-	// TypeDebug serves too, beside syncz and config_dump: to debug clients
+	// debug.TypeDebug serves too, beside syncz and config_dump: to debug clients
 	// authenticated in SystemNamespace or the mesh's root namespace only.
 	// Each is called with a GET of /debug/<name>?<query> that carries no
 	// caller: the handlers must not authorize by it.
