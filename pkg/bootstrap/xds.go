@@ -11,6 +11,7 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/sds"
 	"github.com/bulwark-mesh/bulwark/pkg/unsupported"
 	"github.com/bulwark-mesh/bulwark/pkg/xds"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/debug"
 )
 
 // wireXDS builds the mesh model and the ADS server, registered on the
@@ -103,6 +104,6 @@ func (s *Server) wireXDS(chain authn.Authenticator, td spiffeid.TrustDomain) err
 }
 
 // controlPlane is how this istiod names itself to istioctl.
-func (s *Server) controlPlane() xds.ControlPlane {
-	return xds.ControlPlane{ID: replicaName(s.cfg.PodName), Version: s.cfg.Version}
+func (s *Server) controlPlane() debug.ControlPlane {
+	return debug.ControlPlane{ID: replicaName(s.cfg.PodName), Version: s.cfg.Version}
 }

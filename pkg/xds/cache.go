@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/generation"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
 
@@ -23,8 +24,8 @@ import (
 type pushState struct {
 	snap      *model.Snapshot
 	changedAt time.Time // first model change this push carries; zero at start
-	// mesh is the mesh configuration snap is seen with (mesh.go); nil: the one in force
-	mesh *meshState
+	// mesh is the mesh generation snap is seen with; nil: the one in force
+	mesh *generation.Mesh
 
 	// seq numbers push states in the order they were pushed; the server's
 	// history says what each changed (incremental.go).
@@ -189,7 +190,7 @@ func (t *heldBases) forget(version string) {
 
 // response returns the resources of key for a proxy generating with gen,
 // generating them once per push state and key however many proxies ask.
-func (st *pushState) response(s *Server, gen generateFunc, key sharedKey, names []string) *response {
+func (st *pushState) response(s *Server, gen generation.Func, key sharedKey, names []string) *response {
 	r := st.sharedResponse(key, len(names))
 	r.once.Do(func() {
 		r.build(s, st, gen, key, names)
@@ -225,7 +226,7 @@ func (st *pushState) canonical(key sharedKey, r *response) *response {
 // derived returns the resources of key as base, a response to the same
 // request in an earlier push state, with those named in changed
 // generated again: what key gives when nothing else changed since base.
-func (st *pushState) derived(s *Server, gen generateFunc, key sharedKey, base *response, changed []string) *response {
+func (st *pushState) derived(s *Server, gen generation.Func, key sharedKey, base *response, changed []string) *response {
 	r := st.sharedResponse(key, len(base.gen))
 	r.once.Do(func() {
 		r.derive(s, st, gen, key, base, changed)
@@ -252,13 +253,13 @@ func (st *pushState) sharedResponse(key sharedKey, names int) *response {
 	return r
 }
 
-func (r *response) build(s *Server, st *pushState, gen generateFunc, key sharedKey, names []string) {
+func (r *response) build(s *Server, st *pushState, gen generation.Func, key sharedKey, names []string) {
 	r.gen = st.generate(s, gen, key.typeURL, names, key.wildcard)
 	r.finish(key)
 }
 
 // generate generates and marshals what a proxy asks for of typeURL.
-func (st *pushState) generate(s *Server, gen generateFunc, typeURL string, names []string, wildcard bool) []generated {
+func (st *pushState) generate(s *Server, gen generation.Func, typeURL string, names []string, wildcard bool) []generated {
 	var out []generated
 	for _, res := range gen(st.snap, typeURL, names, wildcard) {
 		b, err := st.resource(typeURL, res)
@@ -277,7 +278,7 @@ func (st *pushState) generate(s *Server, gen generateFunc, typeURL string, names
 
 // derive makes r base with the resources named in changed (sorted)
 // generated again; those no longer generated are left out.
-func (r *response) derive(s *Server, st *pushState, gen generateFunc, key sharedKey, base *response, changed []string) {
+func (r *response) derive(s *Server, st *pushState, gen generation.Func, key sharedKey, base *response, changed []string) {
 	fresh := st.generate(s, gen, key.typeURL, changed, false)
 	r.gen = make([]generated, 0, len(base.gen)+len(fresh))
 	i := 0 // next of fresh; both lists are sorted by name

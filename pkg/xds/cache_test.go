@@ -8,6 +8,7 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/identity"
 )
 
 func TestResponsesAreSharedOnlyBetweenProxiesAskingTheSame(t *testing.T) {
@@ -26,8 +27,8 @@ spec:
 	}
 	st := srv.state.Load()
 	names := []string{echoCluster}
-	get := func(w *nodeWorkload, typeURL string, names []string) *response {
-		k, gen := w.scope(srv, st.snap)
+	get := func(w *identity.Workload, typeURL string, names []string) *response {
+		k, gen := srv.mesh.Load().Scope(w, st.snap)
 		key := sharedKey{typeURL: typeURL, proxy: k, names: namesKey(names)}
 		return st.response(srv, gen, key, names)
 	}
@@ -63,7 +64,7 @@ func TestKeysAreUnambiguous(t *testing.T) {
 		t.Fatal(err)
 	}
 	snap := srv.state.Load().snap
-	key := func(w *nodeWorkload) string { k, _ := w.scope(srv, snap); return k }
+	key := func(w *identity.Workload) string { k, _ := srv.mesh.Load().Scope(w, snap); return k }
 	x := testGen(t, srv, "grpc", "ns", map[string]string{"a=b": "c"})
 	y := testGen(t, srv, "grpc", "ns", map[string]string{"a": "b=c"})
 	if key(x) == key(y) {
@@ -76,10 +77,10 @@ func TestKeysAreUnambiguous(t *testing.T) {
 
 // testGen is the workload of a sidecar~10.0.0.1 node with generator
 // ("grpc" or "" for Envoy), namespace and labels.
-func testGen(t *testing.T, _ *Server, generator, ns string, labels map[string]string) *nodeWorkload {
+func testGen(t *testing.T, _ *Server, generator, ns string, labels map[string]string) *identity.Workload {
 	t.Helper()
-	meta := &NodeMeta{Namespace: ns, ServiceAccount: "sa", Labels: labels, Generator: generator}
-	w, err := nodeWorkloadOf(&core.Node{Id: "sidecar~10.0.0.1~a-1." + ns + "~" + ns + ".svc.cluster.local"}, meta)
+	meta := &identity.NodeMeta{Namespace: ns, ServiceAccount: "sa", Labels: labels, Generator: generator}
+	w, err := identity.WorkloadOf(&core.Node{Id: "sidecar~10.0.0.1~a-1." + ns + "~" + ns + ".svc.cluster.local"}, meta)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,8 @@ import (
 
 	"github.com/bulwark-mesh/bulwark/pkg/authn"
 	"github.com/bulwark-mesh/bulwark/pkg/sds"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/debug"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/identity"
 )
 
 // Errors returned to proxies: opaque, with details in the log.
@@ -30,10 +32,6 @@ var (
 	errClusterMismatch  = status.Error(codes.PermissionDenied, "node cluster does not match the authenticating cluster")
 	errRemoteCluster    = status.Error(codes.PermissionDenied, "proxies of remote clusters are not served")
 )
-
-// ErrIdentityMismatch is logged when node metadata names another identity
-// than the authenticated caller's.
-var ErrIdentityMismatch = errors.New("node identity does not match the caller")
 
 // callbacks implements go-control-plane's server callbacks, for its state
 // of the world streams; incremental streams are served by deltaStream.
@@ -139,15 +137,15 @@ func (c callbacks) request(id int64, node *core.Node, typeURL, nonce string, det
 // authenticate checks the first node against the caller's identity.
 func (c callbacks) authenticate(p *proxy, node *core.Node) error {
 	s := c.s
-	meta, err := ParseNode(node)
+	meta, err := identity.ParseNode(node)
 	if err != nil {
 		s.log.Warn("proxy rejected", "node", node.GetId(), "err", err)
 		return status.Error(codes.InvalidArgument, "invalid node metadata")
 	}
-	if meta.Generator == debugGenerator {
+	if meta.Generator == debug.Generator {
 		return c.authenticateDebug(p, node)
 	}
-	wl, err := nodeWorkloadOf(node, meta)
+	wl, err := identity.WorkloadOf(node, meta)
 	if err != nil {
 		s.log.Warn("proxy rejected", "node", node.GetId(), "err", err)
 		return status.Error(codes.InvalidArgument, "invalid node")
@@ -173,12 +171,12 @@ func (c callbacks) authenticate(p *proxy, node *core.Node) error {
 		}
 		if err != nil || !slices.Contains(caller.Identities, want) {
 			s.log.Warn("proxy rejected", "node", node.GetId(), "claimed", want.String(),
-				"authenticated", fmt.Sprint(caller.Identities), "err", ErrIdentityMismatch)
+				"authenticated", fmt.Sprint(caller.Identities), "err", identity.ErrIdentityMismatch)
 			return errForbidden
 		}
 		authenticator = caller.Authenticator
 	}
-	if err := wl.check(s.state.Load().snap); err != nil {
+	if err := wl.Check(s.state.Load().snap); err != nil {
 		s.log.Warn("proxy rejected", "node", node.GetId(), "identity", want.String(), "err", err)
 		return errPodMismatch
 	}
@@ -192,7 +190,7 @@ func (c callbacks) authenticate(p *proxy, node *core.Node) error {
 	s.mu.Unlock()
 	s.metrics.proxies.Inc()
 	s.log.Info("proxy connected", "node", node.GetId(), "identity", want.String(), "authenticator", authenticator)
-	if wl.router {
+	if wl.Router {
 		s.reportPolicies(s.state.Load().snap) // its Gateways' problems
 	}
 	return nil
@@ -247,7 +245,7 @@ func (s *Server) CreateWatch(req *cache.Request, sub cache.Subscription, ch chan
 	if !serve {
 		return func() {}, err
 	}
-	if req.GetTypeUrl() == TypeDebug {
+	if req.GetTypeUrl() == debug.TypeDebug {
 		if err := p.checkDebugRequest(req.GetResourceNames(), req.GetResponseNonce()); err != nil {
 			return nil, err
 		}
@@ -298,34 +296,17 @@ func (s *Server) admit(ctx context.Context) error {
 	}
 }
 
-// ErrClusterMismatch: a proxy's node metadata CLUSTER_ID names a cluster
-// other than the one that authenticated it. Istio serves such a proxy the
-// Pods and Secrets of the cluster it claims (the gap of Istio's closed PR
-// #52401); Bulwark refuses it.
-var ErrClusterMismatch = errors.New("node cluster does not match the authenticating cluster")
-
-// ErrRemoteCluster: a proxy was authenticated by a remote cluster, whose
-// Pods and Secrets are not in the model yet. It is refused rather than
-// served the local cluster's.
-var ErrRemoteCluster = errors.New("proxy of a remote cluster")
-
-// checkCluster binds a proxy to the cluster that authenticated it: the
-// cluster of caller (a token's reviewing cluster; istiod's own for a
-// client certificate, an OIDC token, or the plaintext port, where caller
-// is nil). Node metadata CLUSTER_ID, when set, must name that cluster, and
-// that cluster must be istiod's own.
-func (s *Server) checkCluster(node *core.Node, meta *NodeMeta, caller *authn.Caller) error {
-	authenticated := s.cfg.ClusterID
-	if caller != nil && caller.ClusterID != "" {
-		authenticated = caller.ClusterID
-	}
-	if meta.ClusterID != "" && meta.ClusterID != authenticated {
+// checkCluster refuses a proxy not bound to istiod's own cluster
+// (identity.BindCluster), with the reason in the log.
+func (s *Server) checkCluster(node *core.Node, meta *identity.NodeMeta, caller *authn.Caller) error {
+	authenticated, err := identity.BindCluster(s.cfg.ClusterID, meta, caller)
+	switch {
+	case errors.Is(err, identity.ErrClusterMismatch):
 		s.log.Warn("proxy rejected", "node", node.GetId(), "claimed_cluster", meta.ClusterID,
-			"authenticated_cluster", authenticated, "err", ErrClusterMismatch)
+			"authenticated_cluster", authenticated, "err", err)
 		return errClusterMismatch
-	}
-	if authenticated != s.cfg.ClusterID {
-		s.log.Warn("proxy rejected", "node", node.GetId(), "authenticated_cluster", authenticated, "err", ErrRemoteCluster)
+	case err != nil:
+		s.log.Warn("proxy rejected", "node", node.GetId(), "authenticated_cluster", authenticated, "err", err)
 		return errRemoteCluster
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/identity"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
 
@@ -33,7 +34,7 @@ func connectBenchSidecars(b *testing.B, srv *Server, snap *model.Snapshot, n int
 		}
 		p := newProxy(srv, int64(-i-1), true)
 		p.node = envoyNode(pod.Namespace, pod.ServiceAccount, pod.IPs[0])
-		p.wl = &nodeWorkload{envoy: true, namespace: pod.Namespace, serviceAccount: pod.ServiceAccount, pod: pod.Name, ips: pod.IPs}
+		p.wl = &identity.Workload{Envoy: true, Namespace: pod.Namespace, ServiceAccount: pod.ServiceAccount, Pod: pod.Name, IPs: pod.IPs}
 		srv.mu.Lock()
 		srv.streams[p.streamID] = p
 		srv.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/status"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/debug"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
 )
 
@@ -58,7 +59,7 @@ func TestSynczShowsAckAndNack(t *testing.T) {
 	send(&discovery.DiscoveryRequest{TypeUrl: grpcgen.ClusterType, ResourceNames: []string{echoCluster},
 		ResponseNonce: cds.GetNonce(), ErrorDetail: &status.Status{Message: "cluster rejected"}})
 
-	var got []SyncStatus
+	var got []debug.SyncStatus
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		req := httptest.NewRequest(http.MethodGet, "/debug/syncz", nil)
@@ -91,16 +92,5 @@ func TestSynczShowsAckAndNack(t *testing.T) {
 	c := p.Types[grpcgen.ClusterType]
 	if c.Sent != cds.GetVersionInfo() || c.Acked != "" || c.LastNACK != "cluster rejected" {
 		t.Errorf("cluster %+v, want sent %s, not acked, NACK %q", c, cds.GetVersionInfo(), "cluster rejected")
-	}
-}
-
-func TestIsLoopback(t *testing.T) {
-	for addr, want := range map[string]bool{
-		"127.0.0.1:1": true, "127.8.9.10:1": true, "[::1]:1": true, "[::ffff:127.0.0.1]:1": true,
-		"10.0.0.1:1": false, "[fe80::1]:1": false, "0.0.0.0:1": false, "127.0.0.1": false, "": false,
-	} {
-		if got := isLoopback(addr); got != want {
-			t.Errorf("isLoopback(%q) = %v, want %v", addr, got, want)
-		}
 	}
 }

@@ -2,13 +2,10 @@ package xds
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"maps"
-	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	admin "github.com/envoyproxy/go-control-plane/envoy/admin/v3"
@@ -16,75 +13,18 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	statusv3 "github.com/envoyproxy/go-control-plane/envoy/service/status/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/bulwark-mesh/bulwark/pkg/xds/debug"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/identity"
 )
 
-// Istio's debug types over ADS, which istioctl asks for (proxy-status,
-// version; x internal-debug asks for TypeDebug, debugpages.go): a client
-// whose node metadata says GENERATOR=event is served these and nothing
-// else, on an authenticated TLS stream only.
-const (
-	debugGenerator = "event"
-	// TypeDebugSyncz is every connected proxy's sync status, one
-	// envoy.service.status.v3.ClientConfig per proxy.
-	TypeDebugSyncz = "istio.io/debug/syncz"
-	// TypeDebugConfigDump is the configuration istiod generates for one
-	// proxy, named "<pod>.<namespace>", as Envoy's admin config dump
-	// sections (clusters, listeners, routes; never secrets).
-	TypeDebugConfigDump = "istio.io/debug/config_dump"
-)
-
-// ControlPlane is how istiod names itself to istioctl in the debug types'
-// responses: core.ControlPlane's identifier, as Istio writes it.
-type ControlPlane struct {
-	ID      string // this replica: its pod name
-	Version string
-}
-
-// buildInfo is Istio's BuildInfo as JSON.
-type buildInfo struct {
-	Version       string `json:"version"`
-	GitRevision   string `json:"revision"`
-	GolangVersion string `json:"golang_version"`
-	BuildStatus   string `json:"status"`
-	GitTag        string `json:"tag"`
-}
-
-func (c ControlPlane) buildInfo() buildInfo {
-	return buildInfo{Version: c.Version, GitRevision: c.Version, GolangVersion: runtime.Version(), BuildStatus: "Clean", GitTag: c.Version}
-}
-
-// identifier is Istio's IstioControlPlaneInstance as JSON.
-func (c ControlPlane) identifier() string {
-	b, _ := json.Marshal(struct {
-		Component string
-		ID        string
-		Info      buildInfo
-	}{"istiod", c.ID, c.buildInfo()})
-	return string(b)
-}
-
-// VersionJSON is what Istio's istiod serves on GET /version of its
-// monitoring port, which `istioctl version` reads: {"clientVersion":
-// BuildInfo}.
-func (c ControlPlane) VersionJSON() []byte {
-	b, _ := json.Marshal(struct {
-		ClientVersion buildInfo `json:"clientVersion"`
-	}{c.buildInfo()})
-	return b
-}
-
-// debugCaller is an authenticated client of the debug types.
-type debugCaller struct {
-	identity spiffeid.ID
-	// namespace limits what the caller is shown to that namespace's
-	// proxies; "" shows every proxy.
-	namespace string
-}
+// The debug types (package debug) are served to a client whose node
+// metadata says GENERATOR=event, and nothing else, on an authenticated
+// TLS stream only.
 
 // authenticateDebug admits a debug client: on TLS, authenticated, and
 // shown every proxy only when its identity is of istiod's namespace or the
@@ -103,22 +43,22 @@ func (c callbacks) authenticateDebug(p *proxy, node *core.Node) error {
 	// The proxies listed are this cluster's: a debug client of another
 	// cluster sees none of them.
 	if caller.ClusterID != "" && caller.ClusterID != s.cfg.ClusterID {
-		s.log.Warn("debug client rejected", "node", node.GetId(), "authenticated_cluster", caller.ClusterID, "err", ErrRemoteCluster)
+		s.log.Warn("debug client rejected", "node", node.GetId(), "authenticated_cluster", caller.ClusterID, "err", identity.ErrRemoteCluster)
 		return errRemoteCluster
 	}
-	dc := &debugCaller{}
+	dc := &debug.Caller{}
 	for _, id := range caller.Identities {
-		if ns, ok := workloadNamespace(id, s.cfg.TrustDomain); ok {
-			dc.identity, dc.namespace = id, ns
+		if ns, ok := identity.WorkloadNamespace(id, s.cfg.TrustDomain); ok {
+			dc.Identity, dc.Namespace = id, ns
 			break
 		}
 	}
-	if dc.identity.IsZero() {
+	if dc.Identity.IsZero() {
 		s.log.Warn("debug client rejected: no workload identity", "node", node.GetId(), "authenticated", fmt.Sprint(caller.Identities))
 		return errForbidden
 	}
-	if dc.namespace == s.cfg.SystemNamespace || dc.namespace == s.mesh.Load().cfg.GetRootNamespace() {
-		dc.namespace = ""
+	if dc.Namespace == s.cfg.SystemNamespace || dc.Namespace == s.mesh.Load().Config.GetRootNamespace() {
+		dc.Namespace = ""
 	}
 	p.mu.Lock()
 	p.node, p.debug = node, dc
@@ -126,28 +66,18 @@ func (c callbacks) authenticateDebug(p *proxy, node *core.Node) error {
 	s.mu.Lock()
 	s.byNode[node] = p
 	s.mu.Unlock()
-	s.log.Info("debug client connected", "identity", dc.identity.String(), "namespace_only", dc.namespace)
+	s.log.Info("debug client connected", "identity", dc.Identity.String(), "namespace_only", dc.Namespace)
 	return nil
-}
-
-// workloadNamespace is the namespace of a workload identity
-// spiffe://<td>/ns/<namespace>/sa/<name> of trust domain td.
-func workloadNamespace(id spiffeid.ID, td spiffeid.TrustDomain) (string, bool) {
-	seg := strings.Split(strings.TrimPrefix(id.Path(), "/"), "/")
-	if id.TrustDomain() != td || len(seg) != 4 || seg[0] != "ns" || seg[2] != "sa" || seg[1] == "" {
-		return "", false
-	}
-	return seg[1], true
 }
 
 // serves reports whether typeURL is served to p: the debug types to debug
 // clients over state of the world, the generated types to proxies.
 func (s *Server) serves(p *proxy, typeURL string, delta bool) bool {
 	p.mu.Lock()
-	debug := p.debug != nil
+	debugClient := p.debug != nil
 	p.mu.Unlock()
-	if debug {
-		return !delta && (typeURL == TypeDebugSyncz || typeURL == TypeDebugConfigDump || typeURL == TypeDebug)
+	if debugClient {
+		return !delta && (typeURL == debug.TypeDebugSyncz || typeURL == debug.TypeDebugConfigDump || typeURL == debug.TypeDebug)
 	}
 	return s.knownType(typeURL)
 }
@@ -155,18 +85,18 @@ func (s *Server) serves(p *proxy, typeURL string, delta bool) bool {
 // respondDebug answers a debug client's request with one response,
 // generated when it arrives. It is called without p.mu, as it reads other
 // proxies.
-func (p *proxy) respondDebug(typeURL string, w *watch, dc *debugCaller) {
+func (p *proxy) respondDebug(typeURL string, w *watch, dc *debug.Caller) {
 	var resources []*anypb.Any
 	switch typeURL {
-	case TypeDebugSyncz:
-		resources = p.srv.clientConfigs(dc.namespace)
-	case TypeDebugConfigDump:
+	case debug.TypeDebugSyncz:
+		resources = p.srv.clientConfigs(dc.Namespace)
+	case debug.TypeDebugConfigDump:
 		if names := w.req.GetResourceNames(); len(names) == 1 {
-			resources = p.srv.configDump(names[0], dc.namespace)
+			resources = p.srv.configDump(names[0], dc.Namespace)
 		}
-	case TypeDebug:
+	case debug.TypeDebug:
 		if names := w.req.GetResourceNames(); len(names) == 1 {
-			resources = p.srv.debugPage(names[0], dc)
+			resources = p.srv.debugPages().Page(names[0], dc)
 		}
 	}
 	resp := &cache.PassthroughResponse{
@@ -175,7 +105,7 @@ func (p *proxy) respondDebug(typeURL string, w *watch, dc *debugCaller) {
 			VersionInfo:  strconv.FormatInt(p.srv.cfg.Clock().UnixNano(), 36),
 			TypeUrl:      typeURL,
 			Resources:    resources,
-			ControlPlane: &core.ControlPlane{Identifier: p.srv.cfg.ControlPlane.identifier()},
+			ControlPlane: &core.ControlPlane{Identifier: p.srv.cfg.ControlPlane.Identifier()},
 		},
 	}
 	p.mu.Lock()
@@ -205,15 +135,6 @@ func (s *Server) proxiesIn(namespace string) []*proxy {
 	return out
 }
 
-// proxyID is Istio's proxy ID of a node: "<pod>.<namespace>" of a node ID
-// "<type>~<ip>~<pod>.<namespace>~<domain>", else the whole node ID.
-func proxyID(node *core.Node) string {
-	if _, _, id, err := parseNodeID(node.GetId()); err == nil {
-		return id
-	}
-	return node.GetId()
-}
-
 // clientConfigs is every proxy of namespace ("" for all) with the sync
 // status of each type it asked for, as Istio's syncz reports it.
 func (s *Server) clientConfigs(namespace string) []*anypb.Any {
@@ -238,7 +159,7 @@ func (p *proxy) clientConfig() *statusv3.ClientConfig {
 			md.Fields[k] = v
 		}
 	}
-	cc := &statusv3.ClientConfig{Node: &core.Node{Id: proxyID(p.node), Metadata: md}}
+	cc := &statusv3.ClientConfig{Node: &core.Node{Id: identity.ProxyID(p.node), Metadata: md}}
 	types := map[string]bool{}
 	for _, m := range []map[string]sent{p.sent, p.pending} {
 		for t := range m {
@@ -286,7 +207,7 @@ func timestamp(t time.Time) *timestamppb.Timestamp {
 // with the proxy's own dump.
 func (s *Server) configDump(id, namespace string) []*anypb.Any {
 	for _, p := range s.proxiesIn(namespace) {
-		if proxyID(p.node) == id {
+		if identity.ProxyID(p.node) == id {
 			return p.configDump(s.state.Load())
 		}
 	}
@@ -330,4 +251,24 @@ func (p *proxy) configDump(st *pushState) []*anypb.Any {
 		}
 	}
 	return out
+}
+
+// debugPages serves the /debug pages of TypeDebug: Config.DebugPages,
+// and syncz and config_dump from the streams.
+func (s *Server) debugPages() *debug.Pages {
+	return &debug.Pages{Extra: s.cfg.DebugPages, Syncz: s.Syncz, ConfigDump: s.configDump, Log: s.log}
+}
+
+// checkDebugRequest admits a debug client's request for TypeDebug: the
+// ACK of the last response, or one page that the caller may read
+// (debug.Pages.CheckRequest).
+func (p *proxy) checkDebugRequest(names []string, nonce string) error {
+	p.mu.Lock()
+	dc := p.debug
+	last, sentBefore := p.sent[debug.TypeDebug]
+	p.mu.Unlock()
+	if dc == nil || sentBefore && nonce == last.nonce {
+		return nil
+	}
+	return p.srv.debugPages().CheckRequest(names, dc)
 }

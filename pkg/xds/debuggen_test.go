@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/debug"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
 )
 
@@ -71,7 +72,7 @@ func syncStatuses(t *testing.T, r *discovery.DiscoveryResponse) syncStatus {
 func TestDebugTypes(t *testing.T) {
 	h := newTLSHarness(t, modeltest.Load(t, baseManifests), func(c *Config) {
 		c.SystemNamespace = "istio-system"
-		c.ControlPlane = ControlPlane{ID: "istiod-abc", Version: "1.2.3"}
+		c.ControlPlane = debug.ControlPlane{ID: "istiod-abc", Version: "1.2.3"}
 	})
 	connect := func(id, ns, pod string) discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient {
 		st := h.stream(id)
@@ -112,7 +113,7 @@ func TestDebugTypes(t *testing.T) {
 	}
 	var got syncStatus
 	for range 50 { // the ACK of synced's CDS may trail the probe
-		r := debugAsk(h, "spiffe://cluster.local/ns/istio-system/sa/default", TypeDebugSyncz)
+		r := debugAsk(h, "spiffe://cluster.local/ns/istio-system/sa/default", debug.TypeDebugSyncz)
 		if got = syncStatuses(t, r); equalStatus(got, want) {
 			var cp struct {
 				Component, ID string
@@ -130,16 +131,16 @@ func TestDebugTypes(t *testing.T) {
 	}
 
 	// A caller of another namespace sees its own namespace's proxies only.
-	if got := syncStatuses(t, debugAsk(h, "spiffe://cluster.local/ns/other/sa/default", TypeDebugSyncz)); len(got) != 1 || got["stale.other"] == nil {
+	if got := syncStatuses(t, debugAsk(h, "spiffe://cluster.local/ns/other/sa/default", debug.TypeDebugSyncz)); len(got) != 1 || got["stale.other"] == nil {
 		t.Errorf("syncz for namespace other: %v", got)
 	}
-	if got := syncStatuses(t, debugAsk(h, "spiffe://cluster.local/ns/third/sa/default", TypeDebugSyncz)); len(got) != 0 {
+	if got := syncStatuses(t, debugAsk(h, "spiffe://cluster.local/ns/third/sa/default", debug.TypeDebugSyncz)); len(got) != 0 {
 		t.Errorf("syncz for a namespace without proxies: %v", got)
 	}
 
 	// config_dump: the listeners istiod generates for the proxy, to
 	// istiod's namespace and to the proxy's own; nothing to another.
-	dump := debugAsk(h, "spiffe://cluster.local/ns/app/sa/admin", TypeDebugConfigDump, "synced.app")
+	dump := debugAsk(h, "spiffe://cluster.local/ns/app/sa/admin", debug.TypeDebugConfigDump, "synced.app")
 	var listeners admin.ListenersConfigDump
 	for _, a := range dump.GetResources() {
 		if a.MessageIs(&listeners) {
@@ -151,7 +152,7 @@ func TestDebugTypes(t *testing.T) {
 	if len(dump.GetResources()) != 3 || len(listeners.GetDynamicListeners()) != 1 || listeners.GetDynamicListeners()[0].GetName() != echoListener {
 		t.Errorf("config dump of synced.app: %d sections, listeners %v", len(dump.GetResources()), listeners.GetDynamicListeners())
 	}
-	if r := debugAsk(h, "spiffe://cluster.local/ns/other/sa/default", TypeDebugConfigDump, "synced.app"); len(r.GetResources()) != 0 {
+	if r := debugAsk(h, "spiffe://cluster.local/ns/other/sa/default", debug.TypeDebugConfigDump, "synced.app"); len(r.GetResources()) != 0 {
 		t.Errorf("namespace other was given synced.app's config dump")
 	}
 
@@ -161,17 +162,17 @@ func TestDebugTypes(t *testing.T) {
 	if err := st.Send(&discovery.DiscoveryRequest{Node: debugNode("istio-system"), TypeUrl: grpcgen.ClusterType, ResourceNames: []string{echoCluster}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: TypeDebugSyncz}); err != nil {
+	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: debug.TypeDebugSyncz}); err != nil {
 		t.Fatal(err)
 	}
-	if r := recv(t, st); r.GetTypeUrl() != TypeDebugSyncz {
+	if r := recv(t, st); r.GetTypeUrl() != debug.TypeDebugSyncz {
 		t.Errorf("a debug client was sent %s", r.GetTypeUrl())
 	}
 	// And a proxy is never served the debug types.
 	if r := noResponse(t, synced, grpcgen.RouteType); r.GetTypeUrl() != grpcgen.RouteType {
 		t.Errorf("a proxy was sent %s", r.GetTypeUrl())
 	}
-	if err := synced.Send(&discovery.DiscoveryRequest{TypeUrl: TypeDebugSyncz}); err != nil {
+	if err := synced.Send(&discovery.DiscoveryRequest{TypeUrl: debug.TypeDebugSyncz}); err != nil {
 		t.Fatal(err)
 	}
 	noResponse(t, synced, grpcgen.EndpointType)
@@ -209,8 +210,8 @@ func TestDebugTypesNeedAuthenticatedTLS(t *testing.T) {
 				id = ""
 			}
 			for _, req := range []*discovery.DiscoveryRequest{
-				{Node: debugNode("istio-system"), TypeUrl: TypeDebugSyncz},
-				{Node: debugNode("istio-system"), TypeUrl: TypeDebug, ResourceNames: []string{"unsupported"}},
+				{Node: debugNode("istio-system"), TypeUrl: debug.TypeDebugSyncz},
+				{Node: debugNode("istio-system"), TypeUrl: debug.TypeDebug, ResourceNames: []string{"unsupported"}},
 			} {
 				st := h.stream(id)
 				if err := st.Send(req); err != nil {

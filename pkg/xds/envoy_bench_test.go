@@ -7,6 +7,7 @@ import (
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/identity"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
 
@@ -83,15 +84,15 @@ func BenchmarkSidecarPush(b *testing.B) {
 	}
 }
 
-func benchWorkload(b testing.TB, pod, ip string) *nodeWorkload {
+func benchWorkload(b testing.TB, pod, ip string) *identity.Workload {
 	b.Helper()
-	return &nodeWorkload{envoy: true, namespace: "bench", serviceAccount: "svc-0", pod: pod, ips: []string{ip}}
+	return &identity.Workload{Envoy: true, Namespace: "bench", ServiceAccount: "svc-0", Pod: pod, IPs: []string{ip}}
 }
 
 // pushAllTypes generates what Envoy asks for in order: every cluster,
 // the load assignment of each, every listener, every route.
-func pushAllTypes(b *testing.B, srv *Server, st *pushState, w *nodeWorkload) {
-	key, gen := w.scope(srv, st.snap)
+func pushAllTypes(b *testing.B, srv *Server, st *pushState, w *identity.Workload) {
+	key, gen := srv.mesh.Load().Scope(w, st.snap)
 	var eds, rds []string
 	for _, typeURL := range []string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.RouteType} {
 		names, wildcard := []string(nil), true

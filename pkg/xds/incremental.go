@@ -7,6 +7,7 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/envoygen"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/identity"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
 
@@ -119,7 +120,7 @@ func (c endpointChanges) authzFor(snap *model.Snapshot, namespace string, labels
 // (see envoygen's Scope): its pod changed, or an endpoint at one of its
 // addresses, the only endpoints a scope reads besides headless ones,
 // whose changes are never endpoint changes alone.
-func (c endpointChanges) touches(w *nodeWorkload, snap *model.Snapshot) bool {
+func (c endpointChanges) touches(w *identity.Workload, snap *model.Snapshot) bool {
 	if len(c.services) > 0 { // a service may select the workload
 		return true
 	}
@@ -128,17 +129,17 @@ func (c endpointChanges) touches(w *nodeWorkload, snap *model.Snapshot) bool {
 		return true
 	}
 	// Its Sidecar may have changed, and with it its scope's key.
-	if c.sidecars[w.namespace] || c.sidecars[snap.Options.RootNamespace] {
+	if c.sidecars[w.Namespace] || c.sidecars[snap.Options.RootNamespace] {
 		return true
 	}
-	if w.pod != "" && c.pods[model.Meta{Name: w.pod, Namespace: w.namespace}] {
+	if w.Pod != "" && c.pods[model.Meta{Name: w.Pod, Namespace: w.Namespace}] {
 		return true
 	}
 	changed := func(ip string) bool { return c.addrs[ip] }
-	if slices.ContainsFunc(w.ips, changed) {
+	if slices.ContainsFunc(w.IPs, changed) {
 		return true
 	}
-	pod := w.registryPod(snap)
+	pod := w.RegistryPod(snap)
 	return pod != nil && slices.ContainsFunc(pod.IPs, changed)
 }
 
@@ -148,11 +149,11 @@ func (c endpointChanges) touches(w *nodeWorkload, snap *model.Snapshot) bool {
 // servers, the VirtualServices bound to them, the services they route to
 // and its authorization as a whole; and everything of proxyless gRPC
 // after a VirtualService or DestinationRule changed.
-func (w *nodeWorkload) fullAfter(typeURL string, c endpointChanges) bool {
-	if c.rules != nil && !w.envoy {
+func fullAfter(w *identity.Workload, typeURL string, c endpointChanges) bool {
+	if c.rules != nil && !w.Envoy {
 		return true
 	}
-	return w.router && (typeURL == typeListener || typeURL == typeRoute) && (c.authz || len(c.services) > 0 || len(c.pods) > 0 || c.rules != nil)
+	return w.Router && (typeURL == typeListener || typeURL == typeRoute) && (c.authz || len(c.services) > 0 || len(c.pods) > 0 || c.rules != nil)
 }
 
 // history is the changes of the last historyLen pushes.
@@ -200,7 +201,7 @@ func (h *history) since(from, to uint64) (endpointChanges, bool) {
 // other configuration does: they are often applied several at once.
 func (s *Server) prompt(snap *model.Snapshot) bool {
 	prev := s.state.Load().snap
-	d := model.Diff(prev, s.mesh.Load().derive(snap))
+	d := model.Diff(prev, s.mesh.Load().Derive(snap))
 	return prev.Version != "" && !d.Config && len(d.Services) == 0 && len(d.VirtualServices) == 0 && len(d.DestinationRules) == 0
 }
 
@@ -216,7 +217,7 @@ func (s *Server) classify(prev, st *pushState) change {
 	// An endpoint change that more than load assignments read is a change
 	// of its service.
 	for host := range d.Endpoints {
-		if st.mesh.envoy.EndpointsReadElsewhere(prev.snap, st.snap, host) || s.gen.EndpointsReadElsewhere(prev.snap, st.snap, host) {
+		if st.mesh.Envoy.EndpointsReadElsewhere(prev.snap, st.snap, host) || s.gen.EndpointsReadElsewhere(prev.snap, st.snap, host) {
 			delete(d.Endpoints, host)
 			if d.Services == nil {
 				d.Services = map[string]bool{}
@@ -295,12 +296,12 @@ func (s *Server) changesSince(st *pushState, b basis, scope string) (endpointCha
 // namesKey of them when they are shared by the proxies of one key, and
 // empty otherwise.
 func (st *pushState) changedNames(p *proxy, typeURL string, c endpointChanges, k affectedKey, names func(yield func(string) bool), wildcard bool) (changed []string, key string) {
-	c.authz = c.authz && c.authzFor(st.snap, p.wl.namespace, p.wl.labelsIn(st.snap))
+	c.authz = c.authz && c.authzFor(st.snap, p.wl.Namespace, p.wl.LabelsIn(st.snap))
 	ruleNames := st.ruleNamesFor(p, c, k.from, typeURL)
 	if c.authz || len(c.services) > 0 || len(ruleNames) > 0 || typeURL != typeEndpoint {
-		k.typeURL, k.envoy, k.authz, k.rules = typeURL, p.wl.envoy, c.authz, len(ruleNames) > 0
+		k.typeURL, k.envoy, k.authz, k.rules = typeURL, p.wl.Envoy, c.authz, len(ruleNames) > 0
 	}
-	if wildcard && p.wl.envoy {
+	if wildcard && p.wl.Envoy {
 		// An Envoy sidecar's wildcard types are not endpoints: what
 		// changed is what reads authorization and the changed services,
 		// held or not.
@@ -319,7 +320,7 @@ func (st *pushState) changedNames(p *proxy, typeURL string, c endpointChanges, k
 	}
 	a, ok := st.affectedCached(k)
 	if !ok {
-		a = st.affected(k, names, changedBy(c, typeURL, p.wl.envoy, ruleNames))
+		a = st.affected(k, names, changedBy(c, typeURL, p.wl.Envoy, ruleNames))
 	}
 	if !wildcard || len(c.serviceNames[typeURL])+len(ruleNames) == 0 {
 		return a.names, a.key

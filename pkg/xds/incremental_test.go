@@ -27,6 +27,7 @@ import (
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/identity"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
 
@@ -747,7 +748,7 @@ func routeNames(t *testing.T, listeners map[string][]byte) map[string]bool {
 // the push state in force, for what e subscribes to.
 func (e *fakeEnvoy) want(h *harness) (map[string]map[string][]byte, string) {
 	st := h.srv.state.Load()
-	var wl *nodeWorkload
+	var wl *identity.Workload
 	for _, p := range h.srv.proxies() {
 		p.mu.Lock()
 		if p.node.GetId() == e.nodeID {
@@ -758,7 +759,7 @@ func (e *fakeEnvoy) want(h *harness) (map[string]map[string][]byte, string) {
 	if wl == nil {
 		return nil, st.snap.Version
 	}
-	_, gen := wl.scopeIn(h.srv, st.snap, h.srv.meshOf(st))
+	_, gen := h.srv.meshOf(st).Scope(wl, st.snap)
 	out := map[string]map[string][]byte{}
 	for _, typeURL := range []string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.RouteType} {
 		out[typeURL] = map[string][]byte{}

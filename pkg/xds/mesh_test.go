@@ -16,7 +16,6 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	tcpproxy "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/bulwark-mesh/bulwark/pkg/ca/catest"
@@ -141,7 +140,7 @@ func TestMeshConfigChangeReachesAConnectedSidecar(t *testing.T) {
 
 	write("outboundTrafficPolicy: [not yaml\n")
 	noResponse(t, st, resource.RouteType)
-	if h.srv.state.Load().mesh.cfg.GetOutboundTrafficPolicy().GetMode() != meshv1alpha1.MeshConfig_OutboundTrafficPolicy_REGISTRY_ONLY {
+	if h.srv.state.Load().mesh.Config.GetOutboundTrafficPolicy().GetMode() != meshv1alpha1.MeshConfig_OutboundTrafficPolicy_REGISTRY_ONLY {
 		t.Fatal("a bad update changed the mesh configuration served")
 	}
 
@@ -213,31 +212,6 @@ func inboundRBAC(t *testing.T, r *discovery.DiscoveryResponse) bool {
 	return false
 }
 
-func TestEnvoyMeshFollowsIstiosDefaults(t *testing.T) {
-	cases := map[string]struct {
-		mc       *meshv1alpha1.MeshConfig
-		registry bool
-		noAuto   bool
-		h2       bool
-	}{
-		"no mesh configuration is ALLOW_ANY with auto-mTLS":                {mc: nil},
-		"an empty mesh configuration is ALLOW_ANY with auto-mTLS":          {mc: &meshv1alpha1.MeshConfig{}},
-		"an outbound traffic policy of REGISTRY_ONLY blocks":               {mc: &meshv1alpha1.MeshConfig{OutboundTrafficPolicy: &meshv1alpha1.MeshConfig_OutboundTrafficPolicy{}}, registry: true},
-		"enableAutoMtls false turns auto-mTLS off":                         {mc: &meshv1alpha1.MeshConfig{EnableAutoMtls: wrapperspb.Bool(false)}, noAuto: true},
-		"the parsed defaults are ALLOW_ANY with auto-mTLS, as Istio's are": {mc: meshconfig.Default(meshconfig.Defaults{})},
-		"h2UpgradePolicy UPGRADE upgrades":                                 {mc: &meshv1alpha1.MeshConfig{H2UpgradePolicy: meshv1alpha1.MeshConfig_UPGRADE}, h2: true},
-		"h2UpgradePolicy DO_NOT_UPGRADE does not":                          {mc: &meshv1alpha1.MeshConfig{H2UpgradePolicy: meshv1alpha1.MeshConfig_DO_NOT_UPGRADE}},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			m := envoyMesh(tc.mc)
-			if m.RegistryOnly != tc.registry || m.DisableAutoMTLS != tc.noAuto || m.H2Upgrade != tc.h2 {
-				t.Errorf("got %+v, want RegistryOnly %v DisableAutoMTLS %v H2Upgrade %v", m, tc.registry, tc.noAuto, tc.h2)
-			}
-		})
-	}
-}
-
 // TestMeshConfigAliasesReachInboundRBAC: trust domain aliases added to the
 // mesh configuration widen a connected sidecar's RBAC principals to them.
 func TestMeshConfigAliasesReachInboundRBAC(t *testing.T) {
@@ -262,18 +236,6 @@ spec: {rules: [{from: [{source: {principals: [cluster.local/ns/app/sa/client]}}]
 	write("trustDomainAliases: [old.td]\n")
 	if r = recv(t, st); !strings.Contains(prototext.Format(r), alias) {
 		t.Fatal("the alias's identity is not in the pushed RBAC")
-	}
-}
-
-func TestEnvoyMeshCarriesTLSDefaults(t *testing.T) {
-	m := envoyMesh(&meshv1alpha1.MeshConfig{TlsDefaults: &meshv1alpha1.MeshConfig_TLSConfig{
-		EcdhCurves: []string{"P-256"}, CipherSuites: []string{"ECDHE-ECDSA-AES128-GCM-SHA256"},
-	}})
-	if !slices.Equal(m.TLSDefaults.ECDHCurves, []string{"P-256"}) || !slices.Equal(m.TLSDefaults.CipherSuites, []string{"ECDHE-ECDSA-AES128-GCM-SHA256"}) {
-		t.Errorf("TLS defaults %+v", m.TLSDefaults)
-	}
-	if m := envoyMesh(nil); m.TLSDefaults.ECDHCurves != nil || m.TLSDefaults.CipherSuites != nil {
-		t.Errorf("no mesh configuration: TLS defaults %+v", m.TLSDefaults)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bulwark-mesh/bulwark/pkg/xds/report"
 )
 
 // metrics carries Istio's pilot metric names, so dashboards keep working.
@@ -65,7 +67,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		pushTriggers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "pilot_push_triggers", Help: "Pushes of model changes, by what they changed: endpoint (endpoints only), service (services and endpoints), config (anything else).",
 		}, []string{"type"}),
-		failClosed: newFailClosedGauge(),
+		failClosed: report.NewFailClosedGauge(),
 	}
 	m.byType = make(map[string]typeObservers)
 	for _, t := range []string{typeListener, typeRoute, typeCluster, typeEndpoint, typeSecret} {

@@ -13,6 +13,7 @@ import (
 	networkingv1 "istio.io/api/networking/v1"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/identity"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
 
@@ -100,12 +101,12 @@ func TestANetworkWithoutGatewayIsCounted(t *testing.T) {
 }
 
 func TestNodeNetworkReachesTheGenerator(t *testing.T) {
-	md, err := ParseMetadata(networkNode("net-a").GetMetadata())
+	md, err := identity.ParseMetadata(networkNode("net-a").GetMetadata())
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := nodeWorkloadOf(networkNode("net-a"), md)
-	if err != nil || w.network != "net-a" {
+	w, err := identity.WorkloadOf(networkNode("net-a"), md)
+	if err != nil || w.Network != "net-a" {
 		t.Fatalf("workload %+v, %v", w, err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/bulwark-mesh/bulwark/pkg/ca"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/identity"
 )
 
 // TypeProxyConfig is Istio's PCDS: one unnamed istio.mesh.v1alpha1.ProxyConfig
@@ -137,7 +138,7 @@ func (p *proxy) lacksRoot(root *x509.Certificate) (string, bool) {
 	if p.node == nil || p.debug != nil {
 		return "", false
 	}
-	return proxyID(p.node), !p.srv.bundles.holds(p.bundleAcked, root)
+	return identity.ProxyID(p.node), !p.srv.bundles.holds(p.bundleAcked, root)
 }
 
 // watchTrustBundle pushes PCDS on every change of the trust bundle until

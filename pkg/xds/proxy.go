@@ -14,6 +14,9 @@ import (
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/sds"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/debug"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/generation"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/identity"
 )
 
 // proxy is the state of one ADS stream.
@@ -27,10 +30,10 @@ type proxy struct {
 	secretMu sync.Mutex
 
 	mu     sync.Mutex
-	closed bool          // the stream ended
-	node   *core.Node    // the authenticated first node; nil before
-	wl     *nodeWorkload // set with node
-	sp     sds.Proxy     // for secrets
+	closed bool               // the stream ended
+	node   *core.Node         // the authenticated first node; nil before
+	wl     *identity.Workload // set with node
+	sp     sds.Proxy          // for secrets
 	// secretWatch reports changes of the secrets the stream asks for;
 	// ready is what refreshSecrets generated, while it answers.
 	secretWatch *sds.Watch
@@ -39,9 +42,9 @@ type proxy struct {
 	// under the mesh configuration scopeMesh.
 	scopeSnap *model.Snapshot
 	scopeSeq  uint64 // scopeSnap's push state's
-	scopeMesh *meshState
+	scopeMesh *generation.Mesh
 	scopeKey  string
-	scopeGen  generateFunc
+	scopeGen  generation.Func
 	// endpointsKey is scopeKey, or the wider key under which load
 	// assignments are shared (shareKey).
 	endpointsKey string
@@ -56,7 +59,7 @@ type proxy struct {
 	// bundleAcked is the content hash of the last trust bundle (PCDS) the
 	// proxy ACKed.
 	bundleAcked string
-	debug       *debugCaller // set with node for a debug client, which is no proxy
+	debug       *debug.Caller // set with node for a debug client, which is no proxy
 
 	delta    map[string]*deltaState                 // incremental streams, by type URL
 	deltaOut chan *discovery.DeltaDiscoveryResponse // responses queued; incremental streams
@@ -223,8 +226,8 @@ func (p *proxy) rescopeLocked(st *pushState) {
 			return
 		}
 	}
-	p.scopeKey, p.scopeGen = p.wl.scopeIn(p.srv, st.snap, ms)
-	p.endpointsKey = cmp.Or(p.wl.endpointsKeyIn(st.snap, ms), p.scopeKey)
+	p.scopeKey, p.scopeGen = ms.Scope(p.wl, st.snap)
+	p.endpointsKey = cmp.Or(ms.EndpointsKey(p.wl, st.snap), p.scopeKey)
 	p.scopeSnap, p.scopeMesh, p.scopeSeq = st.snap, ms, st.seq
 }
 
@@ -260,7 +263,7 @@ func (p *proxy) sotwResponseLocked(st *pushState, typeURL string, sub subscripti
 	r := last.r
 	c, ok := p.srv.changesSince(st, last.basis, p.scopeKey)
 	switch {
-	case !ok || r == nil || last.names != sub.key || last.wildcard != sub.wildcard || (sub.wildcard && !p.wl.envoy) || p.wl.fullAfter(typeURL, c):
+	case !ok || r == nil || last.names != sub.key || last.wildcard != sub.wildcard || (sub.wildcard && !p.wl.Envoy) || fullAfter(p.wl, typeURL, c):
 		r = p.responseLocked(st, typeURL, sub)
 	default:
 		names := r.names // a wildcard's: those it was sent; else those asked for

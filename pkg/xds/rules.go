@@ -9,7 +9,7 @@ import (
 // push from: none when it sees none of them. Proxyless gRPC is answered
 // in full after them (fullAfter).
 func (st *pushState) ruleNamesFor(p *proxy, c endpointChanges, from uint64, typeURL string) map[string]bool {
-	if c.rules == nil || !p.wl.envoy {
+	if c.rules == nil || !p.wl.Envoy {
 		return nil
 	}
 	names := c.rules.Names(typeURL)
@@ -36,8 +36,8 @@ func (st *pushState) seesRules(p *proxy, r *envoygen.Rules, from uint64) bool {
 	if ok {
 		return v
 	}
-	labels, _ := p.wl.in(st.snap)
-	v = p.srv.meshOf(st).envoy.SeesRules(st.snap, &envoygen.Proxy{Namespace: p.wl.namespace, Labels: labels, Router: p.wl.router}, r)
+	labels, _ := p.wl.In(st.snap)
+	v = p.srv.meshOf(st).Envoy.SeesRules(st.snap, &envoygen.Proxy{Namespace: p.wl.Namespace, Labels: labels, Router: p.wl.Router}, r)
 	st.mu.Lock()
 	if st.seesCache == nil {
 		st.seesCache = map[seesKey]bool{}

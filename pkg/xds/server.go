@@ -25,6 +25,18 @@
 // those of package envoygen. With Config.Secrets the
 // Secret type (SDS: ROOTCA, gateway credentialName secrets) is served on
 // the same streams, and only to proxies whose stream is TLS.
+//
+// This package is the transport and the push state: streams, their
+// authentication, what each proxy asked for, holds and acknowledged, and
+// the push states whose shared responses answer them. Those live together
+// because every answer is computed under the proxy's stream lock from its
+// subscription, its holdings and the push state, and a push's history
+// says which of them a change reaches. What reads no stream is apart:
+// who a node is (package identity), what one mesh configuration generates
+// and the scope a workload gets (package generation), what of the
+// configuration is not applied as written (package report), and what
+// istiod shows operators and istioctl (package debug). The resources
+// themselves are packages envoygen's and grpcgen's.
 package xds
 
 import (
@@ -34,7 +46,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,10 +60,11 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/bulwark-mesh/bulwark/pkg/authn"
-	"github.com/bulwark-mesh/bulwark/pkg/authn/keyfetch"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
-	"github.com/bulwark-mesh/bulwark/pkg/xds/authz"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/debug"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/generation"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/report"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/reqauthn"
 )
 
@@ -120,9 +132,9 @@ type Config struct {
 	// proxy; others the proxies of their own namespace.
 	SystemNamespace string
 	// ControlPlane names this istiod in debug responses.
-	ControlPlane ControlPlane
+	ControlPlane debug.ControlPlane
 	// DebugPages are istiod's /debug pages, by name ("unsupported"), that
-	// TypeDebug serves too, beside syncz and config_dump: to debug clients
+	// debug.TypeDebug serves too, beside syncz and config_dump: to debug clients
 	// authenticated in SystemNamespace or the mesh's root namespace only.
 	// Each is called with a GET of /debug/<name>?<query> that carries no
 	// caller: the handlers must not authorize by it.
@@ -177,14 +189,10 @@ type Server struct {
 	helds        heldBases    // what they hold
 
 	state   atomic.Pointer[pushState]
-	history history                   // what each recent push changed
-	mesh    atomic.Pointer[meshState] // in force; the next push state is built with it
+	history history                         // what each recent push changed
+	mesh    atomic.Pointer[generation.Mesh] // in force; the next push state is built with it
 
-	reportMu sync.Mutex
-	reported map[string]bool // policy problems logged, by description
-	// checked are the problems of the AuthorizationPolicies last
-	// reported, by policy: a snapshot shares the unchanged ones.
-	checked map[*model.AuthorizationPolicy][]authz.Problem
+	reporter *report.Reporter // policy problems, logged once each
 
 	warmingHold time.Duration // see warming.go
 
@@ -225,6 +233,10 @@ func New(cfg Config) (*Server, error) {
 		streams:     make(map[int64]*proxy),
 		byNode:      make(map[*core.Node]*proxy),
 	}
+	s.reporter = report.New(report.Config{
+		TrustDomain: cfg.TrustDomain, SystemNamespace: cfg.SystemNamespace, JWKSRule: s.jwksRule(),
+		FailClosed: s.metrics.failClosed, Logger: cfg.Logger,
+	})
 	s.mesh.Store(s.newMeshState(currentMesh(cfg.Mesh), currentKeys(cfg.KeySets)))
 	s.state.Store(s.newState(cfg.Model.Current(), time.Time{}))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -307,15 +319,15 @@ func (s *Server) Run(ctx context.Context) error {
 		s.wantKeys(snap)
 	}
 	// A change made between New and Subscribe is caught here.
-	if mc := currentMesh(s.cfg.Mesh); mc != s.mesh.Load().cfg {
+	if mc := currentMesh(s.cfg.Mesh); mc != s.mesh.Load().Config {
 		s.applyMesh(mc)
 		meshPending = true
 	}
-	if ks := currentKeys(s.cfg.KeySets); ks != s.mesh.Load().keys {
+	if ks := currentKeys(s.cfg.KeySets); ks != s.mesh.Load().Keys {
 		s.applyKeys(ks)
 		meshPending = true
 	}
-	if cur := s.cfg.Model.Current(); meshPending || s.mesh.Load().derive(cur).Version != s.state.Load().snap.Version {
+	if cur := s.cfg.Model.Current(); meshPending || s.mesh.Load().Derive(cur).Version != s.state.Load().snap.Version {
 		pending, first = cur, s.cfg.Clock()
 		push()
 	}
@@ -401,94 +413,31 @@ func (s *Server) wantKeys(snap *model.Snapshot) {
 	}
 }
 
-// reportPolicies logs what of the snapshot's AuthorizationPolicies cannot
-// be enforced as written, and how each part fails closed instead: each
-// problem once, not again with every model change while it lasts.
+// reportPolicies has the reporter log and count what of the snapshot is
+// not applied as written (package report), with the proxies connected now.
 func (s *Server) reportPolicies(snap *model.Snapshot) {
-	s.reportMu.Lock()
-	defer s.reportMu.Unlock()
-	current := map[string]bool{}
-	closed := failClosed{}
-	defer s.metrics.setFailClosed(closed)
-	checked := make(map[*model.AuthorizationPolicy][]authz.Problem, len(snap.Resources().AuthorizationPolicies))
-	var problems []authz.Problem
-	for _, ap := range snap.Resources().AuthorizationPolicies {
-		ps, ok := s.checked[ap]
-		if !ok {
-			ps = authz.Check([]*model.AuthorizationPolicy{ap}, authz.Options{TrustDomain: s.cfg.TrustDomain, Flavor: authz.Envoy})
-		}
-		checked[ap] = ps
-		problems = append(problems, ps...)
-	}
-	s.checked = checked
-	for _, p := range problems {
-		closed.addAuthz(p.Effect)
-		msg := p.String()
-		current[msg] = true
-		if !s.reported[msg] {
-			s.log.Warn("authorization policy not enforced as written", "policy", p.Policy.Namespace+"/"+p.Policy.Name, "problem", msg)
-		}
-	}
-	for _, p := range requestAuthnProblems(snap, s.jwksRule()) {
-		closed.add("RequestAuthentication", "tokens_refused")
-		msg := p.String()
-		current[msg] = true
-		if !s.reported[msg] {
-			s.log.Warn("request authentication not enforced as written", "policy", p.Policy.Namespace+"/"+p.Policy.Name, "problem", msg)
-		}
-	}
-	for _, dr := range snap.Resources().DestinationRules {
-		for _, problem := range originationProblems(dr, s.mesh.Load().envoy.Mesh) {
-			if strings.Contains(problem, refusedNoEndpoints) {
-				closed.add("DestinationRule", "tls_refused")
-			}
-			current[problem] = true
-			if !s.reported[problem] {
-				s.log.Warn("destination rule TLS not applied as written", "rule", dr.Namespace+"/"+dr.Name, "problem", problem)
-			}
-		}
-	}
-	s.reportGateways(snap, closed, current)
-	// Rules for one host merge as Istio merges them (the selection every
-	// generator reads); what that leaves unused is said once.
-	for _, n := range snap.DestinationRuleMergeNotes() {
-		msg := n.String()
-		current[msg] = true
-		if !s.reported[msg] {
-			s.log.Warn("destination rule merged with another", "rule", n.Rule.Namespace+"/"+n.Rule.Name, "problem", msg)
-		}
-	}
-	s.reportMeshRoutes(snap, closed, current)
-	s.reportTelemetries(snap, closed, current)
-	s.reportSidecars(snap, closed, current)
-	// A ServiceEntry host another service already has is not served.
-	for _, n := range snap.ServiceEntryNotes() {
-		closed.add("ServiceEntry", "host_taken")
-		msg := n.String()
-		current[msg] = true
-		if !s.reported[msg] {
-			s.log.Warn("service entry host not served", "entry", n.Entry.Namespace+"/"+n.Entry.Name, "problem", msg)
-		}
-	}
-	s.reported = current
+	s.reporter.Report(snap, s.mesh.Load(), s.connected())
 }
 
-// requestAuthnProblems are the RequestAuthentication rules that fail
-// closed whatever is fetched (a bad jwks or jwksUri); fetch failures are
-// the key sets' to log.
-func requestAuthnProblems(snap *model.Snapshot, rule keyfetch.URLRule) []reqauthn.Problem {
-	var out []reqauthn.Problem
-	for _, ra := range snap.Resources().RequestAuthentications {
-		_, problems := reqauthn.Config([]*model.RequestAuthentication{ra}, allFetched{}, rule)
-		out = append(out, problems...)
+// connected is what the reporter reads of the connected proxies: the
+// workloads of routers, and whether a proxyless gRPC client is connected.
+// Debug clients are no proxies.
+func (s *Server) connected() report.Connected {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var c report.Connected
+	for _, p := range s.streams {
+		p.mu.Lock()
+		if p.wl != nil && p.wl.Router && p.debug == nil {
+			c.Routers = append(c.Routers, p.wl)
+		}
+		if p.wl != nil && !p.wl.Envoy {
+			c.Proxyless = true
+		}
+		p.mu.Unlock()
 	}
-	return out
+	return c
 }
-
-// allFetched holds a key set for every source, as far as problems go.
-type allFetched struct{}
-
-func (allFetched) JWKS(keyfetch.JWKSSource) (string, bool) { return keyfetch.RejectAllJWKS, true }
 
 // ProxyStatus is what the server knows of one connected proxy.
 type ProxyStatus struct {

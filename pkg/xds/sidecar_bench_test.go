@@ -8,6 +8,7 @@ import (
 	networkingv1 "istio.io/api/networking/v1"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/identity"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
 
@@ -31,8 +32,8 @@ func withEgressScope(snap *model.Snapshot, n int) *model.Snapshot {
 
 // pushSize is the bytes of a full push (CDS, EDS, LDS, RDS) of w in st,
 // as pushAllTypes asks for it, and the number of clusters.
-func pushSize(tb testing.TB, srv *Server, st *pushState, w *nodeWorkload) (bytes, clusters int) {
-	key, gen := w.scope(srv, st.snap)
+func pushSize(tb testing.TB, srv *Server, st *pushState, w *identity.Workload) (bytes, clusters int) {
+	key, gen := srv.mesh.Load().Scope(w, st.snap)
 	var eds, rds []string
 	for _, typeURL := range []string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.RouteType} {
 		names, wildcard := []string(nil), true

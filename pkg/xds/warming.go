@@ -26,7 +26,7 @@ func (w *warming) holding() bool { return len(w.awaited) > 0 }
 // to the sidecar, and holds back its listeners and routes if it does not
 // ask for the endpoints of some yet.
 func (p *proxy) clustersSentLocked(st *pushState, sent []string) {
-	if p.wl == nil || !p.wl.envoy || p.debug != nil || len(sent) == 0 {
+	if p.wl == nil || !p.wl.Envoy || p.debug != nil || len(sent) == 0 {
 		return
 	}
 	var unasked []string

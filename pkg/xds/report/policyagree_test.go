@@ -1,4 +1,4 @@
-package xds
+package report
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	networkingv1 "istio.io/api/networking/v1"
@@ -24,6 +25,8 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/xds/envoygen"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/reqauthn"
 )
+
+var testTD = spiffeid.RequireTrustDomainFromString("cluster.local")
 
 // agreementCase is one object, and whether the webhook and the
 // generator (with the problem log that reports what it refuses) both

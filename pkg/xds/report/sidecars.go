@@ -1,4 +1,4 @@
-package xds
+package report
 
 import (
 	"strings"
@@ -13,7 +13,7 @@ import (
 // bootstrap, which no Sidecar scopes, as in Istio; only their
 // applications lose istiod's Service through the mesh. A root namespace
 // Sidecar is judged for the proxies of other namespaces.
-func (s *Server) reportSidecars(snap *model.Snapshot, closed failClosed, current map[string]bool) {
+func (s *scan) reportSidecars(snap *model.Snapshot, closed failClosed, current map[string]bool) {
 	if len(snap.Sidecars()) == 0 {
 		return
 	}
@@ -74,8 +74,8 @@ func (s *Server) reportSidecars(snap *model.Snapshot, closed failClosed, current
 // reportProxylessSidecars logs and counts, once each while a proxyless
 // gRPC client is connected, the Sidecars it does not read: proxyless
 // clients see every service exported to their namespace, Sidecar or not.
-func (s *Server) reportProxylessSidecars(snap *model.Snapshot, closed failClosed, current map[string]bool) {
-	if !s.proxylessConnected() {
+func (s *scan) reportProxylessSidecars(snap *model.Snapshot, closed failClosed, current map[string]bool) {
+	if !s.connected.Proxyless {
 		return
 	}
 	for _, sc := range snap.Sidecars() {

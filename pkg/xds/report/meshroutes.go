@@ -1,4 +1,4 @@
-package xds
+package report
 
 import (
 	"slices"
@@ -14,11 +14,11 @@ import (
 // names keep their default routes. While proxyless gRPC clients are
 // connected, it also logs what of each such VirtualService gRPC does not
 // honour (grpcgen.UnsupportedInVirtualService).
-func (s *Server) reportMeshRoutes(snap *model.Snapshot, closed failClosed, current map[string]bool) {
+func (s *scan) reportMeshRoutes(snap *model.Snapshot, closed failClosed, current map[string]bool) {
 	if len(snap.Resources().VirtualServices) == 0 {
 		return
 	}
-	envoy := s.mesh.Load().envoy
+	envoy := s.mesh.Envoy
 	for _, p := range append(envoy.Mesh.Routes.MeshProblems(snap), envoy.MeshL4Problems(snap)...) {
 		closed.add("VirtualService", "sidecar_routes_left_out")
 		msg := p.String()
@@ -30,7 +30,7 @@ func (s *Server) reportMeshRoutes(snap *model.Snapshot, closed failClosed, curre
 			s.log.Warn("virtual service not applied to sidecars as written", "virtualservice", p.Namespace+"/"+p.Name, "problem", p.Reason)
 		}
 	}
-	if !s.proxylessConnected() {
+	if !s.connected.Proxyless {
 		return
 	}
 	for _, vs := range snap.Resources().VirtualServices {
@@ -54,20 +54,4 @@ func (s *Server) reportMeshRoutes(snap *model.Snapshot, closed failClosed, curre
 func bindsMesh(vs *model.VirtualService) bool {
 	gws := vs.Spec.GetGateways()
 	return len(gws) == 0 || slices.Contains(gws, routes.Mesh)
-}
-
-// proxylessConnected reports whether a proxyless gRPC workload is
-// connected.
-func (s *Server) proxylessConnected() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, p := range s.streams {
-		p.mu.Lock()
-		grpc := p.wl != nil && !p.wl.envoy
-		p.mu.Unlock()
-		if grpc {
-			return true
-		}
-	}
-	return false
 }

@@ -1,4 +1,4 @@
-package xds
+package generation
 
 import (
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"

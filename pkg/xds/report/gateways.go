@@ -1,4 +1,4 @@
-package xds
+package report
 
 import (
 	"github.com/bulwark-mesh/bulwark/pkg/model"
@@ -9,42 +9,33 @@ import (
 // gatewayProblems are the Gateway servers not served to the routers
 // connected, and the parts of VirtualServices their routes leave out,
 // once per distinct router scope, in snap.
-func (s *Server) gatewayProblems(snap *model.Snapshot) ([]envoygen.GatewayProblem, []routes.Problem) {
-	s.mu.Lock()
-	var routers []*nodeWorkload
-	for _, p := range s.streams {
-		p.mu.Lock()
-		if p.wl != nil && p.wl.router && p.debug == nil {
-			routers = append(routers, p.wl)
-		}
-		p.mu.Unlock()
-	}
-	s.mu.Unlock()
+func (s *scan) gatewayProblems(snap *model.Snapshot) ([]envoygen.GatewayProblem, []routes.Problem) {
+	routers := s.connected.Routers
 	if len(routers) == 0 {
 		return nil, nil
 	}
-	ms := s.mesh.Load()
-	snap = ms.derive(snap)
+	ms := s.mesh
+	snap = ms.Derive(snap)
 	seen := map[string]bool{}
 	var out []envoygen.GatewayProblem
 	var vs []routes.Problem
 	for _, w := range routers {
-		labels, ips := w.in(snap)
-		p := &envoygen.Proxy{Namespace: w.namespace, Labels: labels, IPs: ips, Router: true, Unprivileged: w.unprivileged}
-		scope := ms.envoy.Scope(snap, p)
+		labels, ips := w.In(snap)
+		p := &envoygen.Proxy{Namespace: w.Namespace, Labels: labels, IPs: ips, Router: true, Unprivileged: w.Unprivileged}
+		scope := ms.Envoy.Scope(snap, p)
 		if seen[scope] {
 			continue
 		}
 		seen[scope] = true
-		out = append(out, ms.envoy.GatewayProblems(snap, p)...)
-		vs = append(vs, ms.envoy.RouteProblems(snap, p)...)
+		out = append(out, ms.Envoy.GatewayProblems(snap, p)...)
+		vs = append(vs, ms.Envoy.RouteProblems(snap, p)...)
 	}
 	return out, vs
 }
 
 // reportGateways logs each Gateway problem once while it lasts and
 // counts them by kind.
-func (s *Server) reportGateways(snap *model.Snapshot, closed failClosed, current map[string]bool) {
+func (s *scan) reportGateways(snap *model.Snapshot, closed failClosed, current map[string]bool) {
 	servers, vss := s.gatewayProblems(snap)
 	for _, p := range servers {
 		closed.add("Gateway", "server_"+p.Kind())

@@ -1,4 +1,4 @@
-package xds
+package report
 
 import (
 	"github.com/bulwark-mesh/bulwark/pkg/model"

@@ -1,4 +1,4 @@
-package xds
+package report
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,18 +26,23 @@ func (f failClosed) addAuthz(e authz.Effect) {
 	}
 }
 
-func newFailClosedGauge() *prometheus.GaugeVec {
+// NewFailClosedGauge is bulwark_policy_fail_closed{kind,reason}, for
+// Config.FailClosed; the caller registers it.
+func NewFailClosedGauge() *prometheus.GaugeVec {
 	return prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "bulwark_policy_fail_closed",
 		Help: "Parts of policies not applied as written, failing closed instead, by kind and reason: AuthorizationPolicy allow_rule_dropped, deny_rule_widened, denies_all; RequestAuthentication tokens_refused; DestinationRule tls_refused; Gateway server_conflict, server_invalid, server_unsupported, server_refused (servers a connected router does not serve); VirtualService (or Gateway) route_left_out (parts of VirtualServices a connected router's routes leave out), sidecar_routes_left_out (mesh VirtualService rules sidecars leave out); ServiceEntry host_taken; Sidecar hides_istiod (its egress leaves out istiod's Service), hosts_over_limit (egress hosts past the bound, not read), proxyless_unscoped (Sidecars proxyless gRPC clients, one being connected, do not read); Telemetry refused (Telemetries validation refuses, which no proxy applies). Each is logged once.",
 	}, []string{"kind", "reason"})
 }
 
-// setFailClosed makes the gauge say f: the problems of the last model
-// checked, and no others.
-func (m *metrics) setFailClosed(f failClosed) {
-	m.failClosed.Reset()
+// setFailClosed makes the gauge g say f: the problems of the last model
+// checked, and no others; g may be nil.
+func setFailClosed(g *prometheus.GaugeVec, f failClosed) {
+	if g == nil {
+		return
+	}
+	g.Reset()
 	for k, n := range f {
-		m.failClosed.WithLabelValues(k[0], k[1]).Set(float64(n))
+		g.WithLabelValues(k[0], k[1]).Set(float64(n))
 	}
 }

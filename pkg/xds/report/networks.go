@@ -1,4 +1,4 @@
-package xds
+package report
 
 import (
 	"slices"
@@ -12,8 +12,8 @@ import (
 // whose endpoints other networks' proxies do not get because it has no
 // gateway; both are counted in
 // bulwark_policy_fail_closed{kind="Network"}.
-func (s *Server) reportNetworks(snap *model.Snapshot, closed failClosed, current map[string]bool) {
-	gws := snap.NetworkGateways(s.mesh.Load().envoy.Mesh.Networks)
+func (s *scan) reportNetworks(snap *model.Snapshot, closed failClosed, current map[string]bool) {
+	gws := snap.NetworkGateways(s.mesh.Envoy.Mesh.Networks)
 	for _, p := range gws.Problems {
 		closed.add("Network", "gateway_left_out")
 		current[p] = true

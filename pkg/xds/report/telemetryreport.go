@@ -1,4 +1,4 @@
-package xds
+package report
 
 import (
 	"strings"
@@ -14,8 +14,8 @@ import (
 // proxies are not given (a provider that is not defined, or of a type
 // not generated). Fields Bulwark ignores whole (tracing, targetRefs) are
 // the unsupported-config reporter's.
-func (s *Server) reportTelemetries(snap *model.Snapshot, closed failClosed, current map[string]bool) {
-	g := s.mesh.Load().envoy
+func (s *scan) reportTelemetries(snap *model.Snapshot, closed failClosed, current map[string]bool) {
+	g := s.mesh.Envoy
 	say := func(msg string, args ...any) {
 		current[msg] = true
 		if !s.reported[msg] {

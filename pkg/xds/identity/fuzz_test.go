@@ -1,4 +1,4 @@
-package xds
+package identity
 
 import (
 	"net/netip"
@@ -6,10 +6,13 @@ import (
 	"testing"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 )
+
+var testTD = spiffeid.RequireTrustDomainFromString("cluster.local")
 
 // FuzzNodeMetadata feeds arbitrary JSON as node metadata: parsing must
 // return an error or metadata naming a valid identity, never panic.
@@ -91,26 +94,26 @@ func FuzzNodeWorkload(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, id, ips, generator string) {
 		meta := &NodeMeta{Namespace: "app", ServiceAccount: "client", InstanceIPs: ips, Generator: generator}
-		w, err := nodeWorkloadOf(&core.Node{Id: id}, meta)
+		w, err := WorkloadOf(&core.Node{Id: id}, meta)
 		if err != nil {
 			if w != nil {
 				t.Fatal("a refused node has a workload")
 			}
 			return
 		}
-		if w.namespace != "app" || len(w.ips) > maxInstanceIPs {
+		if w.Namespace != "app" || len(w.IPs) > maxInstanceIPs {
 			t.Fatalf("workload %+v", w)
 		}
-		for _, ip := range w.ips {
+		for _, ip := range w.IPs {
 			if a, err := netip.ParseAddr(ip); err != nil || a.Zone() != "" {
 				t.Fatalf("accepted address %q", ip)
 			}
 		}
-		if w.envoy && !strings.HasPrefix(id, "sidecar~") && !strings.HasPrefix(id, "router~") {
+		if w.Envoy && !strings.HasPrefix(id, "sidecar~") && !strings.HasPrefix(id, "router~") {
 			t.Fatalf("an Envoy node of another type was accepted: %q", id)
 		}
-		if w.router != (w.envoy && strings.HasPrefix(id, "router~")) {
-			t.Fatalf("node %q: router %v", id, w.router)
+		if w.Router != (w.Envoy && strings.HasPrefix(id, "router~")) {
+			t.Fatalf("node %q: router %v", id, w.Router)
 		}
 	})
 }

@@ -1,10 +1,11 @@
-package xds
+package debug
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"maps"
 	"net/http"
 	"net/url"
@@ -24,7 +25,7 @@ import (
 // of this type.
 const TypeDebug = "istio.io/debug"
 
-// The pages served over TypeDebug besides Config.DebugPages.
+// The pages served over TypeDebug besides Pages.Extra.
 const (
 	pageList       = "list"        // the names of the pages, as JSON
 	pageSyncz      = "syncz"       // Syncz, as /debug/syncz serves it
@@ -58,19 +59,29 @@ var (
 	errDebugPageForbidden = errors.New("debug page not served to this caller")
 )
 
-// checkDebugRequest admits a debug client's request for TypeDebug: the
-// ACK of the last response, or one page that the caller may read. An
+// Pages answers the requests of TypeDebug.
+type Pages struct {
+	// Extra are istiod's /debug pages, by name ("unsupported"), served
+	// besides syncz and config_dump: to debug clients of istiod's
+	// namespace or the mesh's root namespace only. Each is called with a
+	// GET of /debug/<name>?<query> that carries no caller: the handlers
+	// must not authorize by it.
+	Extra map[string]http.Handler
+	// Syncz is every connected proxy's sync status.
+	Syncz func() []SyncStatus
+	// ConfigDump is the configuration generated for the proxy named
+	// proxyID if it is of namespace ("" for any), as Envoy's admin config
+	// dump sections; nil when no such proxy is connected.
+	ConfigDump func(proxyID, namespace string) []*anypb.Any
+	Log        *slog.Logger
+}
+
+// CheckRequest admits a debug client's request for TypeDebug that is no
+// ACK of the last response: one page that the caller c may read. An
 // error ends the stream, as Istio's: InvalidArgument for a request that
 // names no page or several, PermissionDenied for a page of istiod's
 // whole state asked by a caller of another namespace.
-func (p *proxy) checkDebugRequest(names []string, nonce string) error {
-	p.mu.Lock()
-	dc := p.debug
-	last, sentBefore := p.sent[TypeDebug]
-	p.mu.Unlock()
-	if dc == nil || sentBefore && nonce == last.nonce {
-		return nil
-	}
+func (pg *Pages) CheckRequest(names []string, c *Caller) error {
 	if len(names) != 1 || len(names[0]) > maxDebugPageName {
 		return status.Errorf(codes.InvalidArgument, "exactly one debug page of at most %d bytes is required", maxDebugPageName)
 	}
@@ -78,49 +89,49 @@ func (p *proxy) checkDebugRequest(names []string, nonce string) error {
 	if err != nil {
 		return status.Error(codes.InvalidArgument, "invalid debug page name")
 	}
-	if dc.namespace != "" && !namespacePages[u.Path] {
-		p.srv.log.Warn("debug page refused", "identity", dc.identity.String(), "page", u.Path)
+	if c.Namespace != "" && !namespacePages[u.Path] {
+		pg.Log.Warn("debug page refused", "identity", c.Identity.String(), "page", u.Path)
 		return status.Errorf(codes.PermissionDenied, "debug page %q is served to identities of istiod's namespace only", u.Path)
 	}
 	return nil
 }
 
-// debugPage is the resource that answers a request for the page named
-// name (checked by checkDebugRequest) from dc.
-func (s *Server) debugPage(name string, dc *debugCaller) []*anypb.Any {
+// Page is the resource that answers a request for the page named name
+// (checked by CheckRequest) from c.
+func (pg *Pages) Page(name string, c *Caller) []*anypb.Any {
 	var body []byte
 	u, err := url.Parse(name)
 	if err == nil {
-		body, err = s.renderPage(u, dc)
+		body, err = pg.renderPage(u, c)
 	}
 	if err != nil {
-		s.log.Warn("debug page failed", "page", name, "err", err)
+		pg.Log.Warn("debug page failed", "page", name, "err", err)
 		body = []byte("error: " + err.Error() + "\n")
 	}
 	return []*anypb.Any{{TypeUrl: TypeDebug, Value: body}}
 }
 
-func (s *Server) renderPage(u *url.URL, dc *debugCaller) ([]byte, error) {
-	if dc.namespace != "" && !namespacePages[u.Path] {
-		return nil, errDebugPageForbidden // checkDebugRequest refused it already
+func (pg *Pages) renderPage(u *url.URL, c *Caller) ([]byte, error) {
+	if c.Namespace != "" && !namespacePages[u.Path] {
+		return nil, errDebugPageForbidden // CheckRequest refused it already
 	}
 	switch u.Path {
 	case pageList:
-		return json.Marshal(s.debugPageNames())
+		return json.Marshal(pg.debugPageNames())
 	case pageSyncz:
-		return json.MarshalIndent(s.Syncz(), "", "  ")
+		return json.MarshalIndent(pg.Syncz(), "", "  ")
 	case pageConfigDump:
 		id := u.Query().Get("proxyID")
 		if id == "" {
 			return []byte(pageNeedsProxyID), nil
 		}
-		sections := s.configDump(id, dc.namespace)
+		sections := pg.ConfigDump(id, c.Namespace)
 		if sections == nil {
 			return []byte(pageProxyNotFound), nil
 		}
 		return protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(&admin.ConfigDump{Configs: sections})
 	}
-	h, ok := s.cfg.DebugPages[u.Path]
+	h, ok := pg.Extra[u.Path]
 	if !ok {
 		return []byte(pageNotFound), nil
 	}
@@ -129,8 +140,8 @@ func (s *Server) renderPage(u *url.URL, dc *debugCaller) ([]byte, error) {
 
 // debugPageNames are the pages served over TypeDebug, sorted, as Istio's
 // /debug/list names them (without the list itself).
-func (s *Server) debugPageNames() []string {
-	names := slices.Collect(maps.Keys(s.cfg.DebugPages))
+func (pg *Pages) debugPageNames() []string {
+	names := slices.Collect(maps.Keys(pg.Extra))
 	names = append(names, pageSyncz, pageConfigDump)
 	slices.Sort(names)
 	return slices.Compact(names)

@@ -1,0 +1,62 @@
+package identity
+
+import (
+	"errors"
+	"testing"
+
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
+	"github.com/bulwark-mesh/bulwark/pkg/authn"
+)
+
+func TestBindCluster(t *testing.T) {
+	const own = "primary"
+	for name, tc := range map[string]struct {
+		claimed string        // node metadata CLUSTER_ID
+		caller  *authn.Caller // nil: plaintext port
+		want    string
+		err     error
+	}{
+		"a plaintext proxy claiming nothing is istiod's cluster's":   {want: own},
+		"a plaintext proxy claiming istiod's cluster is bound to it": {claimed: own, want: own},
+		"a plaintext proxy claiming another cluster is refused":      {claimed: "remote", want: own, err: ErrClusterMismatch},
+		"a certificate caller is istiod's cluster's":                 {caller: &authn.Caller{}, want: own},
+		"a token reviewed by istiod's cluster is bound to it":        {caller: &authn.Caller{ClusterID: own}, claimed: own, want: own},
+		"a token reviewed by a remote cluster is refused":            {caller: &authn.Caller{ClusterID: "remote"}, want: "remote", err: ErrRemoteCluster},
+		"a remote token claiming that remote cluster is refused":     {caller: &authn.Caller{ClusterID: "remote"}, claimed: "remote", want: "remote", err: ErrRemoteCluster},
+		"a local token claiming a remote cluster is a mismatch":      {caller: &authn.Caller{ClusterID: own}, claimed: "remote", want: own, err: ErrClusterMismatch},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := BindCluster(own, &NodeMeta{ClusterID: tc.claimed}, tc.caller)
+			if got != tc.want || !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
+				t.Errorf("BindCluster = %q, %v; want %q, %v", got, err, tc.want, tc.err)
+			}
+		})
+	}
+}
+
+func TestProxyIDAndWorkloadNamespace(t *testing.T) {
+	for id, want := range map[string]string{
+		"sidecar~10.0.0.1~echo-1.app~app.svc.cluster.local": "echo-1.app",
+		"router~10.0.0.1~gw.istio-system~x":                 "gw.istio-system",
+		"grpc-client":                                       "grpc-client",
+		"sidecar~10.0.0.1~~app.svc.cluster.local":           "sidecar~10.0.0.1~~app.svc.cluster.local",
+	} {
+		if got := ProxyID(&core.Node{Id: id}); got != want {
+			t.Errorf("ProxyID(%q) = %q, want %q", id, got, want)
+		}
+	}
+	for id, want := range map[string]string{
+		"spiffe://cluster.local/ns/app/sa/web":   "app",
+		"spiffe://other.td/ns/app/sa/web":        "",
+		"spiffe://cluster.local/ns/app":          "",
+		"spiffe://cluster.local/ns/app/sa/web/x": "",
+		"spiffe://cluster.local/x/app/sa/web":    "",
+	} {
+		ns, ok := WorkloadNamespace(spiffeid.RequireFromString(id), testTD)
+		if ns != want || ok != (want != "") {
+			t.Errorf("WorkloadNamespace(%s) = %q, %v; want %q", id, ns, ok, want)
+		}
+	}
+}
