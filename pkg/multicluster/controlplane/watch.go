@@ -62,19 +62,23 @@ func (c *Controller) watch(ctx context.Context, id string, r *remote) {
 	}
 	d := &duty{}
 	defer c.stopDuty(id, r, d, log, "remote cluster withdrawn, its client replaced, or istiod stopping")
-	first := true
+	// last is the reason last logged for not controlling the cluster: a
+	// new reason is logged once.
+	last := ""
 	for {
 		controls, why := c.decide(inf.GetStore(), id)
 		switch {
 		case controls && d.cancel == nil:
 			c.startDuty(ctx, id, r, d, log)
+			last = ""
 		case !controls && d.cancel != nil:
 			c.stopDuty(id, r, d, log, why)
-		case !controls && first:
+			last = why
+		case !controls && why != last:
 			log.Info(LogNotControlled, "reason", why)
 			c.setMetric(id, r, 0)
+			last = why
 		}
-		first = false
 		select {
 		case <-ctx.Done():
 			return
