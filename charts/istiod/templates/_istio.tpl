@@ -161,6 +161,14 @@ left out: they ask for nothing.
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- if kindIs "map" $v.istiodRemote -}}
+{{- $known := list "enabled" "injectionURL" "injectionPath" "injectionCABundle" "enabledLocalInjectorIstiod" -}}
+{{- range $k := keys $v.istiodRemote | sortAlpha -}}
+{{- if and (not (has $k $known)) (get $v.istiodRemote $k) -}}
+{{- $lines = append $lines (printf "istiodRemote.%s: not read" $k) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- if kindIs "map" $v.env -}}
 {{- $known := concat (list "CLUSTER_ID" "JWT_RULE" "TOKEN_AUDIENCES") (keys (include "istiod.envFlags" . | fromYaml)) -}}
 {{- range $name := keys $v.env | sortAlpha -}}
