@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +19,9 @@ const (
 	LogControlled    = "remote cluster controlled by this istiod: writing istio-ca-root-cert and the webhook caBundles there"
 	LogNotControlled = "remote cluster not controlled by this istiod: nothing is written there"
 )
+
+// syncWarning is how long the namespace may stay unread before a warning.
+const syncWarning = 30 * time.Second
 
 // startLocked starts the watch of cluster id, unless Run has ended.
 func (c *Controller) startLocked(id string, r *remote) {
@@ -57,7 +61,15 @@ func (c *Controller) watch(ctx context.Context, id string, r *remote) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { inf.RunWithContext(ctx) })
-	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+	// A namespace that cannot be read (the remote's reader lacks the
+	// primary-remote rules, or its API server does not answer) leaves the
+	// cluster not controlled; say so once, rather than nothing.
+	unread := time.AfterFunc(syncWarning, func() {
+		log.Warn(LogNotControlled, "reason", "the remote cluster's istiod namespace cannot be read yet (does its reader have the primary-remote rules of docs/rbac.md?)")
+	})
+	synced := cache.WaitForCacheSync(ctx.Done(), inf.HasSynced)
+	unread.Stop()
+	if !synced {
 		return
 	}
 	d := &duty{}
