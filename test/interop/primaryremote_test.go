@@ -3,9 +3,7 @@ package interop
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -82,7 +80,7 @@ func TestPrimaryRemote(t *testing.T) {
 		wantNoRootCert(t, clientB)
 		wantNoLease(t, clientB, istiodNS)
 		wantCABundles(t, clientB, mutating, validating, nil)
-		if v := metricValue(t, p, `bulwark_remote_cluster_controlled{cluster="cluster-b"}`); v != "0" {
+		if v := metric(t, p.MonitoringAddr, `bulwark_remote_cluster_controlled{cluster="cluster-b"}`); v != "0" {
 			t.Errorf("bulwark_remote_cluster_controlled = %q, want 0", v)
 		}
 	})
@@ -105,7 +103,7 @@ func TestPrimaryRemote(t *testing.T) {
 		if err != nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
 			t.Fatalf("no holder of the Lease in B: %v", err)
 		}
-		if v := metricValue(t, p, `bulwark_remote_cluster_controlled{cluster="cluster-b"}`); v != "1" {
+		if v := metric(t, p.MonitoringAddr, `bulwark_remote_cluster_controlled{cluster="cluster-b"}`); v != "1" {
 			t.Errorf("bulwark_remote_cluster_controlled = %q, want 1", v)
 		}
 	})
@@ -479,25 +477,4 @@ func eventuallyTrue(t *testing.T, timeout time.Duration, what string, f func() b
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// metricValue is the value of the sample named series (name and labels as
-// Prometheus prints them) on istiod's /metrics, "" when absent.
-func metricValue(t *testing.T, p *istiod, series string) string {
-	t.Helper()
-	resp, err := http.Get("http://" + p.MonitoringAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.SplitSeq(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, series+" "); ok {
-			return v
-		}
-	}
-	return ""
 }
