@@ -46,6 +46,8 @@ func discovery(ctx context.Context, args []string, getenv func(string) string, s
 	fs.DurationVar(&cfg.RemoteClusterTimeout, "remote-cluster-timeout", remoteTimeout, "how long istiod's readiness waits for each remote cluster of the remote secrets present at startup to be read, as Istio's PILOT_REMOTE_CLUSTER_TIMEOUT (env PILOT_REMOTE_CLUSTER_TIMEOUT); 0: as long as it takes")
 	scopeGateways, scopeGatewaysErr := strconv.ParseBool(envOr(getenv, "PILOT_SCOPE_GATEWAY_TO_NAMESPACE", "false"))
 	fs.BoolVar(&cfg.ScopeGatewayToNamespace, "scope-gateway-to-namespace", scopeGateways, "apply to a gateway pod only the Gateways of its own namespace, as Istio's PILOT_SCOPE_GATEWAY_TO_NAMESPACE (env PILOT_SCOPE_GATEWAY_TO_NAMESPACE); default: a Gateway of any namespace whose selector matches the pod applies, as in Istio")
+	external, externalErr := strconv.ParseBool(envOr(getenv, "EXTERNAL_ISTIOD", "false"))
+	fs.BoolVar(&cfg.ExternalIstiod, "external-istiod", external, "be the control plane of the remote clusters whose istiod namespace is annotated topology.istio.io/controlPlaneClusters with this cluster ID or *: write istio-ca-root-cert into their namespaces (leader election there) and keep their webhook configurations' caBundle, as Istio's EXTERNAL_ISTIOD (env EXTERNAL_ISTIOD); default: nothing is written into a remote cluster")
 	ingressTLS, ingressTLSErr := strconv.ParseBool(envOr(getenv, "ENABLE_TLS_ON_SIDECAR_INGRESS", "false"))
 	fs.BoolVar(&cfg.SidecarIngressTLS, "tls-on-sidecar-ingress", ingressTLS, "terminate the tls of a Sidecar's ingress listener on its port, as Istio's ENABLE_TLS_ON_SIDECAR_INGRESS (env ENABLE_TLS_ON_SIDECAR_INGRESS); default: such a port is served as without tls, as in Istio")
 	extraNames := fs.String("serving-dns-names", "", "extra DNS names for istiod's serving certificate, comma-separated")
@@ -75,6 +77,9 @@ func discovery(ctx context.Context, args []string, getenv func(string) string, s
 		return usageError{fmt.Errorf("remote-cluster-timeout: %v is negative", cfg.RemoteClusterTimeout)}
 	case cfg.RemoteClusterTimeout == 0:
 		cfg.RemoteClusterTimeout = -1 // as long as it takes
+	}
+	if externalErr != nil && !flagSet(fs, "external-istiod") {
+		return usageError{fmt.Errorf("EXTERNAL_ISTIOD: %w", externalErr)}
 	}
 	if ingressTLSErr != nil && !flagSet(fs, "tls-on-sidecar-ingress") {
 		return usageError{fmt.Errorf("ENABLE_TLS_ON_SIDECAR_INGRESS: %w", ingressTLSErr)}

@@ -78,6 +78,13 @@ type Config struct {
 	// model (Istio's PILOT_REMOTE_CLUSTER_TIMEOUT); negative: no bound.
 	// Zero: 30s.
 	RemoteClusterTimeout time.Duration
+	// ExternalIstiod lets istiod be the control plane of remote clusters
+	// whose istiod namespace is annotated topology.istio.io/
+	// controlPlaneClusters with its cluster ID or "*" (Istio's
+	// EXTERNAL_ISTIOD, primary-remote): it writes istio-ca-root-cert and
+	// the webhook caBundles there. Off, nothing is written into a remote
+	// cluster.
+	ExternalIstiod bool
 	// ScopeGatewayToNamespace applies to a gateway pod only the Gateways
 	// of its own namespace (Istio's PILOT_SCOPE_GATEWAY_TO_NAMESPACE).
 	ScopeGatewayToNamespace bool

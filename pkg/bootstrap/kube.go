@@ -25,6 +25,7 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/inject/webhookconfig"
 	"github.com/bulwark-mesh/bulwark/pkg/model/clusters"
 	"github.com/bulwark-mesh/bulwark/pkg/multicluster"
+	"github.com/bulwark-mesh/bulwark/pkg/multicluster/controlplane"
 )
 
 // Client-side rate limits towards the API server. client-go's defaults (5
@@ -75,6 +76,9 @@ type kubeParts struct {
 	// remoteModels read the remote clusters' services into the model; nil
 	// without remote clusters or a model from the API server.
 	remoteModels *clusters.Sources
+	// remoteControl runs this istiod's duties in the remote clusters it
+	// controls (primary-remote); nil without --external-istiod.
+	remoteControl *controlplane.Controller
 	// monitor says when the API server becomes unreachable and is back.
 	monitor   *apiserverMonitor
 	identity  string
@@ -212,6 +216,9 @@ func (k *kubeParts) run(ctx context.Context) error {
 	}
 	if k.remoteModels != nil {
 		g.Go(func() error { return k.remoteModels.Run(ctx) })
+	}
+	if k.remoteControl != nil {
+		g.Go(func() error { return k.remoteControl.Run(ctx) })
 	}
 	if k.monitor != nil {
 		g.Go(func() error { return k.monitor.Run(ctx) })

@@ -121,6 +121,9 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		if err := kube.watchRemoteClusters(cfg, registry); err != nil {
 			return nil, err
 		}
+		if err := kube.controlRemotes(cfg, authority, registry); err != nil {
+			return nil, err
+		}
 	}
 	chain, err := authenticators(cfg, td, authority, kube, log)
 	if err != nil {

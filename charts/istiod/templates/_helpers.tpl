@@ -32,6 +32,11 @@ istiod-clusterrole{{ include "istiod.revSuffix" . }}-{{ .Release.Namespace }}
 istio-reader-clusterrole{{ include "istiod.revSuffix" . }}-{{ .Release.Namespace }}
 {{- end -}}
 
+{{/* istio-reader-primary-remote[-<revision>]: what a primary writes here. */}}
+{{- define "istiod.primaryRemoteName" -}}
+istio-reader-primary-remote{{ include "istiod.revSuffix" . }}
+{{- end -}}
+
 {{/* istio[-<revision>]: the mesh ConfigMap. */}}
 {{- define "istiod.meshConfigMap" -}}
 istio{{ include "istiod.revSuffix" . }}

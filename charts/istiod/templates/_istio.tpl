@@ -117,6 +117,7 @@ ISTIOD_CUSTOM_HOST: serving-dns-names
 PILOT_REMOTE_CLUSTER_TIMEOUT: remote-cluster-timeout
 PILOT_SCOPE_GATEWAY_TO_NAMESPACE: scope-gateway-to-namespace
 ENABLE_TLS_ON_SIDECAR_INGRESS: tls-on-sidecar-ingress
+EXTERNAL_ISTIOD: external-istiod
 {{- end -}}
 
 {{/*
@@ -160,6 +161,14 @@ left out: they ask for nothing.
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- if kindIs "map" $v.istiodRemote -}}
+{{- $known := list "enabled" "injectionURL" "injectionPath" "injectionCABundle" "enabledLocalInjectorIstiod" -}}
+{{- range $k := keys $v.istiodRemote | sortAlpha -}}
+{{- if and (not (has $k $known)) (get $v.istiodRemote $k) -}}
+{{- $lines = append $lines (printf "istiodRemote.%s: not read" $k) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- if kindIs "map" $v.env -}}
 {{- $known := concat (list "CLUSTER_ID" "JWT_RULE" "TOKEN_AUDIENCES") (keys (include "istiod.envFlags" . | fromYaml)) -}}
 {{- range $name := keys $v.env | sortAlpha -}}
@@ -181,8 +190,10 @@ left out: they ask for nothing.
   keys: [cni, istio_cni, taint, global.nativeNftables, global.proxy_init.forceApplyIptables, global.proxy_init.resources]
 - reason: ambient mode, waypoints and gateways are not part of this chart
   keys: [ztunnel, trustedZtunnelNamespace, trustedZtunnelName, gateways, gatewayClasses, global.waypoint, global.agentgateway, global.defaultResources, global.defaultNodeSelector, global.defaultTolerations]
+- reason: this chart still installs istiod here, with its own ConfigMaps and webhooks; istiodRemote.enabled only lets the primary's reader write what primary-remote needs (docs/rbac.md)
+  keys: [istiodRemote.enabled]
 - reason: istiod always runs in the cluster it is installed in, with its own ConfigMaps and webhooks
-  keys: [istiodRemote, configMap, global.remotePilotAddress, global.externalIstiod, global.configCluster, global.omitSidecarInjectorConfigMap, global.operatorManageWebhooks, sidecarInjectorWebhook.injectionURL]
+  keys: [istiodRemote.injectionURL, istiodRemote.injectionPath, istiodRemote.injectionCABundle, istiodRemote.enabledLocalInjectorIstiod, configMap, global.remotePilotAddress, global.configCluster, global.omitSidecarInjectorConfigMap, global.operatorManageWebhooks, sidecarInjectorWebhook.injectionURL]
 - reason: revision tags are not supported; label namespaces istio.io/rev=<revision>
   keys: [revisionTags, defaultRevision]
 - reason: istiod's flags and files are not pilot-discovery's; use extraArgs
