@@ -131,7 +131,7 @@ func (w *nodeWorkload) scopeIn(s *Server, snap *model.Snapshot, ms *meshState) (
 	labels, ips := w.in(snap)
 	if !w.envoy {
 		gp := &grpcgen.Proxy{Namespace: w.namespace, Labels: labels}
-		return "grpc\x00" + labelsKey(w.namespace, labels), func(snap *model.Snapshot, typeURL string, names []string, wildcard bool) []resource.Resource {
+		return "grpc\x00" + labelsKey(w.namespace, labels) + "\x00" + grpcgen.ScopeKey(snap, gp), func(snap *model.Snapshot, typeURL string, names []string, wildcard bool) []resource.Resource {
 			return ms.grpc.Generate(snap, gp, typeURL, names, wildcard)
 		}
 	}
