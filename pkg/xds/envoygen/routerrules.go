@@ -50,16 +50,18 @@ func (g *Generator) RouterSeesRules(snap *model.Snapshot, p *Proxy, r *Rules) bo
 		return false
 	}
 	names := make(map[string]bool, len(gws))
+	eastWest := false
 	for _, gw := range gws {
 		names[routes.GatewayName(gw)] = true
 		if r.gateways[routes.GatewayName(gw)] {
 			return true
 		}
+		eastWest = eastWest || slices.ContainsFunc(gw.Spec.GetServers(), autoPassthroughServer)
 	}
 	if len(r.drHosts) == 0 {
 		return false
 	}
-	if b.autoPassthrough() && slices.ContainsFunc(r.drs, func(a model.RuleAudience) bool { return a.Reaches(p.Namespace) }) {
+	if eastWest && slices.ContainsFunc(r.drs, func(a model.RuleAudience) bool { return a.Reaches(p.Namespace) }) {
 		return true
 	}
 	routesTo := func(h string) bool {

@@ -67,10 +67,6 @@ func (v *View) RouteListener(port uint32) int {
 	return -1
 }
 
-// ImportsVirtualService reports whether the proxies apply the mesh
-// VirtualService vs.
-func (v *View) ImportsVirtualService(vs *model.VirtualService) bool { return v.VS[vs.Meta] }
-
 // ImportsVirtualServiceOn reports whether the proxies apply the mesh
 // VirtualService vs to the routes of port: it is imported by the egress
 // listener route "<port>" reads.
