@@ -182,15 +182,18 @@ func TestSidecarFieldsProxylessDoNotReadAreReported(t *testing.T) {
 	rec, log := logtest.New(t)
 	h := newHarness(t, modeltest.Load(t, sidecarManifests), func(c *Config) { c.Logger = log })
 	st := h.stream(clientID)
-	if err := st.Send(&discovery.DiscoveryRequest{Node: testNode("app", "client", nil), TypeUrl: resource.ListenerType, ResourceNames: []string{"web.app.svc.cluster.local:80"}}); err != nil {
+	names := []string{"web.app.svc.cluster.local:80"}
+	if err := st.Send(&discovery.DiscoveryRequest{Node: testNode("app", "client", nil), TypeUrl: resource.ListenerType, ResourceNames: names}); err != nil {
 		t.Fatal(err)
 	}
-	ack(t, st, recv(t, st))
+	ackNames(t, st, recv(t, st), names)
 	gauge := func() float64 {
 		return testutil.ToFloat64(h.srv.metrics.failClosed.WithLabelValues("Sidecar", "proxyless_ignored"))
 	}
+	seq := h.srv.state.Load().seq
 	h.store.Publish(modeltest.Load(t, sidecarManifests+scopedTo(`"./*", "istio-system/*"`)))
-	ack(t, st, recv(t, st)) // the Sidecar's egress is read: the listener is sent again
+	waitFor(t, "the Sidecar pushed", func() bool { return h.srv.state.Load().seq > seq })
+	settled(t, h)
 	if g := gauge(); g != 0 {
 		t.Fatalf("a Sidecar scoping egress alone counted %v times as not honoured", g)
 	}
@@ -225,7 +228,7 @@ func TestProxylessClientsReadTheirSidecar(t *testing.T) {
 		if len(r.GetResources()) != 1 {
 			t.Fatalf("%s: %d listeners before the Sidecar, want 1", ns, len(r.GetResources()))
 		}
-		ack(t, st, r)
+		ackNames(t, st, r, []string{name})
 		return st
 	}
 	app := open(clientID, "app")
@@ -237,15 +240,24 @@ func TestProxylessClientsReadTheirSidecar(t *testing.T) {
 	if len(r.GetResources()) != 0 {
 		t.Fatalf("app's client still has %d listeners for %s, a service its Sidecar hides", len(r.GetResources()), name)
 	}
-	ack(t, app, r)
+	ackNames(t, app, r, []string{name})
 	h.store.Publish(modeltest.Load(t, sidecarManifests))
 	r = recv(t, app)
 	if len(r.GetResources()) != 1 {
 		t.Fatalf("the Sidecar removed: app's client has %d listeners, want 1", len(r.GetResources()))
 	}
+	ackNames(t, app, r, []string{name})
 	after := settled(t, h)
 	if before[otherID][resource.ListenerType] != after[otherID][resource.ListenerType] {
 		t.Error("other's client, which no Sidecar configures, was sent its listeners again")
+	}
+}
+
+// ackNames acknowledges r on the stream, subscribing to names still.
+func ackNames(t *testing.T, st discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient, r *discovery.DiscoveryResponse, names []string) {
+	t.Helper()
+	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: r.GetTypeUrl(), ResourceNames: names, VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()}); err != nil {
+		t.Fatal(err)
 	}
 }
 
