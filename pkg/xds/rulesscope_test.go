@@ -1,9 +1,11 @@
 package xds
 
 import (
+	"cmp"
 	"slices"
 	"testing"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
@@ -96,6 +98,17 @@ func TestRuleChangesSpareProxylessClientsAndRoutersThatDoNotSeeThem(t *testing.T
 			if len(resp.GetResources()) == 0 {
 				t.Fatalf("%s: no %s", id, shortType(typeURL))
 			}
+			if typeURL == typeCluster && ns == nil {
+				// A router asks for the load assignments of its EDS
+				// clusters, as Envoy does, or its listeners and routes
+				// wait for it (warming.go).
+				for _, a := range resp.GetResources() {
+					c := unmarshal[*cluster.Cluster](t, a, &cluster.Cluster{})
+					if c.GetType() == cluster.Cluster_EDS {
+						names[typeEndpoint] = append(names[typeEndpoint], cmp.Or(c.GetEdsClusterConfig().GetServiceName(), c.GetName()))
+					}
+				}
+			}
 			if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: typeURL, ResourceNames: ns, VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}); err != nil {
 				t.Fatal(err)
 			}
@@ -132,7 +145,7 @@ func TestRuleChangesSpareProxylessClientsAndRoutersThatDoNotSeeThem(t *testing.T
 	subscribe("spiffe://cluster.local/ns/b/sa/client", &discovery.DiscoveryRequest{Node: bNode}, grpcNames("b", 3, 5))
 	router := routerNode("b", "ingress", "10.0.3.1", map[string]any{"istio": "ingress"}, nil)
 	subscribe("spiffe://cluster.local/ns/b/sa/ingress", &discovery.DiscoveryRequest{Node: router},
-		map[string][]string{typeCluster: {}, typeListener: {}, typeRoute: {"http.80"}})
+		map[string][]string{typeCluster: nil, typeEndpoint: nil, typeListener: nil, typeRoute: {"http.80"}})
 	nodes["a"], nodes["b"], nodes["router"] = aNode.GetId(), bNode.GetId(), router.GetId()
 
 	before := settled(t, h)
