@@ -37,7 +37,7 @@ var grpcClientPods = []string{"app/sleep-1", "app/echo-1", "other/backend-1"}
 func TestProxylessSidecarScopeMatchesIstio(t *testing.T) {
 	quietIstioLogs(t)
 	w := newMeshObjects(t)
-	compared, scoped := 0, 0
+	compared, scoped, routes := 0, 0, 0
 	for _, sc := range sidecarScopeScenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			s := istioServer(t, sc.sidecarScenario)
@@ -66,27 +66,31 @@ func TestProxylessSidecarScopeMatchesIstio(t *testing.T) {
 						t.Errorf("clusters: ours %q, Istio's %q", got, want)
 					}
 					for _, l := range listeners {
-						if !httpPort(snap, l) {
+						if !grpcHTTPPort(snap, l) {
 							continue // Istio gives non-HTTP ports no virtual host, scoped or not
 						}
-						compareGRPCRoute(t, gen, proxy, push, g, snap, p, l)
+						if compareGRPCRoute(t, gen, proxy, push, g, snap, p, l) {
+							routes++
+						}
 					}
 					compared++
 				})
 			}
 		})
 	}
-	if scoped == 0 || compared < 3*10 {
-		t.Errorf("%d clients compared, %d scoped by a Sidecar: the scenarios test too little", compared, scoped)
+	if scoped == 0 || compared < 3*10 || routes == 0 {
+		t.Errorf("%d clients compared, %d scoped by a Sidecar, %d routes: the scenarios test too little", compared, scoped, routes)
 	}
+	t.Logf("%d clients, %d of them scoped by a Sidecar, %d routes compared", compared, scoped, routes)
 }
 
 // compareGRPCRoute compares the route configurations of listener name
-// "<host>:<port>": whether one exists and has virtual hosts, and the
-// clusters its routes name.
+// "<host>:<port>": whether one has virtual hosts, and the clusters its
+// routes name. It reports false when the client has no such listener
+// (whose route it never asks for).
 func compareGRPCRoute(t *testing.T, gen *istiogrpcgen.GrpcConfigGenerator, proxy *istiomodel.Proxy, push *istiomodel.PushContext,
 	g *grpcgen.Generator, snap *model.Snapshot, p *grpcgen.Proxy, name string,
-) {
+) bool {
 	t.Helper()
 	h, portStr, _ := strings.Cut(name, ":")
 	port, _ := strconv.Atoi(portStr)
@@ -105,7 +109,7 @@ func compareGRPCRoute(t *testing.T, gen *istiogrpcgen.GrpcConfigGenerator, proxy
 	// the client does not have is never asked for.
 	ours := g.Generate(snap, p, grpcgen.RouteType, []string{name}, false)
 	if len(ours) == 0 && len(g.Generate(snap, p, grpcgen.ListenerType, []string{name}, false)) == 0 {
-		return
+		return false
 	}
 	for _, r := range ours {
 		m, err := r.Message(grpcgen.RouteType)
@@ -124,6 +128,7 @@ func compareGRPCRoute(t *testing.T, gen *istiogrpcgen.GrpcConfigGenerator, proxy
 	if !slices.Equal(slices.Compact(got), slices.Compact(want)) {
 		t.Errorf("route %s names clusters %q, Istio's %q", name, got, want)
 	}
+	return true
 }
 
 // routeClusters are the clusters rc's routes send to.
@@ -162,20 +167,27 @@ func grpcNames(snap *model.Snapshot) (listeners, clusters []string) {
 	return listeners, slices.Compact(clusters)
 }
 
-// httpPort reports whether the port of listener "<host>:<port>" is HTTP,
-// HTTP/2 or gRPC in snap.
-func httpPort(snap *model.Snapshot, name string) bool {
+// grpcHTTPPort reports whether the port of listener "<host>:<port>" is HTTP,
+// HTTP/2 or gRPC in snap, by its protocol (appProtocol) or else its
+// name's prefix, as Istio reads a Kubernetes port.
+func grpcHTTPPort(snap *model.Snapshot, name string) bool {
 	h, portStr, _ := strings.Cut(name, ":")
 	svc := snap.Service(h)
 	if svc == nil {
 		return false
 	}
 	for _, p := range svc.Ports {
-		if strconv.FormatUint(uint64(p.Port), 10) == portStr {
-			switch strings.ToUpper(p.Protocol) {
-			case "HTTP", "HTTP2", "GRPC", "GRPC-WEB":
-				return true
-			}
+		if strconv.FormatUint(uint64(p.Port), 10) != portStr {
+			continue
+		}
+		proto := p.Name
+		if up := strings.ToUpper(p.Protocol); up != "" && up != "TCP" && up != "SCTP" {
+			proto = p.Protocol
+		}
+		proto, _, _ = strings.Cut(strings.ToLower(proto), "-")
+		switch proto {
+		case "http", "http2", "grpc":
+			return true
 		}
 	}
 	return false
