@@ -206,7 +206,7 @@ func (p *proxy) respondDeltaChangesLocked(typeURL string, d *deltaState, st *pus
 		return false
 	}
 	c, ok := p.srv.changesSince(st, d.basis, p.scopeKey)
-	if !ok || (d.wildcard && (len(d.added) > 0 || typeURL == typeEndpoint || !p.wl.Envoy)) || fullAfter(p.wl, typeURL, c) {
+	if !ok || (d.wildcard && (len(d.added) > 0 || typeURL == typeEndpoint || !p.wl.Envoy)) || st.fullAfter(p, typeURL, c, d.basis.seq) {
 		return false
 	}
 	// A wildcard subscription's names are those it holds.

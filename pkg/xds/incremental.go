@@ -143,17 +143,22 @@ func (c endpointChanges) touches(w *identity.Workload, snap *model.Snapshot) boo
 	return pod != nil && slices.ContainsFunc(pod.IPs, changed)
 }
 
-// fullAfter reports whether the workload's resources of typeURL are
-// generated in full after changes c: a router's listeners and routes
-// after anything but endpoints changed, as they read its Gateways'
-// servers, the VirtualServices bound to them, the services they route to
-// and its authorization as a whole; and everything of proxyless gRPC
-// after a VirtualService or DestinationRule changed.
-func fullAfter(w *identity.Workload, typeURL string, c endpointChanges) bool {
+// fullAfter reports whether p's resources of typeURL are generated in
+// full after changes c since push from: a router's listeners and routes
+// after authorization, services or pods changed, as they read its
+// Gateways' servers, the services they route to and its authorization
+// as a whole, or after rules changed that its Gateways read
+// (routerSeesRules); and everything of proxyless gRPC after a
+// VirtualService or DestinationRule changed that it sees (seesRules).
+func (st *pushState) fullAfter(p *proxy, typeURL string, c endpointChanges, from uint64) bool {
+	w := p.wl
 	if c.rules != nil && !w.Envoy {
-		return true
+		return st.seesRules(p, c.rules, from)
 	}
-	return w.Router && (typeURL == typeListener || typeURL == typeRoute) && (c.authz || len(c.services) > 0 || len(c.pods) > 0 || c.rules != nil)
+	if !w.Router || (typeURL != typeListener && typeURL != typeRoute) {
+		return false
+	}
+	return c.authz || len(c.services) > 0 || len(c.pods) > 0 || (c.rules != nil && st.routerSeesRules(p, c.rules, from))
 }
 
 // history is the changes of the last historyLen pushes.

@@ -263,7 +263,7 @@ func (p *proxy) sotwResponseLocked(st *pushState, typeURL string, sub subscripti
 	r := last.r
 	c, ok := p.srv.changesSince(st, last.basis, p.scopeKey)
 	switch {
-	case !ok || r == nil || last.names != sub.key || last.wildcard != sub.wildcard || (sub.wildcard && !p.wl.Envoy) || fullAfter(p.wl, typeURL, c):
+	case !ok || r == nil || last.names != sub.key || last.wildcard != sub.wildcard || (sub.wildcard && !p.wl.Envoy) || st.fullAfter(p, typeURL, c, last.basis.seq):
 		r = p.responseLocked(st, typeURL, sub)
 	default:
 		names := r.names // a wildcard's: those it was sent; else those asked for

@@ -174,24 +174,90 @@ func onlyRegenerated(t *testing.T, h *harness, ns string) {
 	}
 }
 
-// TestSidecarsProxylessDoNotReadAreReported: while a proxyless gRPC
-// client is connected, each Sidecar is logged and counted as not read by
-// it.
-func TestSidecarsProxylessDoNotReadAreReported(t *testing.T) {
+// TestSidecarFieldsProxylessDoNotReadAreReported: while a proxyless
+// gRPC client is connected, each field of a Sidecar that proxyless
+// clients do not read is logged and counted once; a Sidecar that only
+// scopes egress, which they honour, is not reported.
+func TestSidecarFieldsProxylessDoNotReadAreReported(t *testing.T) {
 	rec, log := logtest.New(t)
 	h := newHarness(t, modeltest.Load(t, sidecarManifests), func(c *Config) { c.Logger = log })
 	st := h.stream(clientID)
-	if err := st.Send(&discovery.DiscoveryRequest{Node: testNode("app", "client", nil), TypeUrl: resource.ListenerType, ResourceNames: []string{"echo.app.svc.cluster.local:8080"}}); err != nil {
+	names := []string{"web.app.svc.cluster.local:80"}
+	if err := st.Send(&discovery.DiscoveryRequest{Node: testNode("app", "client", nil), TypeUrl: resource.ListenerType, ResourceNames: names}); err != nil {
 		t.Fatal(err)
 	}
-	recv(t, st)
-	h.store.Publish(modeltest.Load(t, sidecarManifests+scopedTo(`"./*", "istio-system/*"`)))
+	ackNames(t, st, recv(t, st), names)
 	gauge := func() float64 {
-		return testutil.ToFloat64(h.srv.metrics.failClosed.WithLabelValues("Sidecar", "proxyless_unscoped"))
+		return testutil.ToFloat64(h.srv.metrics.failClosed.WithLabelValues("Sidecar", "proxyless_ignored"))
 	}
-	waitFor(t, "the Sidecar counted as not read by proxyless gRPC", func() bool { return gauge() == 1 })
-	if n := rec.Count("not honoured by proxyless gRPC"); n != 1 {
-		t.Errorf("logged %d times", n)
+	seq := h.srv.state.Load().seq
+	h.store.Publish(modeltest.Load(t, sidecarManifests+scopedTo(`"./*", "istio-system/*"`)))
+	waitFor(t, "the Sidecar pushed", func() bool { return h.srv.state.Load().seq > seq })
+	settled(t, h)
+	if g := gauge(); g != 0 {
+		t.Fatalf("a Sidecar scoping egress alone counted %v times as not honoured", g)
+	}
+	h.store.Publish(modeltest.Load(t, sidecarManifests+`---
+apiVersion: networking.istio.io/v1
+kind: Sidecar
+metadata: {name: default, namespace: app}
+spec:
+  ingress: [{port: {number: 9080, protocol: HTTP, name: http}, defaultEndpoint: "127.0.0.1:8080"}]
+  egress: [{hosts: ["./*"]}]
+  outboundTrafficPolicy: {mode: ALLOW_ANY}
+`))
+	waitFor(t, "the ingress listener and outboundTrafficPolicy counted as not read by proxyless gRPC", func() bool { return gauge() == 2 })
+	if n := rec.Count("not honoured by proxyless gRPC"); n != 2 {
+		t.Errorf("logged %d times, want 2", n)
+	}
+}
+
+// TestProxylessClientsReadTheirSidecar: a Sidecar of the client's
+// namespace that hides a service takes its listener away from a connected
+// proxyless client (the listener is absent, as Istio answers); a client
+// of another namespace keeps it.
+func TestProxylessClientsReadTheirSidecar(t *testing.T) {
+	h := newHarness(t, modeltest.Load(t, sidecarManifests), nil)
+	const name = "db.other.svc.cluster.local:5432"
+	open := func(id, ns string) discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient {
+		st := h.stream(id)
+		if err := st.Send(&discovery.DiscoveryRequest{Node: testNode(ns, "client", nil), TypeUrl: resource.ListenerType, ResourceNames: []string{name}}); err != nil {
+			t.Fatal(err)
+		}
+		r := recv(t, st)
+		if len(r.GetResources()) != 1 {
+			t.Fatalf("%s: %d listeners before the Sidecar, want 1", ns, len(r.GetResources()))
+		}
+		ackNames(t, st, r, []string{name})
+		return st
+	}
+	app := open(clientID, "app")
+	open("spiffe://cluster.local/ns/other/sa/client", "other")
+	otherID := testNode("other", "client", nil).GetId()
+	before := settled(t, h)
+	h.store.Publish(modeltest.Load(t, sidecarManifests+scopedTo(`"./*", "istio-system/*"`)))
+	r := recv(t, app)
+	if len(r.GetResources()) != 0 {
+		t.Fatalf("app's client still has %d listeners for %s, a service its Sidecar hides", len(r.GetResources()), name)
+	}
+	ackNames(t, app, r, []string{name})
+	h.store.Publish(modeltest.Load(t, sidecarManifests))
+	r = recv(t, app)
+	if len(r.GetResources()) != 1 {
+		t.Fatalf("the Sidecar removed: app's client has %d listeners, want 1", len(r.GetResources()))
+	}
+	ackNames(t, app, r, []string{name})
+	after := settled(t, h)
+	if before[otherID][resource.ListenerType] != after[otherID][resource.ListenerType] {
+		t.Error("other's client, which no Sidecar configures, was sent its listeners again")
+	}
+}
+
+// ackNames acknowledges r on the stream, subscribing to names still.
+func ackNames(t *testing.T, st discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient, r *discovery.DiscoveryResponse, names []string) {
+	t.Helper()
+	if err := st.Send(&discovery.DiscoveryRequest{TypeUrl: r.GetTypeUrl(), ResourceNames: names, VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()}); err != nil {
+		t.Fatal(err)
 	}
 }
 

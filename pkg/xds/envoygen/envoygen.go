@@ -58,6 +58,7 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/xds/reqauthn"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/routes"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/scope"
 )
 
 // Proxy is what generation needs to know of the requesting sidecar. Two
@@ -181,7 +182,7 @@ type Generator struct {
 	// valid keeps which Telemetries validation admits.
 	valid validTelemetries
 	// scopes keep sidecars' views per snapshot (sidecarscope.go).
-	scopes egressMemo
+	scopes scope.Memo[*egressScope]
 }
 
 // Generate returns the resources of typeURL that p asked for in names

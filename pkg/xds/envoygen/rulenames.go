@@ -26,6 +26,11 @@ type Rules struct {
 	vss   []seenVS             // the roots bound to "mesh" a change reaches
 	drs   []model.RuleAudience // of each DestinationRule that changed
 	names map[string]map[string]bool
+	// gateways are the Gateways ("ns/name") the changed roots bound to
+	// gateways name; drHosts the hosts of the changed DestinationRules
+	// (routerrules.go).
+	gateways map[string]bool
+	drHosts  []string
 }
 
 // ChangedRules are the VirtualServices and DestinationRules that d (the
@@ -73,6 +78,7 @@ func (r *Rules) AddVirtualService(snap *model.Snapshot, vs *model.VirtualService
 }
 
 func (r *Rules) addRoot(snap *model.Snapshot, vs *model.VirtualService) {
+	r.addGateways(vs)
 	if !routes.BoundToMesh(vs) {
 		return // a gateway's alone
 	}
@@ -83,6 +89,9 @@ func (r *Rules) addRoot(snap *model.Snapshot, vs *model.VirtualService) {
 // AddDestinationRule adds dr as snap holds it.
 func (r *Rules) AddDestinationRule(snap *model.Snapshot, dr *model.DestinationRule) {
 	r.drs = append(r.drs, snap.DestinationRuleAudience(dr))
+	if dr.Spec != nil {
+		r.drHosts = append(r.drHosts, routes.ResolveHost(snap, dr.Spec.GetHost(), dr.Namespace))
+	}
 	DestinationRuleNames(snap, dr, r.add)
 }
 
@@ -118,8 +127,12 @@ func (r *Rules) Merge(o *Rules) *Rules {
 	case r == nil:
 		return o
 	}
-	out := &Rules{vss: append(slices.Clip(r.vss), o.vss...), drs: append(slices.Clip(r.drs), o.drs...)}
+	out := &Rules{vss: append(slices.Clip(r.vss), o.vss...), drs: append(slices.Clip(r.drs), o.drs...),
+		drHosts: append(slices.Clip(r.drHosts), o.drHosts...)}
 	for _, rr := range []*Rules{r, o} {
+		for gw := range rr.gateways {
+			out.addGateway(gw)
+		}
 		for typeURL, names := range rr.names {
 			for n := range names {
 				out.add(typeURL, n)
@@ -135,20 +148,22 @@ func (r *Rules) Merge(o *Rules) *Rules {
 // namespace sees through exportTo and its Sidecar imports (as
 // appliedMeshVirtualServices decides). Its labels are not read: a rule
 // whose matches select other clients by theirs gives it equal resources,
-// which are not sent again. A router sees every rule.
+// which are not sent again. Proxyless gRPC clients see rules alike (their
+// Sidecar scopes them as it scopes Envoy sidecars). Of a router, which
+// has the clusters of a sidecar of its namespace without a Sidecar, this
+// is whether its clusters and load assignments may read them: a
+// DestinationRule reaching its namespace; RouterSeesRules tells of its
+// listeners and routes.
 func (g *Generator) SeesRules(snap *model.Snapshot, p *Proxy, r *Rules) bool {
 	if r == nil {
 		return false
-	}
-	if p.Router {
-		return true
 	}
 	for _, a := range r.drs {
 		if a.Reaches(p.Namespace) {
 			return true
 		}
 	}
-	if len(r.vss) == 0 {
+	if p.Router || len(r.vss) == 0 {
 		return false
 	}
 	sc := snap.SidecarFor(p.Namespace, p.Labels)

@@ -13,8 +13,9 @@ import (
 
 // rulesBase: services of namespaces a and b (an HTTP and a TCP port
 // each), a service whose port's protocol is sniffed, an entry for
-// api.example.com (TLS) and ext.example.com (HTTP), and a Sidecar scoping
-// b's proxies labelled scope=narrow to their namespace and svc-a1.
+// api.example.com (TLS) and ext.example.com (HTTP), a Sidecar scoping
+// b's proxies labelled scope=narrow to their namespace and svc-a1, and
+// the Gateway b/ingress of the routers labelled istio=ingressgateway.
 var rulesBase = func() string {
 	var b strings.Builder
 	for i := range 4 {
@@ -56,6 +57,13 @@ metadata: {name: scoped, namespace: b}
 spec:
   workloadSelector: {labels: {scope: narrow}}
   egress: [{hosts: ["./*", "a/svc-a1.a.svc.cluster.local"]}]
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: ingress, namespace: b}
+spec:
+  selector: {istio: ingressgateway}
+  servers: [{port: {number: 8080, name: http, protocol: HTTP}, hosts: ["*"]}]
 `
 }()
 
@@ -103,6 +111,12 @@ var ruleChangeCases = map[string]struct{ before, after string }{
 		vsOf("g", "a", "  hosts: [svc-a0]\n  http: [{route: [{destination: {host: svc-a1}}]}]\n"),
 		vsOf("g", "a", "  hosts: [svc-a0]\n  gateways: [gw]\n  http: [{route: [{destination: {host: svc-a1}}]}]\n"),
 	},
+	"bound to the router's Gateway": {"", vsOf("i", "b", "  hosts: [shop.example.com]\n  gateways: [ingress]\n  http: [{timeout: 2s, route: [{destination: {host: svc-b0}}]}]\n")},
+	"a rule of a host the router's Gateway routes to": {
+		vsOf("i", "b", "  hosts: [shop.example.com]\n  gateways: [ingress]\n  http: [{route: [{destination: {host: svc-a1.a.svc.cluster.local}}]}]\n"),
+		vsOf("i", "b", "  hosts: [shop.example.com]\n  gateways: [ingress]\n  http: [{route: [{destination: {host: svc-a1.a.svc.cluster.local}}]}]\n") +
+			drOf("h", "a", "  host: svc-a1\n  trafficPolicy: {loadBalancer: {consistentHash: {httpHeaderName: x-user}}}\n"),
+	},
 	"a port whose protocol is sniffed": {"", vsOf("p", "a", "  hosts: [sniffed]\n  http: [{timeout: 1s, route: [{destination: {host: svc-a1}}]}]\n")},
 	"a host that is no service":        {"", vsOf("x", "a", "  hosts: [www.example.org]\n  http: [{route: [{destination: {host: svc-a0}}]}]\n")},
 	"an entry's host":                  {"", vsOf("e", "b", "  hosts: [ext.example.com]\n  http: [{timeout: 1s, route: [{destination: {host: ext.example.com}}]}]\n")},
@@ -130,8 +144,10 @@ var ruleChangeCases = map[string]struct{ before, after string }{
 // (sidecars of both namespaces, by their labels, one under a Sidecar, and
 // a router), every resource whose content differs after the change,
 // added or gone, is of a proxy that SeesRules, and is named by the
-// readers (ChangedRules' Names); otherwise an incremental push would
-// leave it stale.
+// readers (ChangedRules' Names); of a router, a listener or route that
+// differs is of one that RouterSeesRules (which regenerates them in
+// full). Otherwise an incremental push would leave it stale. A router
+// must also be spared some changes, or the narrowing is not tested.
 func TestRuleReadersNameWhatChanges(t *testing.T) {
 	proxies := map[string]*Proxy{
 		"a v1":     {Namespace: "a", Labels: map[string]string{"app": "svc-a0", "version": "v1"}, IPs: []string{"10.0.1.1"}},
@@ -141,7 +157,7 @@ func TestRuleReadersNameWhatChanges(t *testing.T) {
 		"router":   {Namespace: "b", Labels: map[string]string{"istio": "ingressgateway"}, Router: true},
 	}
 	types := []string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.RouteType}
-	tested := 0
+	tested, spared, routed := 0, 0, 0
 	for name, tc := range ruleChangeCases {
 		t.Run(name, func(t *testing.T) {
 			before, after := modeltest.Load(t, rulesBase+tc.before), modeltest.Load(t, rulesBase+tc.after)
@@ -152,14 +168,20 @@ func TestRuleReadersNameWhatChanges(t *testing.T) {
 			r := ChangedRules(before, after, d)
 			g := &Generator{TrustDomain: td}
 			for pname, p := range proxies {
+				routerChanged := false
 				for _, typeURL := range types {
 					changed := changedNames(t, g, before, after, p, typeURL)
 					if len(changed) == 0 {
 						continue
 					}
 					tested++
-					if p.Router {
-						continue // generated in full after a rule change
+					if p.Router && (typeURL == resource.ListenerType || typeURL == resource.RouteType) {
+						routerChanged = true
+						routed++
+						if !g.RouterSeesRules(after, p, r) {
+							t.Errorf("%s: %s changed (%v), but its Gateways do not read the rules", pname, shortTypeName(typeURL), changed)
+						}
+						continue // generated in full
 					}
 					if !g.SeesRules(after, p, r) {
 						t.Errorf("%s: %s changed (%v), but it does not see the rules", pname, shortTypeName(typeURL), changed)
@@ -171,11 +193,14 @@ func TestRuleReadersNameWhatChanges(t *testing.T) {
 						}
 					}
 				}
+				if p.Router && !routerChanged && !g.RouterSeesRules(after, p, r) {
+					spared++
+				}
 			}
 		})
 	}
-	if tested == 0 {
-		t.Error("no change changed anything")
+	if tested == 0 || routed == 0 || spared == 0 {
+		t.Errorf("%d changes, %d of a router's listeners or routes, %d routers spared: the cases test too little", tested, routed, spared)
 	}
 }
 

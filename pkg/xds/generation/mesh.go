@@ -130,7 +130,7 @@ func (m *Mesh) Scope(w *identity.Workload, snap *model.Snapshot) (key string, ge
 	labels, ips := w.In(snap)
 	if !w.Envoy {
 		gp := &grpcgen.Proxy{Namespace: w.Namespace, Labels: labels}
-		return "grpc\x00" + labelsKey(w.Namespace, labels), func(snap *model.Snapshot, typeURL string, names []string, wildcard bool) []resource.Resource {
+		return "grpc\x00" + labelsKey(w.Namespace, labels) + "\x00" + grpcgen.ScopeKey(snap, gp), func(snap *model.Snapshot, typeURL string, names []string, wildcard bool) []resource.Resource {
 			return m.GRPC.Generate(snap, gp, typeURL, names, wildcard)
 		}
 	}

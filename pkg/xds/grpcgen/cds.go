@@ -15,12 +15,12 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
 
-func (g *Generator) cluster(snap *model.Snapshot, p *Proxy, name string) *Resource {
+func (g *Generator) cluster(snap *model.Snapshot, p *Proxy, cv clientView, name string) *Resource {
 	host, subset, portNum, ok := parseClusterName(name)
 	if !ok {
 		return nil
 	}
-	svc, port, ok := lookup(snap, p.Namespace, hostPort(host, portNum))
+	svc, port, ok := lookup(cv, hostPort(host, portNum))
 	if !ok {
 		return nil
 	}

@@ -16,12 +16,12 @@ import (
 // endpoints is the load assignment of cluster name (of a subset: the
 // endpoints its labels select). Every locality has a
 // non-zero weight: gRPC drops localities without one.
-func (g *Generator) endpoints(snap *model.Snapshot, p *Proxy, name string) *Resource {
+func (g *Generator) endpoints(snap *model.Snapshot, p *Proxy, cv clientView, name string) *Resource {
 	host, subset, portNum, ok := parseClusterName(name)
 	if !ok {
 		return nil
 	}
-	svc, port, ok := lookup(snap, p.Namespace, hostPort(host, portNum))
+	svc, port, ok := lookup(cv, hostPort(host, portNum))
 	if !ok {
 		return nil
 	}

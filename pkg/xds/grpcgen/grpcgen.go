@@ -25,6 +25,7 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/routes"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/scope"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 )
 
@@ -62,14 +63,19 @@ type Generator struct {
 	// Routes are the mesh settings of VirtualService translation (mesh
 	// config defaultHttpRetryPolicy and defaultVirtualServiceExportTo).
 	Routes routes.Options
+
+	// scopes keep the views of clients configured by Sidecars, per
+	// snapshot (scope.go).
+	scopes scope.Memo[*scope.View]
 }
 
 // Generate returns the resources of typeURL that proxy asked for in names
 // (all it may see when wildcard). Names that do not exist are left out.
 // Unknown type URLs give nothing.
 func (g *Generator) Generate(snap *model.Snapshot, p *Proxy, typeURL string, names []string, wildcard bool) []Resource {
+	cv := g.view(snap, p)
 	if wildcard {
-		names = append(slices.Clone(names), g.allNames(snap, p, typeURL)...)
+		names = append(slices.Clone(names), allNames(cv, typeURL)...)
 	}
 	slices.Sort(names)
 	names = slices.Compact(names)
@@ -78,13 +84,13 @@ func (g *Generator) Generate(snap *model.Snapshot, p *Proxy, typeURL string, nam
 		var r *Resource
 		switch typeURL {
 		case ListenerType:
-			r = g.listener(snap, p, n)
+			r = g.listener(snap, p, cv, n)
 		case RouteType:
-			r = g.route(snap, p, n)
+			r = g.route(snap, p, cv, n)
 		case ClusterType:
-			r = g.cluster(snap, p, n)
+			r = g.cluster(snap, p, cv, n)
 		case EndpointType:
-			r = g.endpoints(snap, p, n)
+			r = g.endpoints(snap, p, cv, n)
 		}
 		if r != nil {
 			out = append(out, *r)
@@ -101,11 +107,11 @@ func (g *Generator) Generate(snap *model.Snapshot, p *Proxy, typeURL string, nam
 	return out
 }
 
-// allNames lists the client-side names of every port of the services p's
-// namespace sees.
-func (g *Generator) allNames(snap *model.Snapshot, p *Proxy, typeURL string) []string {
+// allNames lists the client-side names of every port of the services the
+// client sees.
+func allNames(cv clientView, typeURL string) []string {
 	var out []string
-	for _, svc := range snap.ServicesVisibleTo(p.Namespace) {
+	for _, svc := range cv.services() {
 		for _, port := range svc.Ports {
 			switch typeURL {
 			case ListenerType, RouteType:
@@ -130,12 +136,12 @@ func parseClusterName(name string) (host, subset string, port uint32, ok bool) {
 	return resource.ParseClusterName(name)
 }
 
-// lookup resolves "<host>[:<port>]" to a service that the workloads of
-// namespace see (its exportTo) and its port. Without a port, a service
-// with exactly one port is meant.
-func lookup(snap *model.Snapshot, namespace, name string) (*model.Service, model.Port, bool) {
+// lookup resolves "<host>[:<port>]" to a service that the client sees
+// (its exportTo, its Sidecar) and its port. Without a port, a service
+// with exactly one port (that the client sees) is meant.
+func lookup(cv clientView, name string) (*model.Service, model.Port, bool) {
 	host, portStr, hasPort := strings.Cut(name, ":")
-	svc := snap.VisibleService(host, namespace)
+	svc := cv.service(host)
 	if svc == nil {
 		return nil, model.Port{}, false
 	}

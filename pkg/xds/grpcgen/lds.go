@@ -24,11 +24,11 @@ const (
 	tlsSocketName    = "envoy.transport_sockets.tls"
 )
 
-func (g *Generator) listener(snap *model.Snapshot, p *Proxy, name string) *Resource {
+func (g *Generator) listener(snap *model.Snapshot, p *Proxy, cv clientView, name string) *Resource {
 	if ap, ok := parseInbound(name); ok {
 		return g.inboundListener(snap, p, name, ap)
 	}
-	svc, port, ok := lookup(snap, p.Namespace, name)
+	svc, port, ok := lookup(cv, name)
 	if !ok {
 		return nil
 	}

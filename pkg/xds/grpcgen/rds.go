@@ -16,10 +16,17 @@ import (
 // cluster, with the mesh's default retry policy (of whose retry_on gRPC
 // reads the status codes it knows, unavailable and cancelled among them),
 // no timeout, and the consistent hash of the client's DestinationRule.
-func (g *Generator) route(snap *model.Snapshot, p *Proxy, name string) *Resource {
-	svc, port, ok := lookup(snap, p.Namespace, name)
+func (g *Generator) route(snap *model.Snapshot, p *Proxy, cv clientView, name string) *Resource {
+	svc, port, ok := lookup(cv, name)
 	if !ok {
 		return nil
+	}
+	if !cv.routed(svc.Hostname, port.Port) {
+		// Seen only as an imported VirtualService's destination: no
+		// virtual host, as Istio answers (scope.go).
+		return &Resource{Name: name, Key: "rds|" + name + "|unrouted", Build: func() (proto.Message, error) {
+			return &route.RouteConfiguration{Name: name}, nil
+		}}
 	}
 	client := routes.Proxy{Namespace: p.Namespace, Labels: p.Labels}
 	vhost := &route.VirtualHost{
@@ -35,12 +42,13 @@ func (g *Generator) route(snap *model.Snapshot, p *Proxy, name string) *Resource
 			key += "|" + labelsKey(p.Labels)
 		}
 	}
-	if vs := g.claimingVirtualService(snap, p, svc.Hostname); vs != nil {
+	if vs := g.claimingVirtualService(snap, p, cv, svc.Hostname, port.Port); vs != nil {
 		if rs, ok := g.virtualServiceRoutes(snap, p, vs, port.Port); ok {
 			vhost.Routes = rs
-			// The routes depend on the client's namespace (which
-			// VirtualServices it sees) and, through sourceLabels, labels.
-			key += "|" + p.Namespace
+			// The routes depend on the client's namespace and Sidecar
+			// (which VirtualServices it sees) and, through
+			// sourceLabels, labels.
+			key += "|" + p.Namespace + cv.key()
 			if routes.UsesSourceLabels(snap) {
 				key += "|" + labelsKey(p.Labels)
 			}

@@ -29,10 +29,10 @@ import (
 //     direct response (gRPC fails the calls the route matches), rewrite,
 //     header operations, mirrors and CORS (ignored).
 
-// claimingVirtualService returns the VirtualService of the proxy's
-// namespace view whose host is the most specific match of hostname, or
-// nil.
-func (g *Generator) claimingVirtualService(snap *model.Snapshot, p *Proxy, hostname string) *model.VirtualService {
+// claimingVirtualService returns the VirtualService of the client's
+// view (its namespace's, that its Sidecar applies to the routes of port)
+// whose host is the most specific match of hostname, or nil.
+func (g *Generator) claimingVirtualService(snap *model.Snapshot, p *Proxy, cv clientView, hostname string, port uint32) *model.VirtualService {
 	if len(snap.Resources().VirtualServices) == 0 {
 		return nil
 	}
@@ -40,6 +40,9 @@ func (g *Generator) claimingVirtualService(snap *model.Snapshot, p *Proxy, hostn
 	var best *model.VirtualService
 	bestHost := ""
 	for _, vs := range vss {
+		if !cv.appliesOn(vs, port) {
+			continue
+		}
 		for _, h := range routes.Hosts(snap, vs) {
 			switch {
 			case h == hostname:

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
 )
 
 // reportSidecars logs and counts, once each, the Sidecars that hide
@@ -72,19 +73,22 @@ func (s *scan) reportSidecars(snap *model.Snapshot, closed failClosed, current m
 }
 
 // reportProxylessSidecars logs and counts, once each while a proxyless
-// gRPC client is connected, the Sidecars it does not read: proxyless
-// clients see every service exported to their namespace, Sidecar or not.
+// gRPC client is connected, what of each Sidecar proxyless clients do
+// not honour (grpcgen.UnsupportedInSidecar); their egress is scoped as
+// Envoy sidecars' is.
 func (s *scan) reportProxylessSidecars(snap *model.Snapshot, closed failClosed, current map[string]bool) {
 	if !s.connected.Proxyless {
 		return
 	}
 	for _, sc := range snap.Sidecars() {
-		closed.add("Sidecar", "proxyless_unscoped")
-		msg := "grpc|sidecar|" + sc.Namespace + "/" + sc.Name
-		current[msg] = true
-		if !s.reported[msg] {
-			s.log.Warn("sidecar resource not honoured by proxyless gRPC: its clients see every service exported to their namespace",
-				"sidecar", sc.Namespace+"/"+sc.Name)
+		for _, field := range grpcgen.UnsupportedInSidecar(sc) {
+			closed.add("Sidecar", "proxyless_ignored")
+			msg := "grpc|sidecar|" + sc.Namespace + "/" + sc.Name + "|" + field
+			current[msg] = true
+			if !s.reported[msg] {
+				s.log.Warn("sidecar resource not honoured by proxyless gRPC as written",
+					"sidecar", sc.Namespace+"/"+sc.Name, "ignored", field)
+			}
 		}
 	}
 }

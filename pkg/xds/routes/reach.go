@@ -19,6 +19,10 @@ func BoundToMesh(vs *model.VirtualService) bool {
 	return vs.Spec != nil && slices.Contains(gatewaysOf(vs), Mesh)
 }
 
+// Gateways are vs's bindings, each "ns/name" or "mesh": "mesh" alone when
+// it names none.
+func Gateways(vs *model.VirtualService) []string { return gatewaysOf(vs) }
+
 // SeenFrom reports whether vs's exportTo (else the mesh's
 // defaultVirtualServiceExportTo) lets proxies of namespace ns see it.
 func (o Options) SeenFrom(vs *model.VirtualService, ns string) bool {

@@ -1,0 +1,308 @@
+// Package scope is what a proxy configured by a Sidecar resource sees,
+// as Istio's SidecarScope: the services of its namespace's exports that
+// the Sidecar's egress hosts import, each with only the ports its egress
+// listeners import; the mesh VirtualServices those hosts import, by the
+// VirtualService's namespace; and the services those VirtualServices
+// route to. Envoy sidecars (envoygen) and proxyless gRPC clients
+// (grpcgen) read one View, so the two cannot drift.
+//
+// Without a Sidecar a proxy sees every service exported to its namespace
+// and every mesh VirtualService it sees; that needs no View. Routers
+// (gateways) are configured by no Sidecar, as in Istio.
+package scope
+
+import (
+	"slices"
+	"strings"
+	"sync"
+
+	networkingv1 "istio.io/api/networking/v1"
+
+	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/routes"
+)
+
+// View is what the proxies of one namespace configured by one Sidecar
+// see within one snapshot. It is not changed once built, and is shared.
+type View struct {
+	// Sidecar configures the proxies; Key is its Key().
+	Sidecar *model.Sidecar
+	Key     string
+	// Services are every service seen (those the egress hosts import and
+	// those the imported VirtualServices route to), sorted by hostname;
+	// ByHost the same by hostname.
+	Services []*model.Service
+	ByHost   map[string]*model.Service
+	// Listed are the services the egress hosts name, sorted by hostname:
+	// those an Envoy sidecar has listeners and virtual hosts for. The
+	// services the VirtualServices route to besides have clusters alone,
+	// as in Istio, whose listeners and routes read the egress listener's
+	// services and its clusters the scope's.
+	Listed []*model.Service
+	// VS are the mesh VirtualServices imported, by name.
+	VS map[model.Meta]bool
+	// Listeners are the egress listeners' own views, when the Sidecar has
+	// several: a port's route reads the listener of that port, else the
+	// catch-all (Istio's GetEgressListenerForRDS).
+	Listeners []*Listener
+}
+
+// Listener is what one egress listener imports.
+type Listener struct {
+	Port   uint32 // 0: the catch-all
+	ByPort map[uint32][]*model.Service
+	VS     map[model.Meta]bool
+}
+
+// RouteListener is the index in Listeners of the egress listener whose
+// services and VirtualServices route "<port>" reads: the first of that
+// port, else the catch-all; -1 when the Sidecar has one listener (or
+// none), whose view is the View's.
+func (v *View) RouteListener(port uint32) int {
+	for i, l := range v.Listeners {
+		if l.Port == 0 || l.Port == port {
+			return i
+		}
+	}
+	return -1
+}
+
+// ImportsVirtualServiceOn reports whether the proxies apply the mesh
+// VirtualService vs to the routes of port: it is imported by the egress
+// listener route "<port>" reads.
+func (v *View) ImportsVirtualServiceOn(vs *model.VirtualService, port uint32) bool {
+	if i := v.RouteListener(port); i >= 0 {
+		return v.Listeners[i].VS[vs.Meta]
+	}
+	return v.VS[vs.Meta]
+}
+
+// ListedOn reports whether the service of hostname has a virtual host
+// on the routes of port: the egress listener route "<port>" reads names
+// it (with that port).
+func (v *View) ListedOn(hostname string, port uint32) bool {
+	has := func(s *model.Service) bool {
+		return s.Hostname == hostname && slices.ContainsFunc(s.Ports, func(p model.Port) bool { return p.Port == port })
+	}
+	if i := v.RouteListener(port); i >= 0 {
+		return slices.ContainsFunc(v.Listeners[i].ByPort[port], has)
+	}
+	i, found := slices.BinarySearchFunc(v.Listed, hostname, func(s *model.Service, h string) int { return strings.Compare(s.Hostname, h) })
+	return found && has(v.Listed[i])
+}
+
+// Build is the view of the proxies of namespace ns configured by sc in
+// snap; vss are the mesh VirtualServices ns sees (routes.Options'
+// MeshVirtualServices).
+func Build(snap *model.Snapshot, sc *model.Sidecar, ns string, vss []*model.VirtualService) *View {
+	visible := snap.ServicesVisibleTo(ns)
+	out := &View{Sidecar: sc, Key: sc.Key(), ByHost: map[string]*model.Service{}, VS: map[model.Meta]bool{}}
+	listed := map[string]*model.Service{}
+	merge := func(into map[string]*model.Service, s *model.Service) {
+		if s == nil {
+			return
+		}
+		prev, ok := into[s.Hostname]
+		switch {
+		case !ok:
+			into[s.Hostname] = s
+		case prev != s:
+			into[s.Hostname] = mergePorts(snap.Service(s.Hostname), prev, s)
+		}
+	}
+	add := func(s *model.Service) { merge(out.ByHost, s) }
+	egress := sc.EgressListeners()
+	for _, l := range egress {
+		var view *Listener
+		if len(egress) > 1 && (l.GetPort() == nil || l.GetPort().GetNumber() != 0) {
+			view = &Listener{Port: l.GetPort().GetNumber(), ByPort: map[uint32][]*model.Service{}, VS: map[model.Meta]bool{}}
+			out.Listeners = append(out.Listeners, view)
+		}
+		hosts := model.ParseEgressHosts(l.GetHosts(), ns)
+		port := uint32(0)
+		if l.GetPort().GetNumber() != 0 && !strings.EqualFold(l.GetPort().GetProtocol(), "HTTP_PROXY") {
+			port = l.GetPort().GetNumber()
+		}
+		for _, svc := range visible {
+			if hosts.ImportsService(svc) {
+				s := withPorts(svc, port, nil)
+				add(s)
+				merge(listed, s)
+				if view != nil && s != nil {
+					for _, p := range s.Ports {
+						view.ByPort[p.Port] = append(view.ByPort[p.Port], s)
+					}
+				}
+			}
+		}
+		// The services the listener's VirtualServices route to, as
+		// Istio infers them, after those it names.
+		for _, vs := range vss {
+			if !hosts.ImportsVirtualService(vs.Namespace, routes.Hosts(snap, vs)) {
+				continue
+			}
+			out.VS[vs.Meta] = true
+			if view != nil {
+				view.VS[vs.Meta] = true
+			}
+			for _, d := range destinations(snap, vs, ns) {
+				svc := snap.Service(d.host)
+				if svc == nil || (svc.Namespace != ns && !snap.ServiceVisible(svc, ns)) {
+					continue
+				}
+				add(withPorts(svc, port, d.ports))
+			}
+		}
+	}
+	out.Services, out.Listed = sortedServices(out.ByHost), sortedServices(listed)
+	return out
+}
+
+// withPorts is svc with only port (when not 0), else with only the ports
+// of vsPorts (when it names any, and not 0, "every port"): svc itself when
+// that is all of its ports, a copy otherwise, nil when none.
+func withPorts(svc *model.Service, port uint32, vsPorts map[uint32]bool) *model.Service {
+	keep := func(p model.Port) bool { return p.Port == port }
+	if port == 0 {
+		if len(vsPorts) == 0 || vsPorts[0] {
+			return svc
+		}
+		keep = func(p model.Port) bool { return vsPorts[p.Port] }
+	}
+	var ports []model.Port
+	for _, p := range svc.Ports {
+		if keep(p) {
+			ports = append(ports, p)
+		}
+	}
+	switch len(ports) {
+	case 0:
+		return nil
+	case len(svc.Ports):
+		return svc
+	}
+	c := *svc
+	c.Ports = ports
+	return &c
+}
+
+// mergePorts is a and b, two views of full (a service) with some of its
+// ports each, with the ports of both, in full's order: full itself when
+// that is all of them.
+func mergePorts(full, a, b *model.Service) *model.Service {
+	if full == nil {
+		return a
+	}
+	has := func(s *model.Service, n uint32) bool {
+		return slices.ContainsFunc(s.Ports, func(p model.Port) bool { return p.Port == n })
+	}
+	var ports []model.Port
+	for _, p := range full.Ports {
+		if has(a, p.Port) || has(b, p.Port) {
+			ports = append(ports, p)
+		}
+	}
+	if len(ports) == len(full.Ports) {
+		return full
+	}
+	c := *full
+	c.Ports = ports
+	return &c
+}
+
+// destination is a host a VirtualService routes to and the ports it
+// names (0: a destination without a port, every port).
+type destination struct {
+	host  string
+	ports map[uint32]bool
+}
+
+// destinations are the hosts vs routes, mirrors and forwards to for a
+// proxy of namespace ns (http rules whose sourceNamespace matches name
+// another namespace are skipped), as Istio's
+// virtualServiceDestinationsFilteredBySourceNamespace, in vs's order.
+func destinations(snap *model.Snapshot, vs *model.VirtualService, ns string) []destination {
+	var out []destination
+	at := map[string]int{}
+	add := func(d *networkingv1.Destination) {
+		if d == nil {
+			return
+		}
+		h := routes.ResolveHost(snap, d.GetHost(), vs.Namespace)
+		i, ok := at[h]
+		if !ok {
+			i = len(out)
+			at[h] = i
+			out = append(out, destination{host: h, ports: map[uint32]bool{}})
+		}
+		out[i].ports[d.GetPort().GetNumber()] = true
+	}
+	routes.EachDestination(vs, func(r *networkingv1.HTTPRoute) bool {
+		matched := true
+		for _, m := range r.GetMatch() {
+			if src := m.GetSourceNamespace(); src != "" {
+				if src == ns {
+					return true
+				}
+				matched = false
+			}
+		}
+		return matched
+	}, add)
+	return out
+}
+
+func sortedServices(byHost map[string]*model.Service) []*model.Service {
+	out := make([]*model.Service, 0, len(byHost))
+	for _, s := range byHost {
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, c *model.Service) int { return strings.Compare(a.Hostname, c.Hostname) })
+	return out
+}
+
+// memoSnapshots is how many snapshots a Memo keeps views of: the one
+// being pushed and the one before, which proxies still catching up
+// generate from.
+const memoSnapshots = 2
+
+// Memo keeps values of the last snapshots, by snapshot and key (for a
+// View: its Sidecar and namespace), so that the proxies of one key
+// compute theirs once per snapshot. The zero value is ready.
+type Memo[T any] struct {
+	mu    sync.Mutex
+	snaps []*model.Snapshot // oldest first
+	built map[*model.Snapshot]map[string]*memoEntry[T]
+}
+
+type memoEntry[T any] struct {
+	once sync.Once
+	v    T
+}
+
+// Get returns the value of key in snap, built by build once while snap
+// is among the last snapshots asked for. What it returns is shared.
+func (m *Memo[T]) Get(snap *model.Snapshot, key string, build func() T) T {
+	m.mu.Lock()
+	byKey, ok := m.built[snap]
+	if !ok {
+		if m.built == nil {
+			m.built = map[*model.Snapshot]map[string]*memoEntry[T]{}
+		}
+		byKey = map[string]*memoEntry[T]{}
+		m.built[snap] = byKey
+		m.snaps = append(m.snaps, snap)
+		if len(m.snaps) > memoSnapshots {
+			delete(m.built, m.snaps[0])
+			m.snaps = m.snaps[1:]
+		}
+	}
+	e, ok := byKey[key]
+	if !ok {
+		e = &memoEntry[T]{}
+		byKey[key] = e
+	}
+	m.mu.Unlock()
+	e.once.Do(func() { e.v = build() })
+	return e.v
+}
