@@ -82,18 +82,18 @@ func (m mcMetric) medianOf(rounds []*mcRound) float64 {
 // and endpoints of the two control planes.
 func reportMC(b *testing.B, size fleetSize, mc *fleetMC, kinds []string, results map[string][]*mcRound) {
 	var out strings.Builder
-	fmt.Fprintf(&out, "\nMulti-cluster fleet benchmark: %d clusters × %d services (2 pods each, same names in every cluster), %d Envoy sidecars in the primary; median of %d rounds\n",
+	fmt.Fprintf(&out, "\nMulti-cluster fleet benchmark: %d clusters × %d services (2 pods each, same names in every cluster), %d Envoy sidecars in the primary; median of %d round(s)\n",
 		1+len(mc.remotes), size.services, size.proxies, size.rounds)
 	w := tabwriter.NewWriter(&out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	pair := slices.Contains(kinds, fleetIstio) && slices.Contains(kinds, fleetBulwark)
-	header := append([]string{""}, kinds...)
+	header := append([]string{fmt.Sprintf("%-46s", "")}, kinds...)
 	if pair {
 		header = append(header, "bulwark/istio")
 	}
 	fmt.Fprintln(w, strings.Join(header, "\t")+"\t")
 	metrics := mcMetrics(len(mc.remotes))
 	for _, m := range metrics {
-		row := []string{m.label}
+		row := []string{fmt.Sprintf("%-46s", m.label)} // left-aligned
 		for _, k := range kinds {
 			row = append(row, fleetNumber(m.medianOf(results[k])))
 		}
