@@ -173,9 +173,9 @@ func createNamespaces(b *testing.B, env *testenv.Env, names []string) {
 
 // grantReadAll lets ns/sa of env's cluster read every kind. The remote
 // reader of docs/rbac.md, which istioctlRemoteSecret grants, is what
-// Bulwark needs; Istio's own reader role is wider (Namespaces, Secrets,
-// ConfigMaps, WorkloadEntries, …), and Istio's informers of a kind it may
-// not list never sync. Both control planes read the remotes with this.
+// Bulwark needs; Istio reads more kinds in a remote cluster (its own
+// reader role has Namespaces, Secrets, ConfigMaps, Istio's kinds). Both
+// control planes read the remotes with this, held back by RBAC neither.
 func grantReadAll(b *testing.B, env *testenv.Env, ns, sa string) {
 	b.Helper()
 	const name = "fleet-read-all"
