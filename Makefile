@@ -63,8 +63,9 @@ bench: build testenv
 	cd test/interop && $(GO) test -short -run '^$$' -bench 'Inject$$|SidecarGeneration|GatewayGeneration' -benchmem -count $(BENCH_COUNT) . | tee ../../bench/results/inject-vs-istio.txt
 	cd test/interop && ISTIOD_BIN=$(CURDIR)/$(BIN)/istiod $(GO) test -short -run '^$$' -bench 'CAServer' -benchtime 5000x -count $(BENCH_COUNT) -timeout 60m . | tee ../../bench/results/ca-vs-istio.txt
 	cd test/interop && ISTIOD_BIN=$(CURDIR)/$(BIN)/istiod $(GO) test -short -run '^$$' -bench 'FleetVsIstio' -benchtime 1x -timeout 150m . | tee ../../bench/results/fleet-vs-istio.txt
+	cd test/interop && ISTIOD_BIN=$(CURDIR)/$(BIN)/istiod $(GO) test -short -run '^$$' -bench 'FleetMultiCluster' -benchtime 1x -timeout 150m . | tee ../../bench/results/fleet-multicluster.txt
 	cd test/interop && ISTIOD_BIN=$(CURDIR)/$(BIN)/istiod $(GO) test -short -run '^$$' -bench 'GatewaySecretRotation' -benchtime 1x -count $(BENCH_COUNT) -timeout 30m . | tee ../../bench/results/gateway-secret.txt
-	cat bench/results/unit.txt bench/results/csr.txt bench/results/kubejwt.txt bench/results/rootcert.txt bench/results/xds.txt bench/results/inject-vs-istio.txt bench/results/ca-vs-istio.txt bench/results/fleet-vs-istio.txt bench/results/gateway-secret.txt > bench/results/new.txt
+	cat bench/results/unit.txt bench/results/csr.txt bench/results/kubejwt.txt bench/results/rootcert.txt bench/results/xds.txt bench/results/inject-vs-istio.txt bench/results/ca-vs-istio.txt bench/results/fleet-vs-istio.txt bench/results/fleet-multicluster.txt bench/results/gateway-secret.txt > bench/results/new.txt
 	$(BENCHSTAT) baseline=bench/baseline.txt new=bench/results/new.txt
 
 ## certs: a sample root and intermediate CA for plugged-in CA demos, in certs/out/

@@ -50,18 +50,7 @@ func BenchmarkFleetVsIstio(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	kinds := strings.Split(cmp.Or(os.Getenv("FLEET_CONTROL_PLANES"), fleetIstio+","+fleetBulwark), ",")
-	bins := map[string]string{}
-	for _, kind := range kinds {
-		switch kind {
-		case fleetIstio:
-			bins[kind] = pilotDiscoveryBinary(b)
-		case fleetBulwark:
-			bins[kind] = istiodBinary(b)
-		default:
-			b.Fatalf("FLEET_CONTROL_PLANES: unknown control plane %q", kind)
-		}
-	}
+	kinds, bins := fleetControlPlanes(b)
 	raiseNoFile(b)
 	env := testenv.Get(b)
 	for _, size := range sizes {
@@ -78,6 +67,24 @@ func BenchmarkFleetVsIstio(b *testing.B) {
 			reportFleet(b, size, kinds, results)
 		})
 	}
+}
+
+// fleetControlPlanes are the control planes $FLEET_CONTROL_PLANES names
+// (both by default), in the order their rounds run, and their binaries.
+func fleetControlPlanes(b *testing.B) (kinds []string, bins map[string]string) {
+	kinds = strings.Split(cmp.Or(os.Getenv("FLEET_CONTROL_PLANES"), fleetIstio+","+fleetBulwark), ",")
+	bins = map[string]string{}
+	for _, kind := range kinds {
+		switch kind {
+		case fleetIstio:
+			bins[kind] = pilotDiscoveryBinary(b)
+		case fleetBulwark:
+			bins[kind] = istiodBinary(b)
+		default:
+			b.Fatalf("FLEET_CONTROL_PLANES: unknown control plane %q", kind)
+		}
+	}
+	return kinds, bins
 }
 
 // fleetSize is one size the benchmark runs.

@@ -33,29 +33,38 @@ const (
 	fleetStopTimeout  = 30 * time.Second
 )
 
-// pilotDiscoveryBuild is Istio's pilot-discovery, built on first use by
-// the fleet benchmark alone: no test needs it, and a cold build takes
+// lazyBinary is a peer built on first use by a benchmark: make bench runs
+// them under -short, when TestMain builds nothing, and a cold build takes
 // minutes.
-var pilotDiscoveryBuild struct {
+type lazyBinary struct {
 	once sync.Once
 	path string
 	took time.Duration
 	err  error
 }
 
+// get builds pkg of the module in dir as name under peerCacheDir, once.
+func (l *lazyBinary) get(t testing.TB, dir, name, pkg string) string {
+	t.Helper()
+	l.once.Do(func() {
+		start := time.Now()
+		l.path = filepath.Join(peerCacheDir(), name)
+		l.err = goBuild(dir, l.path, pkg)
+		l.took = time.Since(start)
+	})
+	if l.err != nil {
+		t.Fatalf("build %s: %v", name, l.err)
+	}
+	fleetNote("go build of %s took %s (an up-to-date binary is left alone)", name, l.took.Round(time.Second))
+	return l.path
+}
+
+// pilotDiscoveryBuild is Istio's pilot-discovery, which no test needs.
+var pilotDiscoveryBuild lazyBinary
+
 func pilotDiscoveryBinary(b *testing.B) string {
 	b.Helper()
-	pilotDiscoveryBuild.once.Do(func() {
-		start := time.Now()
-		pilotDiscoveryBuild.path = filepath.Join(peerCacheDir(), "pilot-discovery")
-		pilotDiscoveryBuild.err = goBuild(".", pilotDiscoveryBuild.path, "istio.io/istio/pilot/cmd/pilot-discovery")
-		pilotDiscoveryBuild.took = time.Since(start)
-	})
-	if pilotDiscoveryBuild.err != nil {
-		b.Fatalf("build pilot-discovery: %v", pilotDiscoveryBuild.err)
-	}
-	fleetNote("go build of pilot-discovery took %s (an up-to-date binary is left alone)", pilotDiscoveryBuild.took.Round(time.Second))
-	return pilotDiscoveryBuild.path
+	return pilotDiscoveryBuild.get(b, ".", "pilot-discovery", "istio.io/istio/pilot/cmd/pilot-discovery")
 }
 
 // fleetCP is a running control plane.

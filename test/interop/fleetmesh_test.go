@@ -56,10 +56,16 @@ func (s *fleetService) host() string    { return s.name + "." + s.ns + ".svc.clu
 func (s *fleetService) cluster() string { return fmt.Sprintf("outbound|%d||%s", fleetPort, s.host()) }
 
 // fingerprint is that of the endpoints the service's cluster must have.
-func (s *fleetService) fingerprint() uint64 {
+func (s *fleetService) fingerprint() uint64 { return mergedFingerprint(s) }
+
+// mergedFingerprint is that of the endpoints of services of one hostname
+// in several clusters, which a proxy gets in one cluster.
+func mergedFingerprint(services ...*fleetService) uint64 {
 	var addrs []string
-	for _, p := range s.pods {
-		addrs = append(addrs, fmt.Sprintf("%s:%d", p.ip, fleetTargetPort))
+	for _, s := range services {
+		for _, p := range s.pods {
+			addrs = append(addrs, fmt.Sprintf("%s:%d", p.ip, fleetTargetPort))
+		}
 	}
 	return endpointsFingerprint(addrs)
 }
@@ -73,9 +79,32 @@ type fleetMesh struct {
 	nextIP     int
 }
 
-// newFleetMesh creates the mesh of m services on env, and deletes it when
-// b ends.
+// fleetPlace is where a mesh is created: the control planes' namespace,
+// the namespaces of the services in turn, and the number of the first pod
+// address (fleetIP), so that the meshes of several clusters have the same
+// names and addresses of their own. A mesh on an API server of its own
+// (private) goes with it and is not deleted.
+type fleetPlace struct {
+	root       string
+	namespaces []string
+	ipBase     int
+	private    bool
+}
+
+// newFleetMesh creates the mesh of m services on env, in namespaces of
+// its own, and deletes it when b ends.
 func newFleetMesh(b *testing.B, env *testenv.Env, m int) *fleetMesh {
+	b.Helper()
+	place := fleetPlace{root: env.Namespace(b)}
+	for range min(max(m/fleetNSSize, 1), 10) {
+		place.namespaces = append(place.namespaces, env.Namespace(b))
+	}
+	return newFleetMeshAt(b, env, m, place)
+}
+
+// newFleetMeshAt creates the mesh of m services on env at place, whose
+// namespaces exist.
+func newFleetMeshAt(b *testing.B, env *testenv.Env, m int, place fleetPlace) *fleetMesh {
 	b.Helper()
 	crds, err := filepath.Glob(filepath.Join(repoRoot, "charts", "istiod", "crds", "*.yaml"))
 	if err != nil || len(crds) == 0 {
@@ -89,16 +118,15 @@ func newFleetMesh(b *testing.B, env *testenv.Env, m int) *fleetMesh {
 	cfg := rest.CopyConfig(env.Config)
 	cfg.QPS, cfg.Burst = 2000, 4000
 	mesh := &fleetMesh{kube: kubernetes.NewForConfigOrDie(cfg), istio: versioned.NewForConfigOrDie(cfg),
-		root: env.Namespace(b), nextIP: 1 << 20}
-	for range min(max(m/fleetNSSize, 1), 10) {
-		mesh.namespaces = append(mesh.namespaces, env.Namespace(b))
+		root: place.root, namespaces: place.namespaces, nextIP: 1<<20 + place.ipBase}
+	if !place.private {
+		b.Cleanup(func() { mesh.delete(b) })
 	}
-	b.Cleanup(func() { mesh.delete(b) })
 	for i := range m {
 		s := &fleetService{name: fmt.Sprintf("svc-%d", i), ns: mesh.namespaces[i%len(mesh.namespaces)]}
 		for j := range s.pods {
 			s.pods[j] = &fleetPod{name: fmt.Sprintf("%s-%c", s.name, 'a'+j), ns: s.ns, sa: s.name, app: s.name,
-				ip: fleetIP(1 + 2*i + j)}
+				ip: fleetIP(place.ipBase + 1 + 2*i + j)}
 		}
 		mesh.services = append(mesh.services, s)
 	}

@@ -102,11 +102,19 @@ func reportFleet(b *testing.B, size fleetSize, kinds []string, results map[strin
 		t.WriteString(compareFleetSamples(b, results[fleetIstio], results[fleetBulwark]))
 	}
 	fmt.Fprint(os.Stdout, t.String())
+	reportPerControlPlane(b, kinds, len(fleetMetrics), func(kind string, i int) (float64, string) {
+		return fleetMetrics[i].medianOf(results[kind]), fleetMetrics[i].unit
+	})
+}
+
+// reportPerControlPlane reports, in a sub-benchmark of each control plane,
+// its n metrics: metric i's value (NaN: left out) and unit.
+func reportPerControlPlane(b *testing.B, kinds []string, n int, metric func(kind string, i int) (float64, string)) {
 	for _, k := range kinds {
 		b.Run("cp="+k, func(b *testing.B) {
-			for _, m := range fleetMetrics {
-				if v := m.medianOf(results[k]); !math.IsNaN(v) {
-					b.ReportMetric(v, m.unit)
+			for i := range n {
+				if v, unit := metric(k, i); !math.IsNaN(v) {
+					b.ReportMetric(v, unit)
 				}
 			}
 		})

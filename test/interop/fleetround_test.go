@@ -61,6 +61,9 @@ type fleetRun struct {
 	round int
 	res   *fleetRound
 	undo  undoList
+	// initialEDS is the endpoints every proxy must hold at first: when
+	// nil, those of the mesh's own services.
+	initialEDS map[string]uint64
 }
 
 func selfCPU(b *testing.B) time.Duration {
@@ -77,14 +80,7 @@ func runFleetRound(b *testing.B, cfg fleetSize, mesh *fleetMesh, cp *fleetCP, ki
 	r := &fleetRun{b: b, cfg: cfg, mesh: mesh, cp: cp, kind: kind, round: round, res: &fleetRound{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	defer func() {
-		cp.stop(b)
-		uctx, ucancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer ucancel()
-		if err := r.undo.run(uctx); err != nil {
-			b.Fatalf("restore the mesh after %s round %d: %v", kind, round, err)
-		}
-	}()
+	defer r.finish()
 	if !r.initial(ctx) {
 		return r.res
 	}
@@ -105,6 +101,16 @@ func runFleetRound(b *testing.B, cfg fleetSize, mesh *fleetMesh, cp *fleetCP, ki
 	fleetNote("%s round %d: virtual service p99 %s (cpu %s, %d proxies see it, %d sent anything); destination rule p99 %s (cpu %s, %d proxies sent anything)",
 		kind, round, x.vsP99.Round(time.Millisecond), x.vsCPU, x.vsAffected, x.vsPushed, x.drP99.Round(time.Millisecond), x.drCPU, x.drPushed)
 	return r.res
+}
+
+// finish stops the control plane and undoes the round's changes.
+func (r *fleetRun) finish() {
+	r.cp.stop(r.b)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if err := r.undo.run(ctx); err != nil {
+		r.b.Fatalf("restore the mesh after %s round %d: %v", r.kind, r.round, err)
+	}
 }
 
 // Phases of a round, as fleetRound.failed names them.
@@ -147,7 +153,11 @@ func (r *fleetRun) initial(ctx context.Context) bool {
 		b.Fatal(err)
 	}
 	r.f = f
-	f.install(&fleetGoal{eds: r.mesh.expected(), complete: true})
+	eds := r.initialEDS
+	if eds == nil {
+		eds = r.mesh.expected()
+	}
+	f.install(&fleetGoal{eds: eds, complete: true})
 	cpu0, fleet0 := cp.cpu(b), selfCPU(b)
 	start := time.Now()
 	f.start(ctx)

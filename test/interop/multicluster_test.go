@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -162,7 +163,7 @@ func TestMultiClusterTokensAreReviewedByTheirCluster(t *testing.T) {
 // The service account's token Secret is written by the test, as
 // kube-controller-manager's token controller (not run here) would fill it;
 // the reader has the chart's remote-reader ClusterRole (grantRemoteReader).
-func istioctlRemoteSecret(t *testing.T, env *testenv.Env, id string) *corev1.Secret {
+func istioctlRemoteSecret(t testing.TB, env *testenv.Env, id string) *corev1.Secret {
 	t.Helper()
 	ctx := context.Background()
 	client := env.Client(t)
@@ -179,10 +180,10 @@ func istioctlRemoteSecret(t *testing.T, env *testenv.Env, id string) *corev1.Sec
 		t.Fatal(err)
 	}
 	grantRemoteReader(t, env, ns, sa)
-	bins := peerBinariesFor(t)
+	istioctl := istioctlBinary(t)
 	cctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(cctx, bins.istioctl, "create-remote-secret", "--kubeconfig", env.Kubeconfig,
+	cmd := exec.CommandContext(cctx, istioctl, "create-remote-secret", "--kubeconfig", env.Kubeconfig,
 		"--name", id, "--istioNamespace", ns, "--create-service-account=false")
 	cmd.Env = isolatedEnv()
 	var stdout, stderr bytes.Buffer
@@ -198,6 +199,22 @@ func istioctlRemoteSecret(t *testing.T, env *testenv.Env, id string) *corev1.Sec
 		t.Fatalf("istioctl's remote secret is not of the expected shape:\n%s", stdout.String())
 	}
 	return &s
+}
+
+// istioctlBuild is istioctl for the benchmarks, run under -short.
+var istioctlBuild lazyBinary
+
+// istioctlBinary is the istioctl TestMain built, or under -short one
+// built on first use.
+func istioctlBinary(t testing.TB) string {
+	t.Helper()
+	if !testing.Short() {
+		if peerBuild.err != nil {
+			t.Fatalf("build the peers: %v", peerBuild.err)
+		}
+		return peerBuild.peers.istioctl
+	}
+	return istioctlBuild.get(t, "istioctl", "istioctl", "istio.io/istio/istioctl/cmd/istioctl")
 }
 
 // createPod writes a pod running as sa, as a scheduler-less API server
@@ -260,10 +277,18 @@ func wantCode(t *testing.T, code string, err error) {
 // (status "": id not listed).
 func waitClusterz(t *testing.T, p *istiod, id, status string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	if err := clusterzWait(p.MonitoringAddr, id, status, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// clusterzWait waits until the /debug/clusterz served at addr, Bulwark's
+// or Istio's, lists id with status (status "": id not listed).
+func clusterzWait(addr, id, status string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
 	var last string
 	for time.Now().Before(deadline) {
-		resp, err := http.Get("http://" + p.MonitoringAddr + "/debug/clusterz")
+		resp, err := http.Get("http://" + addr + "/debug/clusterz")
 		if err == nil {
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
@@ -280,13 +305,13 @@ func waitClusterz(t *testing.T, p *istiod, id, status string) {
 					}
 				}
 				if got == status {
-					return
+					return nil
 				}
 			}
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("clusterz: %s not %q: %s", id, status, last)
+	return fmt.Errorf("clusterz: %s not %q after %s: %s", id, status, timeout, last)
 }
 
 // adsFirstResponse opens an ADS stream to istiod as an agent of pod
@@ -331,7 +356,7 @@ var remoteReaderBlock = regexp.MustCompile("(?s)```yaml remote-reader\n(.*?)```"
 // grantRemoteReader gives ns/sa of env's cluster the remote reader's
 // ClusterRole of docs/rbac.md, and nothing else: what another cluster's
 // istiod may do there.
-func grantRemoteReader(t *testing.T, env *testenv.Env, ns, sa string) {
+func grantRemoteReader(t testing.TB, env *testenv.Env, ns, sa string) {
 	t.Helper()
 	const doc = "../../docs/rbac.md"
 	data, err := os.ReadFile(doc)
