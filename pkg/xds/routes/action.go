@@ -150,28 +150,42 @@ func (t *translator) mirrorPolicy(d *networkingv1.Destination, frac *typev3.Frac
 
 // mirrorFraction is the share of requests mirrored: nil for none.
 func mirrorFraction(pct *networkingv1.Percent, legacy *wrapperspb.UInt32Value) *typev3.FractionalPercent {
+	num, den, ok := mirrorShare(pct, legacy)
+	if !ok {
+		return nil
+	}
+	return &typev3.FractionalPercent{Numerator: num, Denominator: den}
+}
+
+// mirrorShare is mirrorFraction's numerator and denominator; ok false
+// for none.
+func mirrorShare(pct *networkingv1.Percent, legacy *wrapperspb.UInt32Value) (uint32, typev3.FractionalPercent_DenominatorType, bool) {
 	switch {
 	case pct != nil:
 		if pct.GetValue() > 0 {
-			return percent(pct)
+			return percentMillionths(pct), typev3.FractionalPercent_MILLION, true
 		}
-		return nil
+		return 0, 0, false
 	case legacy != nil:
 		if legacy.GetValue() > 0 {
-			return &typev3.FractionalPercent{Numerator: legacy.GetValue(), Denominator: typev3.FractionalPercent_HUNDRED}
+			return legacy.GetValue(), typev3.FractionalPercent_HUNDRED, true
 		}
-		return nil
+		return 0, 0, false
 	}
-	return &typev3.FractionalPercent{Numerator: 100, Denominator: typev3.FractionalPercent_HUNDRED}
+	return 100, typev3.FractionalPercent_HUNDRED, true
 }
 
 // percent is p (0–100, fractional) in millionths, as Istio rounds it.
 func percent(p *networkingv1.Percent) *typev3.FractionalPercent {
+	return &typev3.FractionalPercent{Numerator: percentMillionths(p), Denominator: typev3.FractionalPercent_MILLION}
+}
+
+func percentMillionths(p *networkingv1.Percent) uint32 {
 	v := p.GetValue()
 	// Out-of-range values (the webhook refuses them) are clamped so the
 	// conversion stays defined.
 	v = min(max(v, 0), 100)
-	return &typev3.FractionalPercent{Numerator: uint32(v * 10000), Denominator: typev3.FractionalPercent_MILLION}
+	return uint32(v * 10000)
 }
 
 // redirect makes out a redirect, as Istio's ApplyRedirect.
