@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -405,12 +404,6 @@ func mustMarshal(m proto.Message) []byte {
 	return raw
 }
 
-// numeric reports whether strconv.Atoi may read s: it starts with a
-// digit or a sign (Atoi allocates the error it returns for the rest).
-func numeric(s string) bool {
-	return s != "" && (s[0] >= '0' && s[0] <= '9' || s[0] == '+' || s[0] == '-')
-}
-
 // parseRetryOn splits Istio's retryOn into Envoy's conditions and the
 // HTTP status codes among them.
 func parseRetryOn(s string) (string, []uint32) {
@@ -421,11 +414,10 @@ func parseRetryOn(s string) (string, []uint32) {
 		if part == "" {
 			continue
 		}
-		if numeric(part) {
-			if code, err := strconv.Atoi(part); err == nil && http.StatusText(code) != "" {
-				codes = append(codes, uint32(code))
-				continue
-			}
+		if isStatusCode(part) {
+			code, _ := strconv.Atoi(part)
+			codes = append(codes, uint32(code))
+			continue
 		}
 		conds = append(conds, part)
 	}

@@ -87,10 +87,10 @@ func (o Options) virtualHosts(m *Memo, snap *model.Snapshot, servers []BoundServ
 		labels = labelsKey(proxy.Labels)
 	}
 	var problems []Problem
-	byHost := map[string]*vhost{}
+	var byHost map[string]*vhost
 	var order []string
 	type key struct{ gw, ns, name string }
-	built := map[key][]builtRoute{}
+	var built map[key][]builtRoute
 	failed := map[key]bool{}
 	bound := map[string][]*model.VirtualService{}
 	var dmap delegates
@@ -117,6 +117,10 @@ func (o Options) virtualHosts(m *Memo, snap *model.Snapshot, servers []BoundServ
 		if !ok {
 			vss = o.boundTo(snap, gwName, proxy.Namespace)
 			bound[gwName] = vss
+		}
+		if built == nil {
+			// Sized for a VirtualService of one host each.
+			built, byHost = make(map[key][]builtRoute, len(vss)), make(map[string]*vhost, len(vss))
 		}
 		// The server's hosts a namespace's VirtualServices may claim,
 		// once per namespace.

@@ -39,6 +39,8 @@ type memoSlot struct {
 	raw     map[*routev3.Route][]byte
 	// bytes are the wire form's of the entries' routes.
 	bytes int
+	// vss is how many VirtualServices the snapshot has.
+	vss int
 	// known are the snapshot's VirtualServices, once asked for: a
 	// VirtualService made for one translation (a root with its
 	// delegates expanded) is never kept, as no later one asks for it.
@@ -130,7 +132,7 @@ func (m *Memo) slot(snap *model.Snapshot) (cur, other *memoSlot) {
 	// Sized for a translation of each VirtualService and its routes, as
 	// a first push asks for.
 	n := len(snap.Resources().VirtualServices)
-	m.snaps[1], m.slots[1] = snap, &memoSlot{entries: make(map[memoKey]*memoEntry, n), raw: make(map[*routev3.Route][]byte, 3*n)}
+	m.snaps[1], m.slots[1] = snap, &memoSlot{entries: make(map[memoKey]*memoEntry, n), vss: n}
 	return m.slots[1], m.slots[0]
 }
 
@@ -178,8 +180,15 @@ func (s *memoSlot) add(k memoKey, e *memoEntry) {
 	}
 	s.bytes += size
 	s.entries[k] = e
+	if e.routes == nil {
+		return
+	}
+	if s.raw == nil {
+		// Sized for a first push of translations into messages.
+		s.raw = make(map[*routev3.Route][]byte, 3*s.vss)
+	}
 	for _, r := range e.built {
-		if r.msg != nil && r.raw != nil {
+		if r.raw != nil {
 			s.raw[r.msg] = r.raw
 		}
 	}

@@ -335,7 +335,10 @@ func retryParts(on string) iter.Seq[string] {
 // isStatusCode reports whether parseRetryOn takes part as an HTTP status
 // code.
 func isStatusCode(part string) bool {
-	if !numeric(part) {
+	// What Atoi reads: a sign, then up to 18 digits (Atoi would allocate
+	// the error it returns for the rest).
+	digits := strings.TrimLeft(part, "+-")
+	if len(part)-len(digits) > 1 || digits == "" || len(digits) > 18 || strings.Trim(digits, "0123456789") != "" {
 		return false
 	}
 	code, err := strconv.Atoi(part)

@@ -41,11 +41,11 @@ func (o Options) buildRoutes(snap *model.Snapshot, vs *model.VirtualService, sco
 		deps = &e.deps
 	}
 	if f == wireForm {
-		if raw, all, ok := o.wireTranslate(snap, vs, scope, rs, deps); ok {
-			e.raw = raw
-			e.built = make([]builtRoute, len(raw))
-			for i := range raw {
-				e.built[i] = builtRoute{raw: raw[i], catchAll: all[i]}
+		if built, ok := o.wireTranslate(snap, vs, scope, rs, deps); ok {
+			e.built = built
+			e.raw = make([][]byte, len(built))
+			for i, r := range built {
+				e.raw[i] = r.raw
 			}
 			return e
 		}

@@ -2,6 +2,7 @@ package routes
 
 import (
 	"strconv"
+	"sync"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -28,37 +29,53 @@ import (
 // random VirtualServices.
 
 // wireTranslate writes the routes translate builds for vs in scope, as
-// MarshalRoutes encodes them, and whether each matches every request
+// MarshalRoutes encodes them, each with whether it matches every request
 // (isCatchAll); ok false leaves vs to translate (deps as they were).
-func (o Options) wireTranslate(snap *model.Snapshot, vs *model.VirtualService, scope Scope, rs *regexes, deps *reads) (raw [][]byte, catchAll []bool, ok bool) {
+// The routes share one buffer of their size.
+func (o Options) wireTranslate(snap *model.Snapshot, vs *model.VirtualService, scope Scope, rs *regexes, deps *reads) (built []builtRoute, ok bool) {
 	if checkBounds(vs.Spec) != "" {
-		return nil, nil, false
+		return nil, false
 	}
 	var nports, nrules int
 	if deps != nil {
 		nports, nrules = len(deps.ports), len(deps.rules)
 	}
-	n := 0
-	for _, r := range vs.Spec.GetHttp() {
-		n += max(len(r.GetMatch()), 1)
-	}
-	w := &wireWriter{t: translator{o: o, snap: snap, vs: vs, scope: scope, rs: rs, deps: deps}}
-	w.e.b = make([]byte, 0, 384*n)
-	w.rule.b = make([]byte, 0, 256)
-	w.ends, w.catchAll = make([]int, 0, n), make([]bool, 0, n)
+	// Written into buffers kept for the next VirtualService, then
+	// copied into one of the right size.
+	w := wireWriters.Get().(*wireWriter)
+	defer w.release()
+	w.t = translator{o: o, snap: snap, vs: vs, scope: scope, rs: rs, deps: deps}
 	if !w.routes() || w.e.err != nil || w.rule.err != nil {
 		if deps != nil {
 			deps.ports, deps.rules = deps.ports[:nports], deps.rules[:nrules]
 		}
-		return nil, nil, false
+		return nil, false
 	}
-	raw = make([][]byte, len(w.ends))
+	buf := make([]byte, len(w.e.b))
+	copy(buf, w.e.b)
+	built = make([]builtRoute, len(w.ends))
 	start := 0
 	for i, end := range w.ends {
-		raw[i] = w.e.b[start:end:end]
+		built[i] = builtRoute{raw: buf[start:end:end], catchAll: w.catchAll[i]}
 		start = end
 	}
-	return raw, w.catchAll, true
+	return built, true
+}
+
+// wireWriters are the writers wireTranslate uses, with their buffers.
+var wireWriters = sync.Pool{New: func() any {
+	return &wireWriter{e: encoder{b: make([]byte, 0, 4096)}, rule: encoder{b: make([]byte, 0, 1024)}}
+}}
+
+// release returns w to wireWriters, its buffers emptied (and dropped
+// when a large VirtualService grew them past what is worth keeping).
+func (w *wireWriter) release() {
+	const keep = 1 << 16
+	if cap(w.e.b) > keep || cap(w.rule.b) > keep {
+		return
+	}
+	*w = wireWriter{e: encoder{b: w.e.b[:0]}, rule: encoder{b: w.rule.b[:0]}, ends: w.ends[:0], catchAll: w.catchAll[:0]}
+	wireWriters.Put(w)
 }
 
 // wireWriter writes the routes of one VirtualService in one scope.
@@ -67,7 +84,9 @@ type wireWriter struct {
 	e        encoder // the routes, one after the other
 	ends     []int   // where each route ends in e.b
 	catchAll []bool
-	meta     []byte // the routes' metadata field
+	// The routes' metadata field is e.b[metaAt:metaAt+meta] once
+	// written.
+	metaAt, meta int
 	// rule holds the parts of the rule being written that each of its
 	// routes repeats: its header operations, then its action.
 	rule    encoder
@@ -129,12 +148,12 @@ func (w *wireWriter) route(rule *networkingv1.HTTPRoute, m *networkingv1.HTTPMat
 		return false
 	}
 	e.closeAt(mark)
-	if w.meta == nil {
+	if w.meta == 0 {
 		start := len(e.b)
 		w.metadata()
-		w.meta = e.b[start:len(e.b):len(e.b)]
+		w.metaAt, w.meta = start, len(e.b)-start
 	} else {
-		e.b = append(e.b, w.meta...)
+		e.b = append(e.b, e.b[w.metaAt:w.metaAt+w.meta]...)
 	}
 	// The decorator's operation: "<op>:<port><path>".
 	var digits [10]byte

@@ -25,7 +25,7 @@ import (
 func wireAgrees(t *testing.T, o Options, snap *model.Snapshot, vs *model.VirtualService, scope Scope) bool {
 	t.Helper()
 	var wireReads, protoReads reads
-	raw, all, ok := o.wireTranslate(snap, vs, scope, &regexes{}, &wireReads)
+	built, ok := o.wireTranslate(snap, vs, scope, &regexes{}, &wireReads)
 	rs, err := o.translate(snap, vs, scope, &regexes{}, &protoReads)
 	if !ok {
 		if len(wireReads.ports)+len(wireReads.rules) > 0 {
@@ -40,15 +40,15 @@ func wireAgrees(t *testing.T, o Options, snap *model.Snapshot, vs *model.Virtual
 	if err != nil {
 		t.Fatalf("%s: written, where the translation does not encode: %v", vs.Name, err)
 	}
-	if len(raw) != len(want) {
-		t.Fatalf("%s: %d routes written, translate built %d\n%v", vs.Name, len(raw), len(want), vs.Spec)
+	if len(built) != len(want) {
+		t.Fatalf("%s: %d routes written, translate built %d\n%v", vs.Name, len(built), len(want), vs.Spec)
 	}
-	for i := range raw {
-		if !bytes.Equal(raw[i], want[i]) {
-			t.Fatalf("%s: route %d written differs from translate's:\n got %x\nwant %x\nroute %v\nspec %v", vs.Name, i, raw[i], want[i], rs[i], vs.Spec)
+	for i, r := range built {
+		if !bytes.Equal(r.raw, want[i]) {
+			t.Fatalf("%s: route %d written differs from translate's:\n got %x\nwant %x\nroute %v\nspec %v", vs.Name, i, r.raw, want[i], rs[i], vs.Spec)
 		}
-		if all[i] != isCatchAll(rs[i]) {
-			t.Fatalf("%s: route %d catch-all %v, translate's %v", vs.Name, i, all[i], isCatchAll(rs[i]))
+		if r.catchAll != isCatchAll(rs[i]) {
+			t.Fatalf("%s: route %d catch-all %v, translate's %v", vs.Name, i, r.catchAll, isCatchAll(rs[i]))
 		}
 	}
 	if !sameReads(wireReads, protoReads) {
