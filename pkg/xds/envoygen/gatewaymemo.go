@@ -3,8 +3,6 @@ package envoygen
 import (
 	"sync"
 
-	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/routes"
 )
@@ -27,14 +25,14 @@ type routeMemo struct {
 
 type memoRoute struct {
 	once     sync.Once
-	rc       *route.RouteConfiguration
+	hosts    []routes.WireVirtualHost
 	problems []routes.Problem
 }
 
-// get returns the route configuration of key in snap, built by build
-// once while snap is among the last memoSnapshots asked for. What it
-// returns is shared: not to be changed.
-func (m *routeMemo) get(snap *model.Snapshot, key string, build func() (*route.RouteConfiguration, []routes.Problem)) (*route.RouteConfiguration, []routes.Problem) {
+// get returns the virtual hosts of the route configuration of key in
+// snap, built by build once while snap is among the last memoSnapshots
+// asked for. What it returns is shared: not to be changed.
+func (m *routeMemo) get(snap *model.Snapshot, key string, build func() ([]routes.WireVirtualHost, []routes.Problem)) ([]routes.WireVirtualHost, []routes.Problem) {
 	m.mu.Lock()
 	byKey, ok := m.built[snap]
 	if !ok {
@@ -55,6 +53,6 @@ func (m *routeMemo) get(snap *model.Snapshot, key string, build func() (*route.R
 		byKey[key] = r
 	}
 	m.mu.Unlock()
-	r.once.Do(func() { r.rc, r.problems = build() })
-	return r.rc, r.problems
+	r.once.Do(func() { r.hosts, r.problems = build() })
+	return r.hosts, r.problems
 }

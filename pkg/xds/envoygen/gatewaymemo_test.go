@@ -3,8 +3,6 @@ package envoygen
 import (
 	"testing"
 
-	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/routes"
 )
@@ -12,15 +10,15 @@ import (
 func TestRouteMemoBuildsOncePerSnapshotAndKey(t *testing.T) {
 	var m routeMemo
 	builds := 0
-	build := func() (*route.RouteConfiguration, []routes.Problem) {
+	build := func() ([]routes.WireVirtualHost, []routes.Problem) {
 		builds++
-		return &route.RouteConfiguration{}, nil
+		return make([]routes.WireVirtualHost, 1), nil
 	}
 	s1, s2, s3 := &model.Snapshot{}, &model.Snapshot{}, &model.Snapshot{}
 	a, _ := m.get(s1, "k", build)
 	b, _ := m.get(s1, "k", build)
-	if a != b || builds != 1 {
-		t.Fatalf("same snapshot and key: %d builds, shared %v", builds, a == b)
+	if &a[0] != &b[0] || builds != 1 {
+		t.Fatalf("same snapshot and key: %d builds, shared %v", builds, &a[0] == &b[0])
 	}
 	m.get(s1, "other", build)
 	m.get(s2, "k", build)

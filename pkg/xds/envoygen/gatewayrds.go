@@ -5,10 +5,7 @@ import (
 	"maps"
 	"slices"
 
-	route "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/encoding/protowire"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
@@ -28,8 +25,8 @@ func (b *builder) gatewayRoutes() []resource.Resource {
 			Name: name,
 			Key:  k,
 			Encode: func() ([]byte, error) {
-				rc, _ := b.memoRoute(k, name, servers)
-				return encodeGatewayRoute(rc, b.g.vsMemo.Encoded(b.snap))
+				hosts, _ := b.memoRoute(k, name, servers)
+				return encodeGatewayRoute(name, hosts)
 			},
 		})
 	}
@@ -37,31 +34,25 @@ func (b *builder) gatewayRoutes() []resource.Resource {
 }
 
 // memoRoute is gatewayRoute, built once per snapshot and resource key k.
-func (b *builder) memoRoute(k, name string, servers []*gwServer) (*route.RouteConfiguration, []routes.Problem) {
-	return b.g.memo.get(b.snap, k, func() (*route.RouteConfiguration, []routes.Problem) {
-		return b.gatewayRoute(name, servers)
+func (b *builder) memoRoute(k, name string, servers []*gwServer) ([]routes.WireVirtualHost, []routes.Problem) {
+	return b.g.memo.get(b.snap, k, func() ([]routes.WireVirtualHost, []routes.Problem) {
+		return b.gatewayRoute(servers)
 	})
 }
 
-// gatewayRoute is the route configuration name of servers, with what of
-// the VirtualServices bound to their Gateways it leaves out: the virtual
-// hosts the VirtualService translation gives the servers together (all
-// the plaintext HTTP servers of a port share one route configuration,
-// and Istio merges their virtual hosts), or, when no host is routed,
-// "blackhole:<port>", which answers 404 to every request.
-func (b *builder) gatewayRoute(name string, servers []*gwServer) (*route.RouteConfiguration, []routes.Problem) {
+// gatewayRoute is the virtual hosts of the route configuration of
+// servers, with what of the VirtualServices bound to their Gateways it
+// leaves out: the virtual hosts the VirtualService translation gives the
+// servers together (all the plaintext HTTP servers of a port share one
+// route configuration, and Istio merges their virtual hosts), or, when
+// no host is routed, "blackhole:<port>", which answers 404 to every
+// request.
+func (b *builder) gatewayRoute(servers []*gwServer) ([]routes.WireVirtualHost, []routes.Problem) {
 	bound := make([]routes.BoundServer, len(servers))
 	for i, s := range servers {
 		bound[i] = routes.BoundServer{Gateway: s.gw, Server: s.server}
 	}
-	vhosts, problems := b.g.Mesh.Routes.MemoVirtualHosts(&b.g.vsMemo, b.snap, bound, routes.Proxy{Namespace: b.p.Namespace, Labels: b.p.Labels})
-	return &route.RouteConfiguration{
-		Name:                           name,
-		VirtualHosts:                   vhosts,
-		ValidateClusters:               wrapperspb.Bool(false),
-		IgnorePortInHostMatching:       true,
-		MaxDirectResponseBodySizeBytes: wrapperspb.UInt32(1 << 20),
-	}, problems
+	return b.g.Mesh.Routes.WireVirtualHosts(&b.g.vsMemo, b.snap, bound, routes.Proxy{Namespace: b.p.Namespace, Labels: b.p.Labels})
 }
 
 // RouteProblems are the parts of the VirtualServices bound to the
@@ -83,68 +74,23 @@ func (g *Generator) RouteProblems(snap *model.Snapshot, p *Proxy) []routes.Probl
 	return out
 }
 
-// encodeGatewayRoute is rc, a route configuration gatewayRoute built, in
-// wire form, as proto's deterministic marshalling gives it: its name,
-// its virtual hosts, then its other fields. A virtual host is encoded
-// from the fields RouteVirtualHosts sets (name, domains, routes,
-// require_tls, include_request_attempt_count), each route as raw has it
-// already encoded, or else marshalled here.
-func encodeGatewayRoute(rc *route.RouteConfiguration, raw func(*route.Route) []byte) ([]byte, error) {
-	rest, err := proto.MarshalOptions{Deterministic: true}.Marshal(&route.RouteConfiguration{
-		ValidateClusters:               rc.ValidateClusters,
-		IgnorePortInHostMatching:       rc.IgnorePortInHostMatching,
-		MaxDirectResponseBodySizeBytes: rc.MaxDirectResponseBodySizeBytes,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("route %s: %w", rc.Name, err)
-	}
+// encodeGatewayRoute is the route configuration name of virtual hosts
+// hosts in wire form, as proto's deterministic marshalling gives it: its
+// name, its virtual hosts, then its other fields (a sidecar's too).
+func encodeGatewayRoute(name string, hosts []routes.WireVirtualHost) ([]byte, error) {
 	// Sized first, then written once into a buffer of that size.
-	enc := make([][]byte, 0, 4*len(rc.VirtualHosts))
-	vhSizes := make([]int, len(rc.VirtualHosts))
-	total := sizeStr(rc.Name) + len(rest)
-	for i, v := range rc.VirtualHosts {
-		n := sizeStr(v.Name)
-		for _, d := range v.Domains {
-			n += protowire.SizeTag(vhDomains) + protowire.SizeBytes(len(d))
-		}
-		for _, r := range v.Routes {
-			b := raw(r)
-			if b == nil {
-				if b, err = routes.MarshalRoute(r); err != nil {
-					return nil, fmt.Errorf("route %s: virtual host %s: %w", rc.Name, v.Name, err)
-				}
-			}
-			enc = append(enc, b)
-			n += protowire.SizeTag(vhRoutes) + protowire.SizeBytes(len(b))
-		}
-		if v.RequireTls != 0 {
-			n += protowire.SizeTag(vhRequireTLS) + protowire.SizeVarint(uint64(v.RequireTls))
-		}
-		if v.IncludeRequestAttemptCount {
-			n += protowire.SizeTag(vhIncludeRequestAttemptCount) + 1
-		}
-		vhSizes[i] = n
-		total += protowire.SizeTag(rcVirtualHosts) + protowire.SizeBytes(n)
+	total := sizeStr(name) + len(routeConfigurationRest)
+	for i := range hosts {
+		total += protowire.SizeTag(rcVirtualHosts) + protowire.SizeBytes(hosts[i].Size())
 	}
-	w := make(wire, 0, total).str(vhName, rc.Name) // RouteConfiguration.name is field 1 too
-	for i, v := range rc.VirtualHosts {
-		w = protowire.AppendTag(w, rcVirtualHosts, protowire.BytesType)
-		w = protowire.AppendVarint(w, uint64(vhSizes[i]))
-		w = w.str(vhName, v.Name)
-		for _, d := range v.Domains {
-			w = protowire.AppendTag(w, vhDomains, protowire.BytesType)
-			w = protowire.AppendString(w, d)
-		}
-		for range v.Routes {
-			w = w.message(vhRoutes, enc[0])
-			enc = enc[1:]
-		}
-		w = w.varint(vhRequireTLS, uint64(v.RequireTls))
-		if v.IncludeRequestAttemptCount {
-			w = w.varint(vhIncludeRequestAttemptCount, 1)
+	w := make(wire, 0, total).str(rcName, name)
+	for i := range hosts {
+		var err error
+		if w, err = routes.AppendWireVirtualHost(w, rcVirtualHosts, &hosts[i]); err != nil {
+			return nil, fmt.Errorf("route %s: %w", name, err)
 		}
 	}
-	return append(w, rest...), nil
+	return append(w, routeConfigurationRest...), nil
 }
 
 // sizeStr is the size of a string field as wire.str writes it.

@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"strings"
 
-	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/routes"
 )
@@ -118,7 +116,7 @@ type portVHost struct {
 	name    string
 	domains []string
 	svc     *model.Service
-	routes  []*routev3.Route
+	routes  [][]byte // in wire form
 }
 
 // portVirtualHosts are the virtual hosts of route "<port>" for b's proxy,
@@ -143,7 +141,7 @@ func (b *builder) portVirtualHosts(port uint32, svcs []*model.Service, mesh *mes
 	type wrapper struct {
 		vsHosts []string
 		svcs    []*model.Service
-		routes  []*routev3.Route
+		routes  [][]byte
 	}
 	var wrappers []wrapper
 	covered := map[string]bool{}
@@ -153,7 +151,7 @@ func (b *builder) portVirtualHosts(port uint32, svcs []*model.Service, mesh *mes
 			if port != 80 && !selectsService(mesh.hosts[i], byHost, wildSvc) {
 				continue
 			}
-			rs, err := b.g.Mesh.Routes.MemoHTTPRoutes(&b.g.meshMemo, b.snap, vs, scope)
+			rs, err := b.g.Mesh.Routes.MemoWireRoutes(&b.g.meshMemo, b.snap, vs, scope)
 			if err != nil {
 				// Left out, as Istio leaves it; MeshRouteProblems says why.
 				continue
@@ -215,7 +213,7 @@ func (b *builder) portVirtualHosts(port uint32, svcs []*model.Service, mesh *mes
 		}
 	}
 	var out []portVHost
-	add := func(h string, domains, alt []string, svc *model.Service, rs []*routev3.Route) {
+	add := func(h string, domains, alt []string, svc *model.Service, rs [][]byte) {
 		name := h + ":" + portName
 		if names[name] {
 			return

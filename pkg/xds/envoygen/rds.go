@@ -158,7 +158,6 @@ func (b *builder) sniffedRoute(name string, svc *model.Service, port uint32, svc
 // host name when anyHost.
 func (b *builder) appendVirtualHosts(w wire, port uint32, vhs []portVHost, anyHost bool) (wire, error) {
 	var retry []byte
-	var encoded func(*route.Route) []byte // the routes' kept wire form
 	for _, vh := range vhs {
 		domains := vh.domains
 		if anyHost {
@@ -177,13 +176,10 @@ func (b *builder) appendVirtualHosts(w wire, port uint32, vhs []portVHost, anyHo
 			}
 			continue
 		}
-		if encoded == nil {
-			encoded = b.g.meshMemo.Encoded(b.snap)
-		}
 		var err error
-		w, err = routes.AppendVirtualHost(w, rcVirtualHosts, &route.VirtualHost{
+		w, err = routes.AppendWireVirtualHost(w, rcVirtualHosts, &routes.WireVirtualHost{
 			Name: vh.name, Domains: domains, Routes: vh.routes, IncludeRequestAttemptCount: true,
-		}, encoded)
+		})
 		if err != nil {
 			return nil, fmt.Errorf("virtual host %s: %w", vh.name, err)
 		}

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -150,28 +149,42 @@ func (t *translator) mirrorPolicy(d *networkingv1.Destination, frac *typev3.Frac
 
 // mirrorFraction is the share of requests mirrored: nil for none.
 func mirrorFraction(pct *networkingv1.Percent, legacy *wrapperspb.UInt32Value) *typev3.FractionalPercent {
+	num, den, ok := mirrorShare(pct, legacy)
+	if !ok {
+		return nil
+	}
+	return &typev3.FractionalPercent{Numerator: num, Denominator: den}
+}
+
+// mirrorShare is mirrorFraction's numerator and denominator; ok false
+// for none.
+func mirrorShare(pct *networkingv1.Percent, legacy *wrapperspb.UInt32Value) (uint32, typev3.FractionalPercent_DenominatorType, bool) {
 	switch {
 	case pct != nil:
 		if pct.GetValue() > 0 {
-			return percent(pct)
+			return percentMillionths(pct), typev3.FractionalPercent_MILLION, true
 		}
-		return nil
+		return 0, 0, false
 	case legacy != nil:
 		if legacy.GetValue() > 0 {
-			return &typev3.FractionalPercent{Numerator: legacy.GetValue(), Denominator: typev3.FractionalPercent_HUNDRED}
+			return legacy.GetValue(), typev3.FractionalPercent_HUNDRED, true
 		}
-		return nil
+		return 0, 0, false
 	}
-	return &typev3.FractionalPercent{Numerator: 100, Denominator: typev3.FractionalPercent_HUNDRED}
+	return 100, typev3.FractionalPercent_HUNDRED, true
 }
 
 // percent is p (0–100, fractional) in millionths, as Istio rounds it.
 func percent(p *networkingv1.Percent) *typev3.FractionalPercent {
+	return &typev3.FractionalPercent{Numerator: percentMillionths(p), Denominator: typev3.FractionalPercent_MILLION}
+}
+
+func percentMillionths(p *networkingv1.Percent) uint32 {
 	v := p.GetValue()
 	// Out-of-range values (the webhook refuses them) are clamped so the
 	// conversion stays defined.
 	v = min(max(v, 0), 100)
-	return &typev3.FractionalPercent{Numerator: uint32(v * 10000), Denominator: typev3.FractionalPercent_MILLION}
+	return uint32(v * 10000)
 }
 
 // redirect makes out a redirect, as Istio's ApplyRedirect.
@@ -391,12 +404,6 @@ func mustMarshal(m proto.Message) []byte {
 	return raw
 }
 
-// numeric reports whether strconv.Atoi may read s: it starts with a
-// digit or a sign (Atoi allocates the error it returns for the rest).
-func numeric(s string) bool {
-	return s != "" && (s[0] >= '0' && s[0] <= '9' || s[0] == '+' || s[0] == '-')
-}
-
 // parseRetryOn splits Istio's retryOn into Envoy's conditions and the
 // HTTP status codes among them.
 func parseRetryOn(s string) (string, []uint32) {
@@ -407,11 +414,10 @@ func parseRetryOn(s string) (string, []uint32) {
 		if part == "" {
 			continue
 		}
-		if numeric(part) {
-			if code, err := strconv.Atoi(part); err == nil && http.StatusText(code) != "" {
-				codes = append(codes, uint32(code))
-				continue
-			}
+		if isStatusCode(part) {
+			code, _ := strconv.Atoi(part)
+			codes = append(codes, uint32(code))
+			continue
 		}
 		conds = append(conds, part)
 	}

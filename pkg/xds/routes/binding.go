@@ -51,6 +51,45 @@ func gatewaysOf(vs *model.VirtualService) []string {
 	return out
 }
 
+// bindsTo reports whether gatewaysOf(vs) holds gateway, without making
+// the list: boundTo asks it of every VirtualService.
+func bindsTo(vs *model.VirtualService, gateway string) bool {
+	refs := vs.Spec.GetGateways()
+	if len(refs) == 0 {
+		return gateway == Mesh
+	}
+	for _, ref := range refs {
+		if refersTo(ref, vs.Namespace, gateway) {
+			return true
+		}
+	}
+	return false
+}
+
+// refersTo reports whether resolveGateway(ref, ns) is gateway.
+func refersTo(ref, ns, gateway string) bool {
+	if ref == Mesh {
+		return gateway == Mesh
+	}
+	if gwNs, name, ok := strings.Cut(ref, "/"); ok {
+		if gwNs == "." {
+			return joined(gateway, ns, name)
+		}
+		return ref == gateway
+	}
+	name, rest, ok := strings.Cut(ref, ".")
+	if !ok {
+		return joined(gateway, ns, ref)
+	}
+	gwNs, _, _ := strings.Cut(rest, ".")
+	return joined(gateway, gwNs, name)
+}
+
+// joined reports whether s is ns + "/" + name.
+func joined(s, ns, name string) bool {
+	return len(s) == len(ns)+1+len(name) && s[:len(ns)] == ns && s[len(ns)] == '/' && s[len(ns)+1:] == name
+}
+
 // visibility is how far a VirtualService's exportTo lets it be seen from
 // namespace ns: 0 not at all, 1 privately (its own namespace), 2 exported
 // to ns by name, 3 public. Istio lists the bound services of a gateway in
@@ -87,7 +126,7 @@ func visibility(vs *model.VirtualService, ns string, defaults []string) int {
 func (o Options) boundTo(snap *model.Snapshot, gateway, proxyNamespace string) []*model.VirtualService {
 	var byVis [4][]*model.VirtualService
 	for _, vs := range snap.Resources().VirtualServices {
-		if vs.Spec == nil || !slices.Contains(gatewaysOf(vs), gateway) {
+		if vs.Spec == nil || !bindsTo(vs, gateway) {
 			continue
 		}
 		v := visibility(vs, proxyNamespace, o.DefaultExportTo)
@@ -176,7 +215,7 @@ func matches(h, o string) bool {
 // hosts that overlap, in server host order, without repeats.
 func intersect(server, vs []string) []string {
 	var out []string
-	seen := map[string]bool{}
+	var seen map[string]bool // past a few hosts, which a scan finds
 	for _, s := range server {
 		for _, v := range vs {
 			var h string
@@ -188,10 +227,22 @@ func intersect(server, vs []string) []string {
 			default:
 				continue
 			}
-			if !seen[h] {
+			switch {
+			case seen != nil:
+				if seen[h] {
+					continue
+				}
 				seen[h] = true
-				out = append(out, h)
+			case slices.Contains(out, h):
+				continue
+			case len(out) == 8:
+				seen = make(map[string]bool, 2*len(out))
+				for _, o := range out {
+					seen[o] = true
+				}
+				seen[h] = true
 			}
+			out = append(out, h)
 		}
 	}
 	return out

@@ -46,5 +46,11 @@
 // caller's.
 //
 // Everything returned may share sub-messages (a VirtualService's routes
-// share their metadata); it is to be marshalled, not changed.
+// share their metadata); it is to be marshalled, not changed. The
+// generators take the routes in wire form (WireVirtualHosts,
+// MemoWireRoutes): the routes of most VirtualServices are written to it
+// straight from their fields (wireroute.go), never built as messages;
+// the rest are translated and encoded (encode.go), byte for byte alike.
+// A VirtualService whose routes do not encode (a string that is not
+// UTF-8) is then left out whole, as one Envoy would refuse.
 package routes

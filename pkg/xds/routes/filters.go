@@ -170,6 +170,12 @@ func previousPriorities() *routev3.RetryPolicy_RetryPriority {
 // setting, else the subset's, else the rule's port-level, else the rule's
 // (Istio's HashForHTTPDestination); nil for none.
 func (t *translator) hashPolicy(d *networkingv1.Destination) *routev3.RouteAction_HashPolicy {
+	return hashPolicyOf(t.hashFor(d))
+}
+
+// hashFor is the consistent hash hashPolicy translates (nil for none),
+// noting in t.deps the DestinationRule it reads.
+func (t *translator) hashFor(d *networkingv1.Destination) *networkingv1.LoadBalancerSettings_ConsistentHashLB {
 	host := fqdn(t.snap, d.GetHost(), t.vs.Namespace)
 	dr := ruleFor(t.snap, host, t.scope.Proxy)
 	if t.deps != nil {
@@ -208,7 +214,7 @@ func (t *translator) hashPolicy(d *networkingv1.Destination) *routev3.RouteActio
 	case plsHash != nil:
 		hash = plsHash
 	}
-	return hashPolicyOf(hash)
+	return hash
 }
 
 func hashPolicyOf(h *networkingv1.LoadBalancerSettings_ConsistentHashLB) *routev3.RouteAction_HashPolicy {

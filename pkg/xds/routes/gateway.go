@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"iter"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,7 +39,7 @@ func GatewayVirtualHosts(snap *model.Snapshot, gw *model.Gateway, srv *networkin
 type vhost struct {
 	host   string
 	port   uint32
-	routes []*routev3.Route
+	routes []builtRoute
 	from   []string // "<gateway>|<vs ns>/<vs name>" in order
 	tls    bool     // require_tls ALL
 }
@@ -58,15 +59,38 @@ func (o Options) RouteVirtualHosts(snap *model.Snapshot, servers []BoundServer, 
 // VirtualServices that delegate nothing taken from and kept in m (nil:
 // none kept). What it returns is shared: not to be changed.
 func (o Options) MemoVirtualHosts(m *Memo, snap *model.Snapshot, servers []BoundServer, proxy Proxy) ([]*routev3.VirtualHost, []Problem) {
+	f := messages
+	if m != nil {
+		f = messagesAndWire
+	}
+	hosts, problems := o.virtualHosts(m, snap, servers, proxy, f)
+	out := make([]*routev3.VirtualHost, len(hosts))
+	for i, h := range hosts {
+		vh := &routev3.VirtualHost{Name: h.name, Domains: h.domains, Routes: make([]*routev3.Route, 0, len(h.routes)), IncludeRequestAttemptCount: h.attempts}
+		for r := range catchAllLast(h.routes) {
+			vh.Routes = append(vh.Routes, r.msg)
+		}
+		if h.tls {
+			vh.RequireTls = routev3.VirtualHost_ALL
+		}
+		out[i] = vh
+	}
+	return out, problems
+}
+
+// virtualHosts are the virtual hosts of RouteVirtualHosts, their routes
+// translated into form f (through m, nil: none kept), catch-all routes
+// not yet last.
+func (o Options) virtualHosts(m *Memo, snap *model.Snapshot, servers []BoundServer, proxy Proxy, f form) ([]builtHost, []Problem) {
 	labels := ""
 	if m != nil {
 		labels = labelsKey(proxy.Labels)
 	}
 	var problems []Problem
-	byHost := map[string]*vhost{}
+	var byHost map[string]*vhost
 	var order []string
 	type key struct{ gw, ns, name string }
-	built := map[key][]*routev3.Route{}
+	var built map[key][]builtRoute
 	failed := map[key]bool{}
 	bound := map[string][]*model.VirtualService{}
 	var dmap delegates
@@ -94,6 +118,14 @@ func (o Options) MemoVirtualHosts(m *Memo, snap *model.Snapshot, servers []Bound
 			vss = o.boundTo(snap, gwName, proxy.Namespace)
 			bound[gwName] = vss
 		}
+		if built == nil {
+			// Sized for a VirtualService of one host each.
+			built, byHost = make(map[key][]builtRoute, len(vss)), make(map[string]*vhost, len(vss))
+		}
+		// The server's hosts a namespace's VirtualServices may claim,
+		// once per namespace.
+		claimable := map[string][]string{}
+		var vsHosts []string
 		for _, vs := range vss {
 			if len(vs.Spec.GetHosts()) > MaxHosts {
 				k := key{gwName, vs.Namespace, vs.Name}
@@ -103,11 +135,16 @@ func (o Options) MemoVirtualHosts(m *Memo, snap *model.Snapshot, servers []Bound
 				}
 				continue
 			}
-			vsHosts := make([]string, 0, len(vs.Spec.GetHosts()))
+			vsHosts = vsHosts[:0]
 			for _, h := range vs.Spec.GetHosts() {
 				vsHosts = append(vsHosts, fqdn(snap, h, vs.Namespace))
 			}
-			hosts := intersect(serverHostsFor(srv.GetHosts(), bs.Gateway.Namespace, vs.Namespace), vsHosts)
+			srvHosts, ok := claimable[vs.Namespace]
+			if !ok {
+				srvHosts = serverHostsFor(srv.GetHosts(), bs.Gateway.Namespace, vs.Namespace)
+				claimable[vs.Namespace] = srvHosts
+			}
+			hosts := intersect(srvHosts, vsHosts)
 			if len(hosts) == 0 {
 				continue
 			}
@@ -118,15 +155,16 @@ func (o Options) MemoVirtualHosts(m *Memo, snap *model.Snapshot, servers []Bound
 			routes, ok := built[k]
 			if !ok {
 				scope := Scope{Port: port, Gateway: gwName, TLS: srv.GetTls() != nil, Proxy: proxy}
-				var err error
+				var e *memoEntry
 				if m != nil && memoizable(vs) {
-					routes, err = o.memoRoutes(m, snap, vs, scope, labels, rs)
+					e = o.memoRoutes(m, snap, vs, scope, labels, rs, f)
 				} else {
 					expanded, dprobs := o.expand(snap, vs, ds)
 					problems = append(problems, dprobs...)
-					routes, err = o.httpRoutes(snap, expanded, scope, rs)
+					e = o.buildRoutes(snap, expanded, scope, rs, f, false)
 				}
-				if err != nil {
+				routes = e.built
+				if err := e.err; err != nil {
 					failed[k] = true
 					if !errors.Is(err, ErrNoRoutes) {
 						problems = append(problems, vsProblem(vs, "left out of gateway %s: %v", gwName, err))
@@ -185,11 +223,7 @@ func (o Options) MemoVirtualHosts(m *Memo, snap *model.Snapshot, servers []Bound
 		if len(servers) > 0 {
 			port = servers[0].Server.GetPort().GetNumber()
 		}
-		return []*routev3.VirtualHost{{
-			Name:    "blackhole:" + strconv.FormatUint(uint64(port), 10),
-			Domains: []string{"*"},
-			Routes:  []*routev3.Route{},
-		}}, problems
+		return []builtHost{{name: "blackhole:" + strconv.FormatUint(uint64(port), 10), domains: []string{"*"}}}, problems
 	}
 	return collapse(byHost, order), problems
 }
@@ -211,35 +245,44 @@ func validDomain(h string, _ uint32) error {
 // same contributions and redirect, named after the most specific host
 // (Istio's host order: exact before wildcard, longer first, then
 // alphabetical), sorted by name.
-func collapse(byHost map[string]*vhost, hosts []string) []*routev3.VirtualHost {
+func collapse(byHost map[string]*vhost, hosts []string) []builtHost {
 	slices.SortFunc(hosts, moreSpecific)
 	type key struct {
 		from string
 		tls  bool
 	}
-	first := map[key]*routev3.VirtualHost{}
-	var out []*routev3.VirtualHost
+	first := make(map[key]int, len(hosts))
+	out := make([]builtHost, 0, len(hosts))
 	for _, h := range hosts {
 		v := byHost[h]
 		k := key{strings.Join(v.from, "\n"), v.tls}
-		if vh, ok := first[k]; ok {
-			vh.Domains = append(vh.Domains, h)
+		if i, ok := first[k]; ok {
+			out[i].domains = append(out[i].domains, h)
 			continue
 		}
-		vh := &routev3.VirtualHost{
-			Name:                       h + ":" + strconv.FormatUint(uint64(v.port), 10),
-			Domains:                    []string{h},
-			Routes:                     catchAllLast(v.routes),
-			IncludeRequestAttemptCount: true,
-		}
-		if v.tls {
-			vh.RequireTls = routev3.VirtualHost_ALL
-		}
-		first[k] = vh
-		out = append(out, vh)
+		first[k] = len(out)
+		out = append(out, builtHost{
+			name:     h + ":" + strconv.FormatUint(uint64(v.port), 10),
+			domains:  []string{h},
+			routes:   v.routes,
+			tls:      v.tls,
+			attempts: true,
+		})
 	}
-	slices.SortStableFunc(out, func(a, b *routev3.VirtualHost) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortStableFunc(out, func(a, b builtHost) int { return cmp.Compare(a.name, b.name) })
 	return out
+}
+
+// builtHost is a virtual host RouteVirtualHosts makes: its name and
+// domains, its routes (catch-all routes not yet last), whether it
+// requires TLS (require_tls ALL) and counts request attempts
+// (include_request_attempt_count).
+type builtHost struct {
+	name     string
+	domains  []string
+	routes   []builtRoute
+	tls      bool
+	attempts bool
 }
 
 func moreSpecific(a, b string) int {
@@ -255,17 +298,16 @@ func moreSpecific(a, b string) int {
 	return cmp.Compare(a, b)
 }
 
-// catchAllLast moves the routes that match every request after the
+// catchAllLast yields the routes that match every request after the
 // others, keeping the order within each (Istio's SortVHostRoutes).
-func catchAllLast(routes []*routev3.Route) []*routev3.Route {
-	out := make([]*routev3.Route, 0, len(routes))
-	var last []*routev3.Route
-	for _, r := range routes {
-		if isCatchAll(r) {
-			last = append(last, r)
-		} else {
-			out = append(out, r)
+func catchAllLast(routes []builtRoute) iter.Seq[builtRoute] {
+	return func(yield func(builtRoute) bool) {
+		for _, last := range []bool{false, true} {
+			for _, r := range routes {
+				if r.catchAll == last && !yield(r) {
+					return
+				}
+			}
 		}
 	}
-	return append(out, last...)
 }

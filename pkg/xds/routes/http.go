@@ -245,6 +245,13 @@ func (t *translator) operation(r *routev3.Route) string {
 // cluster is the cluster of destination d: its port, else (on a
 // gateway) the service's only port, else the listener's.
 func (t *translator) cluster(d *networkingv1.Destination) string {
+	host, port := t.clusterOf(d)
+	return resource.ClusterName(host, d.GetSubset(), port)
+}
+
+// clusterOf is the host and port of destination d's cluster, noting in
+// t.deps what it reads of the snapshot.
+func (t *translator) clusterOf(d *networkingv1.Destination) (string, uint32) {
 	host := fqdn(t.snap, d.GetHost(), t.vs.Namespace)
 	port := t.scope.Port
 	if d.GetPort() != nil {
@@ -263,7 +270,7 @@ func (t *translator) cluster(d *networkingv1.Destination) string {
 			port = p
 		}
 	}
-	return resource.ClusterName(host, d.GetSubset(), port)
+	return host, port
 }
 
 // isCatchAll reports whether r matches every request (Istio's

@@ -39,13 +39,15 @@ type memoSlot struct {
 	raw     map[*routev3.Route][]byte
 	// bytes are the wire form's of the entries' routes.
 	bytes int
+	// vss is how many VirtualServices the snapshot has.
+	vss int
 	// known are the snapshot's VirtualServices, once asked for: a
 	// VirtualService made for one translation (a root with its
 	// delegates expanded) is never kept, as no later one asks for it.
 	known map[*model.VirtualService]bool
 }
 
-// memoKey is a VirtualService translated in one scope.
+// memoKey is a VirtualService translated in one scope, in one form.
 type memoKey struct {
 	vs      *model.VirtualService
 	gateway string
@@ -53,6 +55,7 @@ type memoKey struct {
 	tls     bool
 	proxyNs string
 	labels  string
+	form    form
 }
 
 // memoEntry is a translation and what it read of its snapshot.
@@ -60,8 +63,12 @@ type memoEntry struct {
 	domain string
 	retry  *networkingv1.HTTPRetry
 	deps   reads
+	// routes are the translation's messages (nil when written straight
+	// to wire form), raw their wire form (a nil route: it does not
+	// encode), built the two together.
 	routes []*routev3.Route
-	raw    [][]byte // routes' wire form
+	raw    [][]byte
+	built  []builtRoute
 	err    error
 }
 
@@ -125,7 +132,7 @@ func (m *Memo) slot(snap *model.Snapshot) (cur, other *memoSlot) {
 	// Sized for a translation of each VirtualService and its routes, as
 	// a first push asks for.
 	n := len(snap.Resources().VirtualServices)
-	m.snaps[1], m.slots[1] = snap, &memoSlot{entries: make(map[memoKey]*memoEntry, n), raw: make(map[*routev3.Route][]byte, 3*n)}
+	m.snaps[1], m.slots[1] = snap, &memoSlot{entries: make(map[memoKey]*memoEntry, n), vss: n}
 	return m.slots[1], m.slots[0]
 }
 
@@ -173,9 +180,16 @@ func (s *memoSlot) add(k memoKey, e *memoEntry) {
 	}
 	s.bytes += size
 	s.entries[k] = e
-	for i, r := range e.routes {
-		if e.raw[i] != nil {
-			s.raw[r] = e.raw[i]
+	if e.routes == nil {
+		return
+	}
+	if s.raw == nil {
+		// Sized for a first push of translations into messages.
+		s.raw = make(map[*routev3.Route][]byte, 3*s.vss)
+	}
+	for _, r := range e.built {
+		if r.raw != nil {
+			s.raw[r.msg] = r.raw
 		}
 	}
 }
@@ -224,24 +238,17 @@ func labelsKey(labels map[string]string) string {
 	return b.String()
 }
 
-// memoRoutes is httpRoutes of vs in scope through m: remembered, or
-// translated, encoded and remembered.
-func (o Options) memoRoutes(m *Memo, snap *model.Snapshot, vs *model.VirtualService, scope Scope, labels string, rs *regexes) ([]*routev3.Route, error) {
-	k := memoKey{vs: vs, gateway: scope.Gateway, port: scope.Port, tls: scope.TLS, proxyNs: scope.Proxy.Namespace, labels: labels}
+// memoRoutes is the translation of vs in scope, in form f, through m:
+// remembered, or translated and remembered.
+func (o Options) memoRoutes(m *Memo, snap *model.Snapshot, vs *model.VirtualService, scope Scope, labels string, rs *regexes, f form) *memoEntry {
+	k := memoKey{vs: vs, gateway: scope.Gateway, port: scope.Port, tls: scope.TLS, proxyNs: scope.Proxy.Namespace, labels: labels, form: f}
 	if e := m.lookup(snap, k, o.DefaultRetry, scope.Proxy); e != nil {
-		return e.routes, e.err
+		return e
 	}
-	e := &memoEntry{domain: snap.Options.Domain, retry: o.DefaultRetry}
-	e.routes, e.err = o.translate(snap, vs, scope, rs, &e.deps)
-	// Routes that do not encode are encoded again with the route
-	// configuration, which reports the error.
-	if raw, err := MarshalRoutes(e.routes); err == nil {
-		e.raw = raw
-	} else {
-		e.raw = make([][]byte, len(e.routes))
-	}
+	e := o.buildRoutes(snap, vs, scope, rs, f, true)
+	e.domain, e.retry = snap.Options.Domain, o.DefaultRetry
 	m.store(snap, k, e)
-	return e.routes, e.err
+	return e
 }
 
 // MemoHTTPRoutes is HTTPRoutes of vs in scope, through m (nil: none
@@ -260,11 +267,37 @@ func (o Options) MemoHTTPRoutes(m *Memo, snap *model.Snapshot, vs *model.Virtual
 	if scope.every || scope.Proxy.AnySource || !memoizable(vs) || !m.known(snap, vs) {
 		return o.httpRoutes(snap, vs, scope, &m.rs)
 	}
-	labels := ""
-	if selectsClients(vs) || snap.SelectsClients() {
-		labels = labelsKey(scope.Proxy.Labels)
+	e := o.memoRoutes(m, snap, vs, scope, scopeLabels(snap, vs, scope), &m.rs, messagesAndWire)
+	return e.routes, e.err
+}
+
+// MemoWireRoutes is MemoHTTPRoutes with the routes in wire form, as
+// MarshalRoute writes them: written straight to wire form where
+// wireTranslate can, else translated and encoded (a VirtualService
+// whose routes do not encode is then refused). What it returns is
+// shared: not to be changed.
+func (o Options) MemoWireRoutes(m *Memo, snap *model.Snapshot, vs *model.VirtualService, scope Scope) ([][]byte, error) {
+	var e *memoEntry
+	if m == nil || scope.every || scope.Proxy.AnySource || !memoizable(vs) || !m.known(snap, vs) {
+		var rs *regexes
+		if m != nil {
+			rs = &m.rs
+		}
+		e = o.buildRoutes(snap, vs, scope, rs, wireForm, false)
+	} else {
+		e = o.memoRoutes(m, snap, vs, scope, scopeLabels(snap, vs, scope), &m.rs, wireForm)
 	}
-	return o.memoRoutes(m, snap, vs, scope, labels, &m.rs)
+	return e.raw, e.err
+}
+
+// scopeLabels are the proxy's labels as part of a memo key, when the
+// translation of vs reads them: a match of vs selects clients by their
+// labels, or a DestinationRule selects clients.
+func scopeLabels(snap *model.Snapshot, vs *model.VirtualService, scope Scope) string {
+	if selectsClients(vs) || snap.SelectsClients() {
+		return labelsKey(scope.Proxy.Labels)
+	}
+	return ""
 }
 
 // known reports whether vs is one of snap's VirtualServices.

@@ -179,7 +179,9 @@ func (o Options) MeshProblems(snap *model.Snapshot) []Problem {
 		expanded, dprobs := o.expand(snap, vs, ds)
 		problems = append(problems, dprobs...)
 		if len(expanded.Spec.GetHttp()) > 0 {
-			_, err := o.httpRoutes(snap, expanded, Scope{Port: 80, Gateway: Mesh, every: true}, rs)
+			// In the form sidecars get them: routes that do not encode
+			// leave the VirtualService out too (MemoWireRoutes).
+			err := o.buildRoutes(snap, expanded, Scope{Port: 80, Gateway: Mesh, every: true}, rs, wireForm, false).err
 			if err != nil && !errors.Is(err, ErrNoRoutes) {
 				problems = append(problems, vsProblem(vs, "left out of sidecars: %v", err))
 			}
