@@ -27,8 +27,6 @@ var (
 	errShuttingDown     = status.Error(codes.Unavailable, "istiod is shutting down, reconnect")
 	errForbidden        = status.Error(codes.PermissionDenied, "node identity does not match the caller")
 	errPodMismatch      = status.Error(codes.PermissionDenied, "node names a pod of another identity")
-	errClusterMismatch  = status.Error(codes.PermissionDenied, "node cluster does not match the authenticating cluster")
-	errRemoteCluster    = status.Error(codes.PermissionDenied, "proxies of remote clusters are not served")
 )
 
 // ErrIdentityMismatch is logged when node metadata names another identity
@@ -160,7 +158,7 @@ func (c callbacks) authenticate(p *proxy, node *core.Node) error {
 		s.log.Warn("proxy rejected", "node", node.GetId(), "err", err)
 		return status.Error(codes.InvalidArgument, "invalid node identity")
 	case plaintext:
-		if cerr := s.checkCluster(node, meta, nil); cerr != nil {
+		if cerr := s.bindCluster(wl, node, meta, nil); cerr != nil {
 			return cerr
 		}
 	case !plaintext:
@@ -168,7 +166,7 @@ func (c callbacks) authenticate(p *proxy, node *core.Node) error {
 		if aerr != nil {
 			return s.refuseUnauthenticated("proxy", node, aerr)
 		}
-		if cerr := s.checkCluster(node, meta, caller); cerr != nil {
+		if cerr := s.bindCluster(wl, node, meta, caller); cerr != nil {
 			return cerr
 		}
 		if err != nil || !slices.Contains(caller.Identities, want) {
@@ -185,7 +183,7 @@ func (c callbacks) authenticate(p *proxy, node *core.Node) error {
 	p.mu.Lock()
 	p.node = node
 	p.wl = wl
-	p.sp = sds.Proxy{Namespace: meta.Namespace, ServiceAccount: meta.ServiceAccount, Secure: !plaintext && tlsStream(p.ctx)}
+	p.sp = sds.Proxy{Namespace: meta.Namespace, ServiceAccount: meta.ServiceAccount, Secure: !plaintext && tlsStream(p.ctx), Cluster: wl.cluster}
 	p.mu.Unlock()
 	s.mu.Lock()
 	s.byNode[node] = p
@@ -296,37 +294,4 @@ func (s *Server) admit(ctx context.Context) error {
 		r.Cancel()
 		return ctx.Err()
 	}
-}
-
-// ErrClusterMismatch: a proxy's node metadata CLUSTER_ID names a cluster
-// other than the one that authenticated it. Istio serves such a proxy the
-// Pods and Secrets of the cluster it claims (the gap of Istio's closed PR
-// #52401); Bulwark refuses it.
-var ErrClusterMismatch = errors.New("node cluster does not match the authenticating cluster")
-
-// ErrRemoteCluster: a proxy was authenticated by a remote cluster, whose
-// Pods and Secrets are not in the model yet. It is refused rather than
-// served the local cluster's.
-var ErrRemoteCluster = errors.New("proxy of a remote cluster")
-
-// checkCluster binds a proxy to the cluster that authenticated it: the
-// cluster of caller (a token's reviewing cluster; istiod's own for a
-// client certificate, an OIDC token, or the plaintext port, where caller
-// is nil). Node metadata CLUSTER_ID, when set, must name that cluster, and
-// that cluster must be istiod's own.
-func (s *Server) checkCluster(node *core.Node, meta *NodeMeta, caller *authn.Caller) error {
-	authenticated := s.cfg.ClusterID
-	if caller != nil && caller.ClusterID != "" {
-		authenticated = caller.ClusterID
-	}
-	if meta.ClusterID != "" && meta.ClusterID != authenticated {
-		s.log.Warn("proxy rejected", "node", node.GetId(), "claimed_cluster", meta.ClusterID,
-			"authenticated_cluster", authenticated, "err", ErrClusterMismatch)
-		return errClusterMismatch
-	}
-	if authenticated != s.cfg.ClusterID {
-		s.log.Warn("proxy rejected", "node", node.GetId(), "authenticated_cluster", authenticated, "err", ErrRemoteCluster)
-		return errRemoteCluster
-	}
-	return nil
 }

@@ -38,6 +38,10 @@ type nodeWorkload struct {
 	labels         map[string]string
 	ips            []string
 	network        string // node metadata NETWORK
+	// cluster is the remote cluster that authenticated it, in whose
+	// registry its pod is looked up; "" for istiod's own (proxycluster.go).
+	// clusterID is its cluster's ID, remote or istiod's own.
+	cluster, clusterID string
 }
 
 // nodeWorkloadOf reads a node whose metadata parsed. The generator is
@@ -109,13 +113,6 @@ func (w *nodeWorkload) check(snap *model.Snapshot) error {
 	return nil
 }
 
-func (w *nodeWorkload) registryPod(snap *model.Snapshot) *model.Pod {
-	if w.pod == "" || !snap.HasPods() {
-		return nil
-	}
-	return snap.Pod(w.namespace, w.pod)
-}
-
 // scope is scopeIn under the mesh configuration in force.
 func (w *nodeWorkload) scope(s *Server, snap *model.Snapshot) (key string, gen generateFunc) {
 	return w.scopeIn(s, snap, s.mesh.Load())
@@ -154,12 +151,12 @@ func (w *nodeWorkload) endpointsKeyIn(snap *model.Snapshot, ms *meshState) strin
 
 // in is the workload's labels and addresses in snap: the registry pod's
 // when the node names one running under the node's service account; else
-// what the node claims.
+// what the node claims. The labels name the workload's cluster.
 func (w *nodeWorkload) in(snap *model.Snapshot) (labels map[string]string, ips []string) {
 	if pod := w.registryPod(snap); pod != nil && pod.ServiceAccount == w.serviceAccount {
-		return pod.Labels, pod.IPs
+		return w.withCluster(pod.Labels), pod.IPs
 	}
-	return w.labels, w.ips
+	return w.withCluster(w.labels), w.ips
 }
 
 // labelsIn is the workload's labels in snap (see in).
