@@ -29,7 +29,10 @@ type Change struct {
 	// Endpoints are the hostnames of the other services whose endpoints
 	// differ.
 	Endpoints map[string]bool
-	// Pods are the registry's pods added, removed or changed.
+	// Pods are the registry's pods added, removed or changed, and those of
+	// remote clusters' registries (by namespace and name alone: a change
+	// of a pod in one cluster is one of the pods of that name in every
+	// cluster).
 	Pods map[Meta]bool
 	// Sidecars are the Sidecars added, removed or changed (those before
 	// and after a change): a proxy configured by none of them, before or
@@ -115,7 +118,7 @@ func Diff(old, new *Snapshot) Change {
 	for _, h := range changedAlternates(old, new) {
 		mark(&c.Services, h)
 	}
-	c.Pods = podChanges(old.res.Pods, new.res.Pods)
+	c.Pods = remotePodChanges(old.res.RemotePods, new.res.RemotePods, podChanges(old.res.Pods, new.res.Pods))
 	c.Sidecars = changedSidecars(old.res.Sidecars, new.res.Sidecars)
 	var ok bool
 	if c.VirtualServices, ok = changedObjects(old.res.VirtualServices, new.res.VirtualServices, (*VirtualService).Parts); !ok {

@@ -173,7 +173,12 @@ type Resources struct {
 	// Pods are the registry's pods, sorted by namespace and name; nil when
 	// the source has no registry of pods (the file model), so that proxies
 	// describe their workload themselves.
-	Pods                   []*Pod
+	Pods []*Pod
+	// RemotePods are the pods of remote clusters' registries, by cluster
+	// ID, each sorted by namespace and name (package clusters sets them):
+	// where a proxy a remote cluster authenticated is looked up
+	// (Snapshot.RemotePod). A cluster absent has no registry in the model.
+	RemotePods             map[string][]*Pod
 	PeerAuthentications    []*PeerAuthentication
 	AuthorizationPolicies  []*AuthorizationPolicy
 	RequestAuthentications []*RequestAuthentication
@@ -284,13 +289,7 @@ func indexHosts(svcs []*Service, prev *hostIndex) *hostIndex {
 func (s *Snapshot) HasPods() bool { return s.res.Pods != nil }
 
 // Pod returns the pod namespace/name of the registry, or nil.
-func (s *Snapshot) Pod(namespace, name string) *Pod {
-	m := Meta{Name: name, Namespace: namespace}
-	if i, ok := slices.BinarySearchFunc(s.res.Pods, m, func(p *Pod, m Meta) int { return byMeta(p.Meta, m) }); ok {
-		return s.res.Pods[i]
-	}
-	return nil
-}
+func (s *Snapshot) Pod(namespace, name string) *Pod { return findPod(s.res.Pods, namespace, name) }
 
 // Resources returns the snapshot's inputs.
 func (s *Snapshot) Resources() *Resources { return &s.res }

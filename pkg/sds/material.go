@@ -26,6 +26,9 @@ var (
 	errCrossNS      = errors.New("secret is in another namespace than the proxy")
 	errUnauthorized = errors.New("proxy's service account may not read the secret")
 	errPlaintext    = errors.New("secrets are not served to plaintext or unauthenticated streams")
+	// errRemoteCluster: a proxy of a remote cluster asked for a
+	// credentialName Secret, which would be its cluster's.
+	errRemoteCluster = errors.New("credentialName secrets of remote clusters are not read")
 )
 
 // Data keys of kubernetes.io/tls Secrets and of Istio's generic ones.

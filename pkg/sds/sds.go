@@ -3,9 +3,10 @@
 // Secrets ("kubernetes://[<namespace>/]<name>", with "-cacert" for the CA
 // part only).
 //
-// Key material goes only to an authenticated proxy on a TLS stream, in the
-// Secret's own namespace, whose service account may get the Secret (a
-// SubjectAccessReview, cached briefly). Anything else is left out of the
+// Key material goes only to an authenticated proxy of the local cluster on
+// a TLS stream, in the Secret's own namespace, whose service account may
+// get the Secret (a SubjectAccessReview, cached briefly); a proxy a remote
+// cluster authenticated gets only ROOTCA (Proxy.Cluster). Anything else is left out of the
 // response, logged and counted; the stream is not ended. Secrets larger
 // than MaxSecretSize, or whose PEM does not parse or whose key does not
 // match the certificate, are never served.
@@ -62,6 +63,13 @@ type Proxy struct {
 	// Secure is true when the stream is TLS and its caller authenticated;
 	// nothing is served otherwise.
 	Secure bool
+	// Cluster is the remote cluster that authenticated the proxy; empty
+	// for istiod's own. Only the local cluster's Secrets are read (a
+	// remote cluster's reader may not read Secrets), and they are not the
+	// remote proxy's: it gets ROOTCA, and each credentialName Secret it
+	// asks for is refused with reason "remote_cluster", never served from
+	// the local cluster.
+	Cluster string
 }
 
 // Server generates Secret resources and reports their changes.
@@ -185,6 +193,9 @@ func (s *Server) generate(ctx context.Context, p Proxy, name string) (*tlsv3.Sec
 	if !ok {
 		return nil, errNotFound // not ours: the workload identity is the agent's
 	}
+	if p.Cluster != "" {
+		return nil, fmt.Errorf("proxy of cluster %s: %w", p.Cluster, errRemoteCluster)
+	}
 	if ref.namespace != p.Namespace {
 		return nil, errCrossNS
 	}
@@ -221,6 +232,8 @@ func reasonOf(err error) string {
 		return "plaintext"
 	case errors.Is(err, errCrossNS):
 		return "cross_namespace"
+	case errors.Is(err, errRemoteCluster):
+		return "remote_cluster"
 	case errors.Is(err, errUnauthorized):
 		return "unauthorized"
 	case errors.Is(err, errNotFound):

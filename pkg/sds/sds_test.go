@@ -100,6 +100,8 @@ func TestCredentialNames(t *testing.T) {
 		"the workload certificate is not istiod's to serve":              {gwProxy, "default", want{reason: "not_found"}},
 		"a malformed name gives nothing":                                 {gwProxy, "kubernetes://gw/a/b", want{reason: "not_found"}},
 		"a CA-only request of a secret without a CA gives nothing":       {gwProxy, "kubernetes://mismatched-cacert", want{reason: "invalid"}},
+		"a remote cluster's proxy gets no Secret of the local cluster":   {remoteGW, "kubernetes://tls", want{reason: "remote_cluster"}},
+		"a remote cluster's proxy gets no CA of the local cluster":       {remoteGW, "kubernetes://gw/tls-cacert", want{reason: "remote_cluster"}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

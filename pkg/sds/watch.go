@@ -37,8 +37,8 @@ func (s *Server) Watch(p Proxy, notify func()) *Watch {
 }
 
 // Set replaces the names the consumer asks for. Only what Generate could
-// serve p is watched: nothing for a plaintext stream, and only Secrets of
-// p's own namespace.
+// serve p is watched: nothing for a plaintext stream, only Secrets of p's
+// own namespace, and none for a proxy of a remote cluster.
 func (w *Watch) Set(names []string) {
 	refs, root := w.s.secretsOf(w.proxy, names)
 	s := w.s
@@ -75,7 +75,7 @@ func (s *Server) secretsOf(p Proxy, names []string) (refs []secretKey, rootCA bo
 			continue
 		}
 		ref, ok := parseName(n, p.Namespace)
-		if !ok || ref.namespace != p.Namespace || s.cfg.Client == nil {
+		if !ok || ref.namespace != p.Namespace || s.cfg.Client == nil || p.Cluster != "" {
 			continue
 		}
 		for _, c := range ref.candidates() {

@@ -43,6 +43,8 @@ func TestOnlyNamespacesWithConsumersAreWatched(t *testing.T) {
 	for p, names := range map[Proxy][]string{
 		{Namespace: "plain", ServiceAccount: "gw"}:           {"kubernetes://tls"},
 		{Namespace: "a", ServiceAccount: "gw", Secure: true}: {"kubernetes://b/tls", "default", RootCAName},
+		// A remote cluster's proxy: b's Secrets are the local cluster's.
+		{Namespace: "b", ServiceAccount: "gw", Secure: true, Cluster: "cluster-b"}: {"kubernetes://tls", RootCAName},
 	} {
 		w := f.srv.Watch(p, func() {})
 		w.Set(names)

@@ -29,8 +29,6 @@ var (
 	errShuttingDown     = status.Error(codes.Unavailable, "istiod is shutting down, reconnect")
 	errForbidden        = status.Error(codes.PermissionDenied, "node identity does not match the caller")
 	errPodMismatch      = status.Error(codes.PermissionDenied, "node names a pod of another identity")
-	errClusterMismatch  = status.Error(codes.PermissionDenied, "node cluster does not match the authenticating cluster")
-	errRemoteCluster    = status.Error(codes.PermissionDenied, "proxies of remote clusters are not served")
 )
 
 // callbacks implements go-control-plane's server callbacks, for its state
@@ -158,7 +156,7 @@ func (c callbacks) authenticate(p *proxy, node *core.Node) error {
 		s.log.Warn("proxy rejected", "node", node.GetId(), "err", err)
 		return status.Error(codes.InvalidArgument, "invalid node identity")
 	case plaintext:
-		if cerr := s.checkCluster(node, meta, nil); cerr != nil {
+		if cerr := s.bindCluster(wl, node, meta, nil); cerr != nil {
 			return cerr
 		}
 	case !plaintext:
@@ -166,7 +164,7 @@ func (c callbacks) authenticate(p *proxy, node *core.Node) error {
 		if aerr != nil {
 			return s.refuseUnauthenticated("proxy", node, aerr)
 		}
-		if cerr := s.checkCluster(node, meta, caller); cerr != nil {
+		if cerr := s.bindCluster(wl, node, meta, caller); cerr != nil {
 			return cerr
 		}
 		if err != nil || !slices.Contains(caller.Identities, want) {
@@ -183,7 +181,7 @@ func (c callbacks) authenticate(p *proxy, node *core.Node) error {
 	p.mu.Lock()
 	p.node = node
 	p.wl = wl
-	p.sp = sds.Proxy{Namespace: meta.Namespace, ServiceAccount: meta.ServiceAccount, Secure: !plaintext && tlsStream(p.ctx)}
+	p.sp = sds.Proxy{Namespace: meta.Namespace, ServiceAccount: meta.ServiceAccount, Secure: !plaintext && tlsStream(p.ctx), Cluster: wl.Cluster}
 	p.mu.Unlock()
 	s.mu.Lock()
 	s.byNode[node] = p
@@ -294,20 +292,4 @@ func (s *Server) admit(ctx context.Context) error {
 		r.Cancel()
 		return ctx.Err()
 	}
-}
-
-// checkCluster refuses a proxy not bound to istiod's own cluster
-// (identity.BindCluster), with the reason in the log.
-func (s *Server) checkCluster(node *core.Node, meta *identity.NodeMeta, caller *authn.Caller) error {
-	authenticated, err := identity.BindCluster(s.cfg.ClusterID, meta, caller)
-	switch {
-	case errors.Is(err, identity.ErrClusterMismatch):
-		s.log.Warn("proxy rejected", "node", node.GetId(), "claimed_cluster", meta.ClusterID,
-			"authenticated_cluster", authenticated, "err", err)
-		return errClusterMismatch
-	case err != nil:
-		s.log.Warn("proxy rejected", "node", node.GetId(), "authenticated_cluster", authenticated, "err", err)
-		return errRemoteCluster
-	}
-	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/bulwark-mesh/bulwark/pkg/authn"
+	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
 )
@@ -50,10 +51,14 @@ func TestProxyIsBoundToTheClusterThatAuthenticatedIt(t *testing.T) {
 		// Istio serves this proxy cluster-a's pod and secrets.
 		"a token of cluster-b claiming cluster-a is refused": {
 			authenticatedBy: "cluster-b", claimed: local, code: codes.PermissionDenied},
-		"a token of cluster-b with no claim is refused while remote clusters do not feed the model": {
-			authenticatedBy: "cluster-b", code: codes.PermissionDenied},
-		"a token of cluster-b claiming cluster-b is refused while remote clusters do not feed the model": {
-			authenticatedBy: "cluster-b", claimed: "cluster-b", code: codes.PermissionDenied},
+		"a token of cluster-b with no claim is served as cluster-b's": {
+			authenticatedBy: "cluster-b", code: codes.OK},
+		"a token of cluster-b claiming cluster-b is served": {
+			authenticatedBy: "cluster-b", claimed: "cluster-b", code: codes.OK},
+		"a token of a cluster whose pods are not in the model is told to retry": {
+			authenticatedBy: "cluster-c", code: codes.Unavailable},
+		"a token of cluster-c claiming cluster-b is refused": {
+			authenticatedBy: "cluster-c", claimed: "cluster-b", code: codes.PermissionDenied},
 		"a local token claiming another cluster is refused": {
 			authenticatedBy: local, claimed: "cluster-b", code: codes.PermissionDenied},
 		"a client certificate claiming another cluster is refused": {
@@ -66,11 +71,13 @@ func TestProxyIsBoundToTheClusterThatAuthenticatedIt(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			mod := func(c *Config) { c.Authenticator, c.ClusterID = clusterAuth{}, local }
+			// cluster-b's pods are in the model, cluster-c's are not.
+			snap := withRemotePods(modeltest.Load(t, baseManifests), map[string][]*model.Pod{"cluster-b": {}})
 			var h *harness
 			if tc.plaintext {
-				h = newHarnessOn(t, modeltest.Load(t, baseManifests), mod, (*Server).RegisterPlaintext)
+				h = newHarnessOn(t, snap, mod, (*Server).RegisterPlaintext)
 			} else {
-				h = newHarness(t, modeltest.Load(t, baseManifests), mod)
+				h = newHarness(t, snap, mod)
 			}
 			node := testNode("app", "client", nil)
 			if tc.claimed != "" {

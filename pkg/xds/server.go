@@ -97,10 +97,10 @@ type Config struct {
 	Authenticator authn.Authenticator
 	TrustDomain   spiffeid.TrustDomain
 	// ClusterID is istiod's own cluster: the model's Pods and Secrets are
-	// its. A proxy is served only when the cluster that authenticated it
-	// is this one, and its node metadata CLUSTER_ID, when set, must name
-	// that same cluster. Proxies authenticated by a remote cluster are
-	// refused until remote clusters feed the model.
+	// its, and remote clusters' pods are kept apart by cluster. A proxy
+	// belongs to the cluster that authenticated it, and its workload is
+	// looked up there alone; its node metadata CLUSTER_ID, when set, must
+	// name that same cluster (proxycluster.go).
 	ClusterID  string
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger

@@ -2,7 +2,9 @@
 // the one the xDS generators read: the local cluster gives everything
 // (services, endpoints, pods, policies), each remote cluster its services
 // and their endpoints, as Istio's multi-primary and primary-remote
-// istiods read remote clusters for endpoint discovery only.
+// istiods read remote clusters for endpoint discovery only, and its pods
+// apart (model.Resources.RemotePods), where the proxies that cluster
+// authenticates find their workload.
 //
 // Services merge by hostname (namespace sameness): a Service of one name
 // and namespace is one service wherever it runs. Which cluster's Service
@@ -206,10 +208,24 @@ func (m *Merger) publishLocked() {
 	m.merged = merged
 	res := *m.local.Resources()
 	res.Services = services
+	res.RemotePods = remotePods(m.remote, ids)
 	version := hex.EncodeToString(h.Sum(nil))[:16]
 	m.last = model.BuildShared(version, m.local.Options, res, m.last)
 	m.networks.observe(services)
 	m.pub.Publish(m.last)
+}
+
+// remotePods are the registries of pods of the remote clusters ids, by
+// cluster: where the proxies each cluster authenticates are looked up,
+// never in another cluster's.
+func remotePods(remote map[string]*model.Snapshot, ids []string) map[string][]*model.Pod {
+	out := make(map[string][]*model.Pod, len(ids))
+	for _, id := range ids {
+		if s := remote[id]; s.HasPods() {
+			out[id] = s.Resources().Pods
+		}
+	}
+	return out
 }
 
 // mergeServices is the service several clusters define: the first's

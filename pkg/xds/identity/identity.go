@@ -31,17 +31,21 @@ var ErrIdentityMismatch = errors.New("node identity does not match the caller")
 // #52401); Bulwark refuses it.
 var ErrClusterMismatch = errors.New("node cluster does not match the authenticating cluster")
 
-// ErrRemoteCluster: a proxy was authenticated by a remote cluster, whose
-// Pods and Secrets are not in the model yet. It is refused rather than
-// served the local cluster's.
-var ErrRemoteCluster = errors.New("proxy of a remote cluster")
+// ErrRemoteCluster: a debug client (istioctl) was authenticated by a
+// remote cluster; the proxies it would read are this cluster's.
+var ErrRemoteCluster = errors.New("debug client of a remote cluster")
 
-// BindCluster binds a proxy to the cluster that authenticated it: the
-// cluster of caller (a token's reviewing cluster; own, istiod's cluster,
-// for a client certificate, an OIDC token, or the plaintext port, where
-// caller is nil). Node metadata CLUSTER_ID, when set, must name that
-// cluster (else ErrClusterMismatch), and that cluster must be own (else
-// ErrRemoteCluster). It returns the authenticating cluster either way.
+// ErrClusterNotInModel: a proxy was authenticated by a remote cluster
+// whose pods are not in the model (not read yet, or withdrawn): its
+// workload cannot be looked up there, and is not looked up elsewhere.
+var ErrClusterNotInModel = errors.New("the authenticating cluster's pods are not in the model")
+
+// BindCluster names the cluster that authenticated a proxy: the cluster
+// of caller (a token's reviewing cluster; own, istiod's cluster, for a
+// client certificate, an OIDC token, or the plaintext port, where caller
+// is nil). Node metadata CLUSTER_ID, when set, must name that cluster
+// (else ErrClusterMismatch). It returns the authenticating cluster either
+// way.
 func BindCluster(own string, meta *NodeMeta, caller *authn.Caller) (authenticated string, err error) {
 	authenticated = own
 	if caller != nil && caller.ClusterID != "" {
@@ -49,9 +53,6 @@ func BindCluster(own string, meta *NodeMeta, caller *authn.Caller) (authenticate
 	}
 	if meta.ClusterID != "" && meta.ClusterID != authenticated {
 		return authenticated, ErrClusterMismatch
-	}
-	if authenticated != own {
-		return authenticated, ErrRemoteCluster
 	}
 	return authenticated, nil
 }

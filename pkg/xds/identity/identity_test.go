@@ -23,8 +23,9 @@ func TestBindCluster(t *testing.T) {
 		"a plaintext proxy claiming another cluster is refused":      {claimed: "remote", want: own, err: ErrClusterMismatch},
 		"a certificate caller is istiod's cluster's":                 {caller: &authn.Caller{}, want: own},
 		"a token reviewed by istiod's cluster is bound to it":        {caller: &authn.Caller{ClusterID: own}, claimed: own, want: own},
-		"a token reviewed by a remote cluster is refused":            {caller: &authn.Caller{ClusterID: "remote"}, want: "remote", err: ErrRemoteCluster},
-		"a remote token claiming that remote cluster is refused":     {caller: &authn.Caller{ClusterID: "remote"}, claimed: "remote", want: "remote", err: ErrRemoteCluster},
+		"a token reviewed by a remote cluster is bound to it":        {caller: &authn.Caller{ClusterID: "remote"}, want: "remote"},
+		"a remote token claiming that remote cluster is bound to it": {caller: &authn.Caller{ClusterID: "remote"}, claimed: "remote", want: "remote"},
+		"a remote token claiming istiod's cluster is a mismatch":     {caller: &authn.Caller{ClusterID: "remote"}, claimed: own, want: "remote", err: ErrClusterMismatch},
 		"a local token claiming a remote cluster is a mismatch":      {caller: &authn.Caller{ClusterID: own}, claimed: "remote", want: own, err: ErrClusterMismatch},
 	} {
 		t.Run(name, func(t *testing.T) {

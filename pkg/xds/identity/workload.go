@@ -3,6 +3,7 @@ package identity
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -31,6 +32,10 @@ type Workload struct {
 	Labels         map[string]string
 	IPs            []string
 	Network        string // node metadata NETWORK
+	// Cluster is the remote cluster that authenticated it, in whose
+	// registry its pod is looked up; "" for istiod's own. ClusterID is
+	// its cluster's ID, remote or istiod's own.
+	Cluster, ClusterID string
 }
 
 // WorkloadOf reads a node whose metadata parsed. The generator is
@@ -103,8 +108,18 @@ func (w *Workload) Check(snap *model.Snapshot) error {
 }
 
 // RegistryPod is the pod of snap's registry the node names, if any.
+// It is looked up in the registry of w's cluster only: the local registry
+// (none in the file model), or the remote cluster's, never another
+// cluster's pod of the same name.
 func (w *Workload) RegistryPod(snap *model.Snapshot) *model.Pod {
-	if w.Pod == "" || !snap.HasPods() {
+	if w.Pod == "" {
+		return nil
+	}
+	if w.Cluster != "" {
+		pod, _ := snap.RemotePod(w.Cluster, w.Namespace, w.Pod)
+		return pod
+	}
+	if !snap.HasPods() {
 		return nil
 	}
 	return snap.Pod(w.Namespace, w.Pod)
@@ -112,12 +127,28 @@ func (w *Workload) RegistryPod(snap *model.Snapshot) *model.Pod {
 
 // In is the workload's labels and addresses in snap: the registry pod's
 // when the node names one running under the node's service account; else
-// what the node claims.
+// what the node claims. The labels name the workload's cluster.
 func (w *Workload) In(snap *model.Snapshot) (labels map[string]string, ips []string) {
 	if pod := w.RegistryPod(snap); pod != nil && pod.ServiceAccount == w.ServiceAccount {
-		return pod.Labels, pod.IPs
+		return w.withCluster(pod.Labels), pod.IPs
 	}
-	return w.Labels, w.IPs
+	return w.withCluster(w.Labels), w.IPs
+}
+
+// withCluster is labels with topology.istio.io/cluster set to the
+// workload's cluster, as Istio labels a proxy's workload (whatever the pod
+// says): labels itself when it already is, or when the cluster has no ID.
+func (w *Workload) withCluster(labels map[string]string) map[string]string {
+	if w.ClusterID == "" {
+		return labels
+	}
+	if v, ok := labels[model.ClusterLabel]; ok && v == w.ClusterID {
+		return labels
+	}
+	out := make(map[string]string, len(labels)+1)
+	maps.Copy(out, labels)
+	out[model.ClusterLabel] = w.ClusterID
+	return out
 }
 
 // LabelsIn is the workload's labels in snap (see In).
