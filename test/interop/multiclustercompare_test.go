@@ -88,28 +88,7 @@ spec:
   - {name: remote, labels: {topology.istio.io/cluster: cluster-b}}
   - {name: remote-v1, labels: {topology.istio.io/cluster: cluster-b, security.istio.io/tlsMode: istio}}
 `
-	cfgs, _, err := crd.ParseInputs(rules)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range cfgs {
-		cfgs[i].Domain = "cluster.local"
-	}
-	s := xds.NewFakeDiscoveryServer(t, xds.FakeOptions{Configs: cfgs, KubernetesObjectStringByCluster: map[cluster.ID]string{
-		compareLocal: local, compareRemote: remote,
-	}})
-
-	store := model.NewStore()
-	_, log := logtest.New(t)
-	merger, err := clusters.New(store, log, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopRemote := runKubesource(t, decodeKube(t, remote), "", kubesource.Config{Publisher: merger.Remote(compareRemote),
-		ClusterID: compareRemote, EndpointsOnly: true})
-	defer stopRemote()
-	stopLocal := runKubesource(t, decodeKube(t, local), rules, kubesource.Config{Publisher: merger.Local(), ClusterID: compareLocal})
-	defer stopLocal()
+	s, store := twoClusterModels(t, local, remote, rules)
 	snap := store.Current()
 	if snap.Service("far.app.svc.cluster.local") == nil {
 		t.Fatal("the remote cluster's own service is not in the merged model")
@@ -155,4 +134,35 @@ func podOf(t *testing.T, docs, name string) *corev1.Pod {
 	}
 	t.Fatalf("no pod %s", name)
 	return nil
+}
+
+// twoClusterModels gives Istio's fake discovery server and Bulwark's model
+// the same two clusters (local with the Istio configuration rules, remote)
+// and the same rules: Bulwark's as two kubesources merged by
+// pkg/model/clusters, stopped when t ends.
+func twoClusterModels(t *testing.T, local, remote, rules string) (*xds.FakeDiscoveryServer, *model.Store) {
+	t.Helper()
+	cfgs, _, err := crd.ParseInputs(rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range cfgs {
+		cfgs[i].Domain = "cluster.local"
+	}
+	s := xds.NewFakeDiscoveryServer(t, xds.FakeOptions{Configs: cfgs, KubernetesObjectStringByCluster: map[cluster.ID]string{
+		compareLocal: local, compareRemote: remote,
+	}})
+
+	store := model.NewStore()
+	_, log := logtest.New(t)
+	merger, err := clusters.New(store, log, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopRemote := runKubesource(t, decodeKube(t, remote), "", kubesource.Config{Publisher: merger.Remote(compareRemote),
+		ClusterID: compareRemote, EndpointsOnly: true})
+	t.Cleanup(stopRemote)
+	stopLocal := runKubesource(t, decodeKube(t, local), rules, kubesource.Config{Publisher: merger.Local(), ClusterID: compareLocal})
+	t.Cleanup(stopLocal)
+	return s, store
 }

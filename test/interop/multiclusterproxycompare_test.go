@@ -18,17 +18,12 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/structpb"
-	"istio.io/istio/pilot/pkg/config/kube/crd"
 	istiomodel "istio.io/istio/pilot/pkg/model"
-	"istio.io/istio/pilot/test/xds"
-	"istio.io/istio/pkg/cluster"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/bulwark-mesh/bulwark/internal/logtest"
 	"github.com/bulwark-mesh/bulwark/pkg/authn"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
-	"github.com/bulwark-mesh/bulwark/pkg/model/clusters"
-	"github.com/bulwark-mesh/bulwark/pkg/model/kubesource"
 	bxds "github.com/bulwark-mesh/bulwark/pkg/xds"
 )
 
@@ -67,28 +62,7 @@ spec:
   workloadSelector: {labels: {app: client, topology.istio.io/cluster: cluster-b}}
   egress: [{hosts: ["./far.app.svc.cluster.local"]}]
 `
-	cfgs, _, err := crd.ParseInputs(rules)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range cfgs {
-		cfgs[i].Domain = "cluster.local"
-	}
-	s := xds.NewFakeDiscoveryServer(t, xds.FakeOptions{Configs: cfgs, KubernetesObjectStringByCluster: map[cluster.ID]string{
-		compareLocal: local, compareRemote: remote,
-	}})
-
-	store := model.NewStore()
-	_, log := logtest.New(t)
-	merger, err := clusters.New(store, log, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopRemote := runKubesource(t, decodeKube(t, remote), "", kubesource.Config{Publisher: merger.Remote(compareRemote),
-		ClusterID: compareRemote, EndpointsOnly: true})
-	defer stopRemote()
-	stopLocal := runKubesource(t, decodeKube(t, local), rules, kubesource.Config{Publisher: merger.Local(), ClusterID: compareLocal})
-	defer stopLocal()
+	s, store := twoClusterModels(t, local, remote, rules)
 	ours := startOurXDS(t, store, compareLocal)
 
 	for _, name := range []string{"client-1", "echo-2"} {
