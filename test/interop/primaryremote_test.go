@@ -468,6 +468,13 @@ func waitLogCount(t *testing.T, p *istiod, s string, n int) {
 	eventuallyTrue(t, 30*time.Second, fmt.Sprintf("%d log lines %q", n, s), func() bool { return logCount(p, s) >= n })
 }
 
+// waitLogged waits for istiod's log to hold s: its output reaches the
+// test through a pipe, after the answer that the line explains.
+func waitLogged(t *testing.T, p *istiod, s string) {
+	t.Helper()
+	eventuallyTrue(t, 10*time.Second, fmt.Sprintf("a log line %q", s), func() bool { return strings.Contains(p.logs.String(), s) })
+}
+
 func eventuallyTrue(t *testing.T, timeout time.Duration, what string, f func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
