@@ -34,7 +34,8 @@ func connectBenchSidecars(b *testing.B, srv *Server, snap *model.Snapshot, n int
 		}
 		p := newProxy(srv, int64(-i-1), true)
 		p.node = envoyNode(pod.Namespace, pod.ServiceAccount, pod.IPs[0])
-		p.wl = &identity.Workload{Envoy: true, Namespace: pod.Namespace, ServiceAccount: pod.ServiceAccount, Pod: pod.Name, IPs: pod.IPs}
+		// ClusterID as bindCluster sets it for every proxy istiod serves.
+		p.wl = &identity.Workload{Envoy: true, Namespace: pod.Namespace, ServiceAccount: pod.ServiceAccount, Pod: pod.Name, IPs: pod.IPs, ClusterID: "Kubernetes"}
 		srv.mu.Lock()
 		srv.streams[p.streamID] = p
 		srv.mu.Unlock()

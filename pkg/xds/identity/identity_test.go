@@ -2,12 +2,15 @@ package identity
 
 import (
 	"errors"
+	"maps"
+	"reflect"
 	"testing"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/bulwark-mesh/bulwark/pkg/authn"
+	"github.com/bulwark-mesh/bulwark/pkg/model"
 )
 
 func TestBindCluster(t *testing.T) {
@@ -59,5 +62,44 @@ func TestProxyIDAndWorkloadNamespace(t *testing.T) {
 		if ns != want || ok != (want != "") {
 			t.Errorf("WorkloadNamespace(%s) = %q, %v; want %q", id, ns, ok, want)
 		}
+	}
+}
+
+func TestWorkloadLabelsNameItsClusterAndAreMadeOncePerPodVersion(t *testing.T) {
+	pod := func(app string) *model.Pod {
+		return &model.Pod{Meta: model.Meta{Namespace: "ns", Name: "p"}, ServiceAccount: "sa", Labels: map[string]string{"app": app}, IPs: []string{"10.0.0.1"}}
+	}
+	snapOf := func(p *model.Pod) *model.Snapshot {
+		return model.Build("v", model.Options{}, model.Resources{Pods: []*model.Pod{p}})
+	}
+	w := &Workload{Namespace: "ns", ServiceAccount: "sa", Pod: "p", ClusterID: "c1", Labels: map[string]string{"app": "claimed"}}
+	v1 := snapOf(pod("v1"))
+	first, ips := w.In(v1)
+	if want := map[string]string{"app": "v1", model.ClusterLabel: "c1"}; !maps.Equal(first, want) || len(ips) != 1 {
+		t.Fatalf("In = %v %v, want %v and the pod's address", first, ips, want)
+	}
+	if again := w.LabelsIn(v1); reflect.ValueOf(again).UnsafePointer() != reflect.ValueOf(first).UnsafePointer() {
+		t.Error("the same pod's labels were made again")
+	}
+	if allocs := testing.AllocsPerRun(100, func() { w.In(v1) }); allocs != 0 {
+		t.Errorf("In of an unchanged pod allocates %.0f times", allocs)
+	}
+	if got := w.LabelsIn(snapOf(pod("v2"))); got["app"] != "v2" || got[model.ClusterLabel] != "c1" {
+		t.Errorf("after the pod changed, In = %v", got)
+	}
+	if first["app"] != "v1" {
+		t.Errorf("the labels handed out before the change were modified: %v", first)
+	}
+	// A pod of another service account is not the node's: its own labels.
+	other := pod("v3")
+	other.ServiceAccount = "other"
+	if got := w.LabelsIn(snapOf(other)); got["app"] != "claimed" || got[model.ClusterLabel] != "c1" {
+		t.Errorf("with another service account's pod, In = %v", got)
+	}
+	// A pod that names its cluster already is handed out as it is.
+	labelled := pod("v4")
+	labelled.Labels[model.ClusterLabel] = "c1"
+	if got := w.LabelsIn(snapOf(labelled)); reflect.ValueOf(got).UnsafePointer() != reflect.ValueOf(labelled.Labels).UnsafePointer() {
+		t.Errorf("a pod already labelled with its cluster was copied: %v", got)
 	}
 }

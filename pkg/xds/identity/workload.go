@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
@@ -36,6 +37,19 @@ type Workload struct {
 	// registry its pod is looked up; "" for istiod's own. ClusterID is
 	// its cluster's ID, remote or istiod's own.
 	Cluster, ClusterID string
+
+	// labelled is the last label map In made, kept until the pod it was
+	// made of changes: a pod's new version is a new *model.Pod, and In
+	// runs for scope keys and rule visibility on every push.
+	labelled atomic.Pointer[labelledPod]
+}
+
+// labelledPod is a pod's labels (nil pod: the node's own) with the
+// cluster label added for cluster.
+type labelledPod struct {
+	pod     *model.Pod
+	cluster string
+	labels  map[string]string
 }
 
 // WorkloadOf reads a node whose metadata parsed. The generator is
@@ -130,24 +144,30 @@ func (w *Workload) RegistryPod(snap *model.Snapshot) *model.Pod {
 // what the node claims. The labels name the workload's cluster.
 func (w *Workload) In(snap *model.Snapshot) (labels map[string]string, ips []string) {
 	if pod := w.RegistryPod(snap); pod != nil && pod.ServiceAccount == w.ServiceAccount {
-		return w.withCluster(pod.Labels), pod.IPs
+		return w.withCluster(pod, pod.Labels), pod.IPs
 	}
-	return w.withCluster(w.Labels), w.IPs
+	return w.withCluster(nil, w.Labels), w.IPs
 }
 
-// withCluster is labels with topology.istio.io/cluster set to the
-// workload's cluster, as Istio labels a proxy's workload (whatever the pod
-// says): labels itself when it already is, or when the cluster has no ID.
-func (w *Workload) withCluster(labels map[string]string) map[string]string {
+// withCluster is labels, pod's or (nil pod) the node's, with
+// topology.istio.io/cluster set to the workload's cluster, as Istio labels
+// a proxy's workload (whatever the pod says): labels itself when it
+// already is, or when the cluster has no ID. The result is shared by every
+// call until the pod changes; callers do not modify it.
+func (w *Workload) withCluster(pod *model.Pod, labels map[string]string) map[string]string {
 	if w.ClusterID == "" {
 		return labels
 	}
 	if v, ok := labels[model.ClusterLabel]; ok && v == w.ClusterID {
 		return labels
 	}
+	if c := w.labelled.Load(); c != nil && c.pod == pod && c.cluster == w.ClusterID {
+		return c.labels
+	}
 	out := make(map[string]string, len(labels)+1)
 	maps.Copy(out, labels)
 	out[model.ClusterLabel] = w.ClusterID
+	w.labelled.Store(&labelledPod{pod: pod, cluster: w.ClusterID, labels: out})
 	return out
 }
 
