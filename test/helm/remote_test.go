@@ -97,7 +97,7 @@ func TestRemoteProfileInstallsNoIstiod(t *testing.T) {
 				got = append(got, u.GetKind()+" "+u.GetName())
 				want := map[string][]rbacv1.PolicyRule{
 					"istio-reader-clusterrole" + rev + "-istio-system":    docReader.Rules,
-					"istio-reader-primary-remote" + rev + "-istio-system": renamedRules(docCR.Rules, rev),
+					"istio-reader-primary-remote" + rev + "-istio-system": renameWebhooks(docCR.Rules, "istio-sidecar-injector"+rev, "istio-validator"+rev+"-istio-system"),
 					"istio-reader-primary-remote" + rev:                   docRole.Rules,
 				}[u.GetName()]
 				if !reflect.DeepEqual(rules, want) {
@@ -119,24 +119,6 @@ func TestRemoteProfileInstallsNoIstiod(t *testing.T) {
 			}
 		})
 	}
-}
-
-// renamedRules are docs/rbac.md's primary-remote rules for a revision.
-func renamedRules(rules []rbacv1.PolicyRule, rev string) []rbacv1.PolicyRule {
-	out := make([]rbacv1.PolicyRule, len(rules))
-	for i, r := range rules {
-		r.ResourceNames = slices.Clone(r.ResourceNames)
-		for j, n := range r.ResourceNames {
-			switch n {
-			case "istio-sidecar-injector":
-				r.ResourceNames[j] = n + rev
-			case "istio-validator-istio-system":
-				r.ResourceNames[j] = "istio-validator" + rev + "-istio-system"
-			}
-		}
-		out[i] = r
-	}
-	return out
 }
 
 func toTypedAll(r *Rendered) ([]any, error) {
@@ -377,7 +359,7 @@ func TestRemoteProfileRefusesWhatCannotWork(t *testing.T) {
 		vals map[string]any
 		want string
 	}{
-		"no address of the primary": {remoteValues(nil), "set global.remotePilotAddress"},
+		"no address of the primary":         {remoteValues(nil), "set global.remotePilotAddress"},
 		"profile remote without an address": {map[string]any{"profile": "remote"}, "set global.remotePilotAddress"},
 		"a local injector istiod": {
 			remoteValues(map[string]any{"global": map[string]any{"remotePilotAddress": "10.0.0.1"}, "istiodRemote": map[string]any{"enabledLocalInjectorIstiod": true}}),
@@ -388,8 +370,8 @@ func TestRemoteProfileRefusesWhatCannotWork(t *testing.T) {
 			remoteValues(map[string]any{"global": map[string]any{"remotePilotAddress": "10.0.0.1"}, "istiodRemote": map[string]any{"injectionPath": "/mutate"}}),
 			"injectionPath",
 		},
-		"an address with a port": {remoteValues(map[string]any{"global": map[string]any{"remotePilotAddress": "10.0.0.1:15012"}}), "remotePilotAddress"},
-		"an address that is no name": {remoteValues(map[string]any{"global": map[string]any{"remotePilotAddress": "istiod primary"}}), "remotePilotAddress"},
+		"an address with a port":       {remoteValues(map[string]any{"global": map[string]any{"remotePilotAddress": "10.0.0.1:15012"}}), "remotePilotAddress"},
+		"an address that is no name":   {remoteValues(map[string]any{"global": map[string]any{"remotePilotAddress": "istiod primary"}}), "remotePilotAddress"},
 		"an IPv4 address out of range": {remoteValues(map[string]any{"global": map[string]any{"remotePilotAddress": "10.0.0.300"}}), "remotePilotAddress"},
 		"an http validationURL": {
 			remoteValues(map[string]any{"global": map[string]any{"remotePilotAddress": "10.0.0.1"}, "base": map[string]any{"validationURL": "http://10.0.0.1/validate"}}),
