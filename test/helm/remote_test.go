@@ -64,6 +64,9 @@ func TestRemoteProfileInstallsNoIstiod(t *testing.T) {
 	for name, vals := range remoteCases {
 		t.Run(name, func(t *testing.T) {
 			r := mustRender(t, Options{Values: vals})
+			if err := Lint("", vals); err != nil {
+				t.Errorf("helm lint --strict: %v", err)
+			}
 			rev := ""
 			if s, _ := vals["revision"].(string); s != "" {
 				rev = "-" + s
