@@ -70,7 +70,7 @@ func TestPrimaryRemoteRBACIsTheDocs(t *testing.T) {
 	if got := primaryRemoteObjects(t, mustRender(t, Options{})); len(got) != 0 {
 		t.Errorf("rendered without istiodRemote.enabled: %v", slices.Sorted(maps.Keys(got)))
 	}
-	r := mustRender(t, Options{Values: remoteCases["remotePilotAddress IPv4"]})
+	r := mustRender(t, Options{Values: deepCopy(remoteCases["remotePilotAddress IPv4"])})
 	objs := primaryRemoteObjects(t, r)
 	cr, _ := objs["ClusterRole"].(*rbacv1.ClusterRole)
 	crb, _ := objs["ClusterRoleBinding"].(*rbacv1.ClusterRoleBinding)

@@ -24,6 +24,7 @@ func remoteValues(vals map[string]any) map[string]any {
 }
 
 // remoteCases are remote-profile installs as Istio's users write them.
+// Helm merges its defaults into the values it is given: pass a deepCopy.
 var remoteCases = map[string]map[string]any{
 	"remotePilotAddress IPv4": remoteValues(map[string]any{"global": map[string]any{"remotePilotAddress": "10.20.30.40"}}),
 	"remotePilotAddress IPv6 and injectionPath": remoteValues(map[string]any{
@@ -63,8 +64,8 @@ func TestRemoteProfileInstallsNoIstiod(t *testing.T) {
 	docPrimaryRemote(t, "primary-remote-role", &docRole)
 	for name, vals := range remoteCases {
 		t.Run(name, func(t *testing.T) {
-			r := mustRender(t, Options{Values: vals})
-			if err := Lint("", vals); err != nil {
+			r := mustRender(t, Options{Values: deepCopy(vals)})
+			if err := Lint("", deepCopy(vals)); err != nil {
 				t.Errorf("helm lint --strict: %v", err)
 			}
 			rev := ""
@@ -222,7 +223,7 @@ func TestRemoteProfileMatchesIstios(t *testing.T) {
 			continue // Istio's chart reads its profile files; the rest have the same values for both
 		}
 		t.Run(name, func(t *testing.T) {
-			ours, theirs := mustRender(t, Options{Values: vals}), renderIstio(t, vals)
+			ours, theirs := mustRender(t, Options{Values: deepCopy(vals)}), renderIstio(t, deepCopy(vals))
 			om, im := mutatingWebhook(t, ours), one[*admissionv1.MutatingWebhookConfiguration](t, "MutatingWebhookConfiguration", ofKind(theirs, "MutatingWebhookConfiguration"))
 			if om.Name != im.Name {
 				t.Errorf("configuration %q, Istio's %q", om.Name, im.Name)
@@ -301,7 +302,7 @@ func TestRemoteProfileValidationMatchesIstios(t *testing.T) {
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
-			ours := validatingWebhook(t, mustRender(t, Options{Values: c.ours}))
+			ours := validatingWebhook(t, mustRender(t, Options{Values: deepCopy(c.ours)}))
 			theirs := one[*admissionv1.ValidatingWebhookConfiguration](t, "ValidatingWebhookConfiguration", ofKind(renderIstioChart(t, "base", c.base), "ValidatingWebhookConfiguration"))
 			key := func(w admissionv1.ValidatingWebhook) string {
 				target := ""
@@ -339,7 +340,7 @@ func TestRemoteProfileValidationMatchesIstios(t *testing.T) {
 		})
 	}
 	// Without an address for it, nothing to call: no validating webhook.
-	r := mustRender(t, Options{Values: remoteCases["injectionURL only"]})
+	r := mustRender(t, Options{Values: deepCopy(remoteCases["injectionURL only"])})
 	if n := len(ofKind(r, "ValidatingWebhookConfiguration")); n != 0 || !strings.Contains(r.Notes, "validation: NOT installed") {
 		t.Errorf("injectionURL only: %d validating configurations; NOTES:\n%s", n, r.Notes)
 	}

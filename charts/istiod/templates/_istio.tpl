@@ -208,8 +208,8 @@ left out: they ask for nothing.
 - reason: ambient mode, waypoints and gateways are not part of this chart
   keys: [ztunnel, trustedZtunnelNamespace, trustedZtunnelName, gateways, gatewayClasses, global.waypoint, global.agentgateway, global.defaultResources, global.defaultNodeSelector, global.defaultTolerations]
 {{- if eq (include "istiod.remote" .) "true" }}
-- reason: the remote profile installs no istiod and no ConfigMaps of its own; the primary's istiod injects with its own
-  keys: [configMap, global.omitSidecarInjectorConfigMap]
+- reason: the remote profile installs no mesh ConfigMap; the primary's istiod injects with its own mesh config
+  keys: [configMap]
 {{- else }}
 - reason: read only with istiodRemote.enabled (the remote profile); istiod runs in this cluster and its webhooks call it
   keys: [istiodRemote.injectionURL, istiodRemote.injectionPath, global.remotePilotAddress, base.validationURL]
