@@ -70,6 +70,9 @@ func istioValueSets(t *testing.T) map[string]map[string]any {
 	for _, p := range []string{"demo", "preview", "remote", "stable"} {
 		sets["helm profile "+p] = readYAML(t, filepath.Join(manifests, "helm-profiles", p+".yaml"))
 	}
+	// The remote profile alone names no primary istiod to call; its users
+	// give its address (Istio's install guide does).
+	sets["helm profile remote"] = chartutil.MergeTables(map[string]any{"global": map[string]any{"remotePilotAddress": "10.20.30.40"}}, sets["helm profile remote"])
 	sets["chart defaults with the demo profile"] = chartutil.MergeTables(
 		readYAML(t, filepath.Join(manifests, "helm-profiles", "demo.yaml")), deepCopy(defaults))
 	operator := func(name string) map[string]any {
@@ -144,6 +147,16 @@ func checkCarriesIstioValues(t *testing.T, r *Rendered, vals map[string]any) {
 		pilot = chartutil.MergeTables(deepCopy(p), pilot)
 	}
 	global, _ := vals["global"].(map[string]any)
+	if remote, _ := vals["istiodRemote"].(map[string]any); remote["enabled"] == true {
+		// The remote profile: no istiod, so none of its objects.
+		for _, kind := range []string{"Deployment", "ConfigMap", "HorizontalPodAutoscaler"} {
+			if objs := ofKind(r, kind); len(objs) != 0 {
+				t.Errorf("the remote profile renders %s", objectKey(objs[0]))
+			}
+		}
+		checkNotesIgnore(t, r, vals)
+		return
+	}
 
 	dep := only[*appsv1.Deployment](t, r, "Deployment")
 	istiod := dep.Spec.Template.Spec.Containers[0]
@@ -209,7 +222,18 @@ func checkCarriesIstioValues(t *testing.T, r *Rendered, vals map[string]any) {
 			t.Errorf("the mesh config lacks the values' %s:\n%s", path, mesh.Data["mesh"])
 		}
 	}
-	for _, k := range []string{"telemetry", "gateways", "ztunnel", "istiodRemote"} {
+	checkNotesIgnore(t, r, vals)
+}
+
+// checkNotesIgnore: NOTES list the keys of Istio's chart that mean nothing
+// here. istiodRemote's keys are read on a remote cluster only.
+func checkNotesIgnore(t *testing.T, r *Rendered, vals map[string]any) {
+	t.Helper()
+	keys := []string{"telemetry", "gateways", "ztunnel"}
+	if remote, _ := vals["istiodRemote"].(map[string]any); remote["enabled"] != true {
+		keys = append(keys, "istiodRemote")
+	}
+	for _, k := range keys {
 		// A whole key ("k: ") or, for istiodRemote, each of its keys ("k.").
 		if v, ok := vals[k].(map[string]any); ok && len(v) > 0 && !strings.Contains(r.Notes, k+": ") && !strings.Contains(r.Notes, k+".") {
 			t.Errorf("NOTES does not list %s as ignored:\n%s", k, r.Notes)

@@ -70,7 +70,7 @@ func TestPrimaryRemoteRBACIsTheDocs(t *testing.T) {
 	if got := primaryRemoteObjects(t, mustRender(t, Options{})); len(got) != 0 {
 		t.Errorf("rendered without istiodRemote.enabled: %v", slices.Sorted(maps.Keys(got)))
 	}
-	r := mustRender(t, Options{Values: map[string]any{"istiodRemote": map[string]any{"enabled": true}}})
+	r := mustRender(t, Options{Values: deepCopy(remoteCases["remotePilotAddress IPv4"])})
 	objs := primaryRemoteObjects(t, r)
 	cr, _ := objs["ClusterRole"].(*rbacv1.ClusterRole)
 	crb, _ := objs["ClusterRoleBinding"].(*rbacv1.ClusterRoleBinding)
@@ -92,11 +92,11 @@ func TestPrimaryRemoteRBACIsTheDocs(t *testing.T) {
 	if rb.RoleRef.Name != role.Name || rb.Namespace != role.Namespace || !reflect.DeepEqual(rb.Subjects, want) {
 		t.Errorf("RoleBinding %s -> %s for %+v, want -> %s for %+v", rb.Namespace, rb.RoleRef.Name, rb.Subjects, role.Name, want)
 	}
-	if !strings.Contains(r.Notes, "istiodRemote.enabled") {
-		t.Errorf("NOTES do not say that istiodRemote.enabled still installs istiod here:\n%s", r.Notes)
+	if objs := ofKind(r, "Deployment"); len(objs) != 0 {
+		t.Errorf("istiodRemote.enabled still installs istiod: %v", objectKey(objs[0]))
 	}
 
-	canary := mustRender(t, Options{Values: map[string]any{"revision": "canary", "istiodRemote": map[string]any{"enabled": true}}})
+	canary := mustRender(t, Options{Values: remoteValues(map[string]any{"revision": "canary", "global": map[string]any{"remotePilotAddress": "10.20.30.40"}})})
 	cobjs := primaryRemoteObjects(t, canary)
 	if ccr, _ := cobjs["ClusterRole"].(*rbacv1.ClusterRole); ccr == nil || ccr.Name != "istio-reader-primary-remote-canary-istio-system" ||
 		!slices.ContainsFunc(ccr.Rules, func(r rbacv1.PolicyRule) bool {

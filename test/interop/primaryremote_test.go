@@ -6,18 +6,14 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/yaml"
 
 	"github.com/bulwark-mesh/bulwark/internal/testenv"
 	"github.com/bulwark-mesh/bulwark/pkg/multicluster/controlplane"
@@ -27,8 +23,10 @@ const rootCertCM = "istio-ca-root-cert"
 
 // TestPrimaryRemote runs istiod in cluster A with --external-istiod and
 // registers cluster B (a second API server) from istioctl's remote
-// secret, its reader granted docs/rbac.md's reader and primary-remote
-// rules and nothing else. Until B's istiod namespace is annotated
+// secret, its reader granted docs/rbac.md's reader rules, and B gets the
+// chart's remote profile (istiodRemote.enabled with istiodRemote.injectionURL
+// and base.validationURL naming A's istiod): its webhook configurations and
+// the primary-remote rules for that reader, and nothing else. Until B's istiod namespace is annotated
 // topology.istio.io/controlPlaneClusters naming A, nothing is written in
 // B; once it is, A's istiod distributes istio-ca-root-cert there (under a
 // Lease in B), keeps B's webhook caBundles, and injects B's pods through
@@ -43,12 +41,10 @@ func TestPrimaryRemote(t *testing.T) {
 	clientA, clientB := envA.Client(t), envB.Client(t)
 	mutating, validating := "istio-sidecar-injector-"+istiodNS, "istio-validator-"+istiodNS
 
-	// B: istiod's namespace (not annotated yet), the primary-remote rules
-	// for its reader, and the webhook configurations the remote's chart
-	// installs, pointing at A's istiod.
+	// B: istiod's namespace (not annotated yet) and the reader; the
+	// chart's remote profile comes once A's istiod has an address.
 	createNamespace(t, clientB, istiodNS, nil)
 	remote := istioctlRemoteSecret(t, envB, clusterB)
-	grantPrimaryRemote(t, clientB, istiodNS, "istio-system", "istio-reader-service-account")
 	// Namespaces of B are named after istiodNS, unique in A's shared API
 	// server too, where some get a namespace of the same name.
 	name := func(s string) string { return s + "-" + istiodNS[len(istiodNS)-5:] }
@@ -66,7 +62,7 @@ func TestPrimaryRemote(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	createRemoteWebhooks(t, clientB, mutating, validating, "https://localhost:"+port)
+	installRemoteProfile(t, clientB, istiodNS, mutating, validating, "https://localhost:"+port)
 
 	remote.Namespace = istiodNS
 	if _, err := clientA.CoreV1().Secrets(istiodNS).Create(ctx, remote, metav1.CreateOptions{}); err != nil {
@@ -192,108 +188,6 @@ func TestPrimaryRemote(t *testing.T) {
 // log line waited for says the writers have stopped, so anything later is
 // a fault, and a fault takes well under this to show.
 func settle() { time.Sleep(2 * time.Second) }
-
-// primaryRemoteBlock is a block of docs/rbac.md, by name.
-func primaryRemoteBlock(t *testing.T, name string, out any) {
-	t.Helper()
-	data, err := os.ReadFile("../../docs/rbac.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile("(?s)```yaml " + regexp.QuoteMeta(name) + "\n(.*?)```").FindSubmatch(data)
-	if m == nil {
-		t.Fatalf("docs/rbac.md: no %s block", name)
-	}
-	if err := yaml.UnmarshalStrict(m[1], out); err != nil {
-		t.Fatalf("docs/rbac.md %s: %v", name, err)
-	}
-}
-
-// grantPrimaryRemote gives saNS/sa docs/rbac.md's primary-remote rules,
-// and nothing else, named as the chart names them for istiodNS.
-func grantPrimaryRemote(t *testing.T, client kubernetes.Interface, istiodNS, saNS, sa string) {
-	t.Helper()
-	ctx := context.Background()
-	var cr rbacv1.ClusterRole
-	var role rbacv1.Role
-	primaryRemoteBlock(t, "primary-remote-clusterrole", &cr)
-	primaryRemoteBlock(t, "primary-remote-role", &role)
-	rename := map[string]string{
-		"istio-sidecar-injector":       "istio-sidecar-injector-" + istiodNS,
-		"istio-validator-istio-system": "istio-validator-" + istiodNS,
-	}
-	for i, r := range cr.Rules {
-		for j, n := range r.ResourceNames {
-			if to, ok := rename[n]; ok {
-				cr.Rules[i].ResourceNames[j] = to
-			}
-		}
-	}
-	cr.Name = "istio-reader-primary-remote-" + istiodNS
-	role.Namespace = istiodNS
-	subjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: sa, Namespace: saNS}}
-	rbac := client.RbacV1()
-	if _, err := rbac.ClusterRoles().Create(ctx, &cr, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rbac.ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: cr.Name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: cr.Name},
-		Subjects:   subjects,
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rbac.Roles(istiodNS).Create(ctx, &role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := rbac.RoleBindings(istiodNS).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: role.Name, Namespace: istiodNS},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: role.Name},
-		Subjects:   subjects,
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// createRemoteWebhooks installs, in a remote cluster, the injection
-// webhook calling the primary's istiod (url) for cluster-b/net2 in
-// namespaces labelled istio-injection=enabled, and a validating webhook,
-// both without a caBundle, as the remote's chart leaves them to istiod.
-func createRemoteWebhooks(t *testing.T, client kubernetes.Interface, mutating, validating, url string) {
-	t.Helper()
-	ctx := context.Background()
-	none := admissionregistrationv1.SideEffectClassNone
-	fail, ignore := admissionregistrationv1.Fail, admissionregistrationv1.Ignore
-	injectURL := url + "/inject/cluster/" + clusterB + "/net/net2"
-	if _, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: mutating},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{
-			Name:                    "namespace.sidecar-injector.istio.io",
-			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &injectURL},
-			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create}, Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}},
-			NamespaceSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"istio-injection": "enabled"}},
-			FailurePolicy:           &fail,
-			SideEffects:             &none,
-			AdmissionReviewVersions: []string{"v1"},
-		}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	validateURL := url + "/validate"
-	if _, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: validating},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{
-			Name:                    "rev.validation.istio.io",
-			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &validateURL},
-			Rules:                   []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create}, Rule: admissionregistrationv1.Rule{APIGroups: []string{"security.istio.io"}, APIVersions: []string{"*"}, Resources: []string{"*"}}}},
-			FailurePolicy:           &ignore,
-			SideEffects:             &none,
-			AdmissionReviewVersions: []string{"v1"},
-		}},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-}
 
 func createNamespace(t *testing.T, client kubernetes.Interface, name string, labels map[string]string) string {
 	t.Helper()

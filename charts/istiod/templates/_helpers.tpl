@@ -110,10 +110,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{/*
 The injector webhook path: /inject, or /inject/cluster/<id>/net/<network>
 when the install names a network or a cluster, so that injected proxies
-carry them.
+carry them. On a remote cluster istiodRemote.injectionPath, when given,
+is the path, as in Istio's chart.
 */}}
 {{- define "istiod.injectPath" -}}
-{{- if or .Values.global.network .Values.global.multiCluster.clusterName -}}
+{{- $remotePath := "" -}}
+{{- if eq (include "istiod.remote" .) "true" }}{{ $remotePath = (.Values.istiodRemote | default dict).injectionPath | default "" }}{{ end -}}
+{{- if $remotePath -}}
+{{ $remotePath }}
+{{- else if or .Values.global.network .Values.global.multiCluster.clusterName -}}
 /inject/cluster/{{ include "istiod.clusterID" . }}/net/{{ .Values.global.network }}
 {{- else -}}
 /inject
@@ -123,12 +128,17 @@ carry them.
 {{/*
 A webhook's clientConfig. With webhook.url set (tests, istiod outside the
 cluster) the API server calls that URL; otherwise it calls the Service.
-caBundle is never rendered: istiod writes it, and a rendered empty value
-would wipe it on every upgrade.
-Call with (dict "root" $ "path" "/inject").
+On a remote cluster (istiod.remote) the "url" given, when there is one
+(istiodRemote.injectionURL, base.validationURL), is called as it is, as
+Istio's chart does. caBundle is never rendered: istiod (the primary's, on
+a remote cluster) writes it, and a rendered empty value would wipe it on
+every upgrade.
+Call with (dict "root" $ "path" "/inject" "url" "").
 */}}
 {{- define "istiod.clientConfig" -}}
-{{- if .root.Values.webhook.url -}}
+{{- if .url -}}
+url: {{ .url | quote }}
+{{- else if .root.Values.webhook.url -}}
 url: {{ printf "%s%s" (trimSuffix "/" .root.Values.webhook.url) .path | quote }}
 {{- else -}}
 service:
@@ -160,4 +170,24 @@ Rendered as JSON; callers convert it.
 {{- if not (hasKey $proxy "discoveryAddress") }}{{ $_ := set $proxy "discoveryAddress" (include "istiod.discoveryAddress" .) }}{{ end -}}
 {{- $_ := set $mesh "defaultConfig" $proxy -}}
 {{- toJson $mesh -}}
+{{- end -}}
+
+{{/*
+"true" when this release is the remote profile of a primary-remote mesh
+(istiodRemote.enabled, as Istio's remote profile): no istiod runs here;
+the webhooks call the primary's istiod, and the primary's reader may
+write what the primary writes here. Anything else renders "".
+*/}}
+{{- define "istiod.remote" -}}
+{{- if (.Values.istiodRemote | default dict).enabled -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+"true" when global.remotePilotAddress is an IP address: the istiod
+Service then gets an EndpointSlice to it; a DNS name makes the Service
+an ExternalName instead, as in Istio's chart.
+*/}}
+{{- define "istiod.remotePilotIsIP" -}}
+{{- $a := .Values.global.remotePilotAddress | default "" -}}
+{{- if or (regexMatch "^([0-9]{1,3}\\.){3}[0-9]{1,3}$" $a) (contains ":" $a) -}}true{{- end -}}
 {{- end -}}

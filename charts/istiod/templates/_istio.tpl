@@ -36,6 +36,21 @@ setting.
 {{- fail (printf "global.istioNamespace is %q but the release is installed in %q: istiod's namespace is the release's; install with --namespace %s or set global.istioNamespace to %s" $g.istioNamespace .Release.Namespace $g.istioNamespace .Release.Namespace) -}}
 {{- end -}}
 
+{{- /* The remote profile of a primary-remote mesh (Istio's profile=remote). */ -}}
+{{- if eq (toString ($v.profile | default ($g.profile | default ""))) "remote" -}}
+{{- $_ := set $v "istiodRemote" (mustMergeOverwrite ($v.istiodRemote | default dict) (dict "enabled" true)) -}}
+{{- $_ := unset $v "profile" -}}{{- $_ := unset $g "profile" -}}
+{{- end -}}
+{{- $remote := $v.istiodRemote | default dict -}}
+{{- if $remote.enabled -}}
+{{- if $remote.enabledLocalInjectorIstiod -}}
+{{- fail "istiodRemote.enabledLocalInjectorIstiod: true is not supported: a remote cluster runs no istiod of its own; its pods are injected and served by the primary's istiod (leave it unset, or install this chart without istiodRemote.enabled for an istiod here)" -}}
+{{- end -}}
+{{- if not (or $g.remotePilotAddress $remote.injectionURL $v.webhook.url) -}}
+{{- fail "istiodRemote.enabled (the remote profile) installs no istiod here, and nothing says where the primary's istiod is: set global.remotePilotAddress (the address of the primary's istiod, or of the east-west gateway exposing it on 15012 and 15017) or istiodRemote.injectionURL; without one the injection webhook would call an istiod Service that does not exist and every injected pod would be refused" -}}
+{{- end -}}
+{{- end -}}
+
 {{- /* Autoscaling and disruption budget. */ -}}
 {{- $as := $v.autoscaling -}}
 {{- if hasKey $v "autoscaleEnabled" }}{{ $_ := set $as "enabled" $v.autoscaleEnabled }}{{ end -}}
@@ -161,11 +176,13 @@ left out: they ask for nothing.
 {{- end -}}
 {{- end -}}
 {{- end -}}
-{{- if kindIs "map" $v.istiodRemote -}}
-{{- $known := list "enabled" "injectionURL" "injectionPath" "injectionCABundle" "enabledLocalInjectorIstiod" -}}
-{{- range $k := keys $v.istiodRemote | sortAlpha -}}
-{{- if and (not (has $k $known)) (get $v.istiodRemote $k) -}}
-{{- $lines = append $lines (printf "istiodRemote.%s: not read" $k) -}}
+{{- range $parent, $known := dict "istiodRemote" (list "enabled" "injectionURL" "injectionPath" "injectionCABundle" "enabledLocalInjectorIstiod") "base" (list "validationURL") -}}
+{{- $m := get $v $parent -}}
+{{- if kindIs "map" $m -}}
+{{- range $k := keys $m | sortAlpha -}}
+{{- if and (not (has $k $known)) (get $m $k) -}}
+{{- $lines = append $lines (printf "%s.%s: not read" $parent $k) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
@@ -190,10 +207,23 @@ left out: they ask for nothing.
   keys: [cni, istio_cni, taint, global.nativeNftables, global.proxy_init.forceApplyIptables, global.proxy_init.resources]
 - reason: ambient mode, waypoints and gateways are not part of this chart
   keys: [ztunnel, trustedZtunnelNamespace, trustedZtunnelName, gateways, gatewayClasses, global.waypoint, global.agentgateway, global.defaultResources, global.defaultNodeSelector, global.defaultTolerations]
-- reason: this chart still installs istiod here, with its own ConfigMaps and webhooks; istiodRemote.enabled only lets the primary's reader write what primary-remote needs (docs/rbac.md)
-  keys: [istiodRemote.enabled]
+{{- if eq (include "istiod.remote" .) "true" }}
+- reason: the remote profile installs no mesh ConfigMap; the primary's istiod injects with its own mesh config
+  keys: [configMap]
+{{- else }}
+- reason: read only with istiodRemote.enabled (the remote profile); istiod runs in this cluster and its webhooks call it
+  keys: [istiodRemote.injectionURL, istiodRemote.injectionPath, global.remotePilotAddress, base.validationURL]
 - reason: istiod always runs in the cluster it is installed in, with its own ConfigMaps and webhooks
-  keys: [istiodRemote.injectionURL, istiodRemote.injectionPath, istiodRemote.injectionCABundle, istiodRemote.enabledLocalInjectorIstiod, configMap, global.remotePilotAddress, global.configCluster, global.omitSidecarInjectorConfigMap, global.operatorManageWebhooks, sidecarInjectorWebhook.injectionURL]
+  keys: [configMap, global.omitSidecarInjectorConfigMap]
+{{- end }}
+- reason: istiod writes the webhooks' caBundle (the primary's istiod, on a remote cluster)
+  keys: [istiodRemote.injectionCABundle]
+- reason: an istiod local to a remote cluster (injection here, xDS from the primary) is not supported
+  keys: [istiodRemote.enabledLocalInjectorIstiod]
+- reason: istiod reads Istio configuration from its own cluster only; a remote cluster is never a config cluster
+  keys: [global.configCluster]
+- reason: the chart owns the webhook configurations; istiod keeps only their caBundle
+  keys: [global.operatorManageWebhooks, sidecarInjectorWebhook.injectionURL]
 - reason: revision tags are not supported; label namespaces istio.io/rev=<revision>
   keys: [revisionTags, defaultRevision]
 - reason: istiod's flags and files are not pilot-discovery's; use extraArgs
@@ -211,5 +241,5 @@ left out: they ask for nothing.
 - reason: Istio's profiles are Istio's files; pass the profile's values with -f
   keys: [profile, compatibilityVersion, platform, global.profile, global.platform, defaults, _internal_defaults_do_not_set]
 - reason: not used by this chart
-  keys: [enabled, base, experimental, ownerName, global.arch, global.istiod, global.resourceScope, global.revision, global.ipFamilies, global.ipFamilyPolicy]
+  keys: [enabled, experimental, ownerName, global.arch, global.istiod, global.resourceScope, global.revision, global.ipFamilies, global.ipFamilyPolicy]
 {{- end -}}
