@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"maps"
 	"slices"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -19,6 +20,10 @@ type workload struct {
 	locality       string            // from the pod's labels
 	nodeName       string
 	network        string // the pod's network label, else its cluster's
+	// placed is labels with the topology labels of its last locality
+	// (topologyLabels), shared by the pod's endpoints while neither the
+	// pod nor its node's locality changes.
+	placed atomic.Pointer[placedLabels]
 }
 
 // podLookup finds and converts the pods of one build, and the nodes they
@@ -133,7 +138,7 @@ func addEndpoint(out map[uint32][]model.Endpoint, size int, ports [][2]uint32, n
 		if aw == nil {
 			aw = pods.byIP(namespace, addr)
 		}
-		locality := pods.locality(aw, e)
+		locality, labels := pods.locality(aw, e), pods.topologyLabels(aw)
 		for _, p := range ports {
 			if out[p[0]] == nil {
 				out[p[0]] = make([]model.Endpoint, 0, size)
@@ -144,7 +149,7 @@ func addEndpoint(out map[uint32][]model.Endpoint, size int, ports [][2]uint32, n
 				Locality:       locality,
 				ServiceAccount: aw.serviceAccount,
 				Namespace:      aw.namespace,
-				Labels:         aw.labels,
+				Labels:         labels,
 				Weight:         1,
 				Cluster:        pods.r.topo.cluster,
 				Network:        aw.network,

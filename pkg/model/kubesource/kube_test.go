@@ -464,8 +464,20 @@ func TestNodeLocalityAgainstAPIServer(t *testing.T) {
 		return ""
 	}
 
+	// labels are echo-1's endpoint's topology labels, as Istio adds them.
+	labels := func(s *model.Snapshot) string {
+		if svc := s.Service(host); svc != nil && len(svc.Endpoints[8080]) == 1 {
+			l := svc.Endpoints[8080][0].Labels
+			return l[corev1.LabelTopologyRegion] + "/" + l[corev1.LabelTopologyZone] + "/" + l[subzoneLabel] + " " + l[corev1.LabelHostname]
+		}
+		return ""
+	}
+
 	t.Run("the pod's node places its endpoint", func(t *testing.T) {
 		waitFor(t, store.Store, "echo-1 in r/z/s", func(s *model.Snapshot) bool { return locality(s) == "r/z/s" })
+		if got, want := labels(store.Current()), "r/z/s "+node.Name; got != want {
+			t.Errorf("echo-1's topology labels %q, want %q", got, want)
+		}
 	})
 
 	t.Run("a node status heartbeat rebuilds and publishes nothing", func(t *testing.T) {
@@ -503,6 +515,9 @@ func TestNodeLocalityAgainstAPIServer(t *testing.T) {
 		_, err = c.kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
 		check(t, "relabel node", err)
 		waitFor(t, store.Store, "echo-1 in r/z2/s", func(s *model.Snapshot) bool { return locality(s) == "r/z2/s" })
+		if got, want := labels(store.Current()), "r/z2/s "+node.Name; got != want {
+			t.Errorf("after the relabel, echo-1's topology labels %q, want %q", got, want)
+		}
 		if len(store.published()) <= published {
 			t.Error("the new locality was not published")
 		}
@@ -511,5 +526,9 @@ func TestNodeLocalityAgainstAPIServer(t *testing.T) {
 	t.Run("a deleted node leaves the endpoint's zone", func(t *testing.T) {
 		check(t, "delete node", c.kube.CoreV1().Nodes().Delete(ctx, node.Name, metav1.DeleteOptions{}))
 		waitFor(t, store.Store, "echo-1 in /slice-zone", func(s *model.Snapshot) bool { return locality(s) == "/slice-zone" })
+		// Istio labels by the pod's node alone, not the slice's zone.
+		if got, want := labels(store.Current()), "// "+node.Name; got != want {
+			t.Errorf("with its node gone, echo-1's topology labels %q, want %q", got, want)
+		}
 	})
 }

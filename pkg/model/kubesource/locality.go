@@ -74,6 +74,45 @@ func (p *podLookup) locality(w *workload, e *discoveryv1.Endpoint) string {
 	return ""
 }
 
+// topologyLabels is w's labels as Istio labels its endpoints: with the
+// region, zone and subzone of its pod's locality (the pod's locality
+// label, else its node's labels; not the endpoint's zone) and its node's
+// name as kubernetes.io/hostname, each only when set, so that
+// DestinationRule subsets may select them. An endpoint no pod names gets
+// none of them, as in Istio.
+func (p *podLookup) topologyLabels(w *workload) map[string]string {
+	if w.locality == "" && w.nodeName == "" {
+		return w.labels
+	}
+	locality := w.locality
+	if locality == "" {
+		locality, _ = p.nodeLocality(w.nodeName)
+	}
+	if c := w.placed.Load(); c != nil && c.locality == locality {
+		return c.labels
+	}
+	out := make(map[string]string, len(w.labels)+4)
+	maps.Copy(out, w.labels)
+	parts := strings.Split(locality, "/")
+	for i, key := range []string{corev1.LabelTopologyRegion, corev1.LabelTopologyZone, subzoneLabel} {
+		if i < len(parts) && parts[i] != "" {
+			out[key] = parts[i]
+		}
+	}
+	if w.nodeName != "" {
+		out[corev1.LabelHostname] = w.nodeName
+	}
+	w.placed.Store(&placedLabels{locality: locality, labels: out})
+	return out
+}
+
+// placedLabels is a workload's labels with the topology labels of
+// locality.
+type placedLabels struct {
+	locality string
+	labels   map[string]string
+}
+
 // nodeLocality returns the locality of the pods on the named node, and
 // whether the node is known.
 func (p *podLookup) nodeLocality(name string) (string, bool) {
