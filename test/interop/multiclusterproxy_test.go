@@ -31,8 +31,10 @@ import (
 // cluster) applied to its own pod in B, whose namesake in A has other
 // labels. The spoof, B's token naming cluster A, is refused; so is a
 // token of a pod deleted in B. Its credentialName Secrets are B's, which
-// A's istiod does not read: the Secret of that name in A, which A's
-// namesake may get, is not served to it.
+// B's reader here may not list (docs/rbac.md's reader without
+// global.readerSecrets): refused at once, and the Secret of that name in
+// A, which A's namesake may get, is not served to it
+// (TestRemoteClustersProxyGetsItsClustersCredentialSecrets grants them).
 func TestRemoteClustersProxyIsServedItsOwnPod(t *testing.T) {
 	envA := testenv.Get(t)
 	envB := testenv.StartPrivate(t)
@@ -153,7 +155,8 @@ func TestRemoteClustersProxyIsServedItsOwnPod(t *testing.T) {
 		if after := metricValue(t, p.MonitoringAddr, `bulwark_sds_refused_total{reason="remote_cluster"}`); after <= before {
 			t.Errorf("remote_cluster refusals %v → %v", before, after)
 		}
-		waitLogged(t, p, "credentialName secrets of remote clusters are not read")
+		waitLogged(t, p, "the remote cluster's reader may not read its secrets")
+		waitLogged(t, p, "secrets may not be listed")
 	})
 }
 
