@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/codes"
@@ -151,7 +152,9 @@ func TestRemoteClustersProxyIsServedItsOwnPod(t *testing.T) {
 		}
 		secrets(tokenA, clusterA, podA, 1)
 		before := metricValue(t, p.MonitoringAddr, `bulwark_sds_refused_total{reason="remote_cluster"}`)
+		start := time.Now()
 		secrets(tokenB, clusterB, podB, 0)
+		t.Logf("B's sidecar dialed, given its clusters and refused its Secret in %v (its reader may not list Secrets; the listing wait is 5 s)", time.Since(start).Round(time.Millisecond))
 		if after := metricValue(t, p.MonitoringAddr, `bulwark_sds_refused_total{reason="remote_cluster"}`); after <= before {
 			t.Errorf("remote_cluster refusals %v → %v", before, after)
 		}

@@ -112,7 +112,9 @@ func TestRemoteClustersProxyGetsItsClustersCredentialSecrets(t *testing.T) {
 
 	sb := connect(tokenB, clusterB, podB)
 	unauthorized := metricValue(t, p.MonitoringAddr, `bulwark_sds_refused_total{reason="unauthorized"}`)
+	start := time.Now()
 	sb.await(t, typeSecret, []string{creds, onlyA, notGW}, "B's creds alone", served(map[string][]byte{creds: credsB}), describe)
+	t.Logf("B's creds served %v after the request (B's namespace watched from then)", time.Since(start).Round(time.Millisecond))
 	eventuallyTrue(t, 10*time.Second, "not-gws refused as unauthorized", func() bool {
 		return metricValue(t, p.MonitoringAddr, `bulwark_sds_refused_total{reason="unauthorized"}`) > unauthorized
 	})
@@ -124,14 +126,17 @@ func TestRemoteClustersProxyGetsItsClustersCredentialSecrets(t *testing.T) {
 			t.Fatal(err)
 		}
 		sec.Data["tls.crt"], sec.Data["tls.key"] = next.CertPEM, next.KeyPEM
+		start := time.Now()
 		if _, err := envB.Client(t).CoreV1().Secrets(ns).Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		if err := sb.pushed(typeSecret, []string{creds, onlyA, notGW}, served(map[string][]byte{creds: next.CertPEM})); err != nil {
 			t.Fatalf("the rotated creds: %v; last: %s", err, describe())
 		}
+		t.Logf("rotated creds pushed %v after the update was sent", time.Since(start).Round(100*time.Microsecond))
 	})
 	t.Run("B's remote secret deleted: nothing more is served", func(t *testing.T) {
+		start := time.Now()
 		if err := envA.Client(t).CoreV1().Secrets(istiodNS).Delete(ctx, remote.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -140,6 +145,7 @@ func TestRemoteClustersProxyGetsItsClustersCredentialSecrets(t *testing.T) {
 		if err != nil && status.Code(err) == codes.DeadlineExceeded {
 			t.Fatalf("B's Secret still served: %s", describe())
 		}
+		t.Logf("B's creds withdrawn %v after its remote secret's deletion was sent (stream: %v)", time.Since(start).Round(100*time.Microsecond), err)
 		s := dialSidecar(t, ca, tokenB, clusterB, podB)
 		if err := s.st.Send(&discoveryv3.DiscoveryRequest{Node: s.node, TypeUrl: typeSecret, ResourceNames: []string{creds}}); err != nil {
 			t.Fatal(err)
