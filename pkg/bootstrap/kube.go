@@ -79,6 +79,9 @@ type kubeParts struct {
 	// remoteControl runs this istiod's duties in the remote clusters it
 	// controls (primary-remote); nil without --external-istiod.
 	remoteControl *controlplane.Controller
+	// remoteRoots are the root ConfigMaps of the remotes it controls, for
+	// root rotation.
+	remoteRoots remoteRoots
 	// monitor says when the API server becomes unreachable and is back.
 	monitor   *apiserverMonitor
 	identity  string

@@ -59,6 +59,8 @@ func (k *kubeParts) controlRemotes(cfg Config, bundles remoteBundles, reg promet
 // of the injection and validation webhook configurations of the chart's
 // names. The validating webhooks' failurePolicy is left as installed:
 // whether the remote API server reaches this istiod is not known here.
+// While it runs, a root rotation waits for the remote's ConfigMaps too
+// (remoteRoots).
 func (k *kubeParts) remoteDuty(cfg Config, bundles remoteBundles) controlplane.Duty {
 	return func(ctx context.Context, cluster string, client kubernetes.Interface) {
 		log := k.log.With("cluster", cluster)
@@ -73,6 +75,7 @@ func (k *kubeParts) remoteDuty(cfg Config, bundles remoteBundles) controlplane.D
 			log.Error("remote cluster: root cert distribution not started", "err", err)
 			return
 		}
+		defer k.remoteRoots.add(cluster, roots)()
 		hooks := webhookconfig.New(webhookconfig.Config{
 			Client:         client,
 			Bundles:        bundles,

@@ -371,11 +371,15 @@ func (s *Server) Run(ctx context.Context) error {
 
 // rotationDataPlane is what a root rotation waits for on this replica:
 // its proxies' ACKs of a bundle with root and, in Kubernetes mode, every
-// namespace's istio-ca-root-cert holding it.
+// namespace's istio-ca-root-cert holding it, in its own cluster and in
+// the remote clusters it controls ("<cluster>/<namespace>").
 func (s *Server) rotationDataPlane(_ context.Context, root *x509.Certificate) ca.DataPlane {
 	dp := ca.DataPlane{Unacked: s.xds.ProxiesWithoutRoot(root)}
 	if s.kube != nil && s.kube.rootCerts != nil {
 		dp.Missing = s.kube.rootCerts.NamespacesWithoutRoot(root)
+	}
+	if s.kube != nil {
+		dp.Missing = append(dp.Missing, s.kube.remoteRoots.missing(root)...)
 	}
 	return dp
 }

@@ -20,7 +20,8 @@ import (
 // The model comes from --configDir when it is given, in either mode, and
 // otherwise from the API server in Kubernetes mode; beside it, a reporter
 // of the same source says what of it is not honoured. In Kubernetes mode
-// SDS also serves gateway credentialName secrets.
+// SDS also serves credentialName secrets, a remote cluster's proxies
+// those of their own cluster.
 func (s *Server) wireXDS(chain authn.Authenticator, td spiffeid.TrustDomain) error {
 	store := model.NewStore()
 	opts := model.Options{Domain: model.DefaultDomain, RootNamespace: s.cfg.Namespace}
@@ -61,6 +62,11 @@ func (s *Server) wireXDS(chain authn.Authenticator, td spiffeid.TrustDomain) err
 		return fmt.Errorf("sds: %w", err)
 	}
 	s.sds = secrets
+	if s.kube != nil && s.kube.clusters != nil {
+		// A remote cluster's proxies get that cluster's credentialName
+		// Secrets, read with its remote secret's client.
+		s.kube.clusters.Notify(secrets)
+	}
 	// RequestAuthentication key sets are fetched with the hardening and
 	// the flags of the CSR path's OIDC keys.
 	roots, err := jwtRoots(s.cfg.JWTCAFile)

@@ -113,7 +113,8 @@ type DataPlane struct {
 	// Unacked names the connected proxies that have not ACKed a bundle
 	// holding the new root.
 	Unacked []string
-	// Missing names the namespaces whose root ConfigMap lacks the new root.
+	// Missing names the namespaces whose root ConfigMap lacks the new root
+	// ("<cluster>/<namespace>" in a remote cluster istiod controls).
 	Missing []string
 	// Silent names the replicas that run but have stopped reporting: their
 	// last reports are in Unacked and Missing.

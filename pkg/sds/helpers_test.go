@@ -86,24 +86,7 @@ type fixture struct {
 // SubjectAccessReviews follow policy.
 func newFixture(t *testing.T, policy sarPolicy, objs ...runtime.Object) *fixture {
 	t.Helper()
-	client := fake.NewClientset(objs...)
-	reviews := new(atomic.Int64)
-	client.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		sar := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview)
-		reviews.Add(1)
-		ra := sar.Spec.ResourceAttributes
-		allowed := false
-		if ra != nil && ra.Verb == "get" && ra.Resource == "secrets" {
-			for _, name := range policy[sar.Spec.User] {
-				if ra.Namespace+"/"+ra.Name == name {
-					allowed = true
-				}
-			}
-		}
-		out := sar.DeepCopy()
-		out.Status.Allowed = allowed
-		return true, out, nil
-	})
+	client, reviews := sarClient(policy, objs...)
 	bundles := newFakeBundles(t)
 	reg := prometheus.NewRegistry()
 	srv, err := New(Config{
@@ -123,6 +106,30 @@ func newFixture(t *testing.T, policy sarPolicy, objs ...runtime.Object) *fixture
 	return f
 }
 
+// sarClient is a fake clientset holding objs, whose SubjectAccessReviews
+// follow policy and are counted.
+func sarClient(policy sarPolicy, objs ...runtime.Object) (*fake.Clientset, *atomic.Int64) {
+	client := fake.NewClientset(objs...)
+	reviews := new(atomic.Int64)
+	client.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		sar := a.(k8stesting.CreateAction).GetObject().(*authorizationv1.SubjectAccessReview)
+		reviews.Add(1)
+		ra := sar.Spec.ResourceAttributes
+		allowed := false
+		if ra != nil && ra.Verb == "get" && ra.Resource == "secrets" {
+			for _, name := range policy[sar.Spec.User] {
+				if ra.Namespace+"/"+ra.Name == name {
+					allowed = true
+				}
+			}
+		}
+		out := sar.DeepCopy()
+		out.Status.Allowed = allowed
+		return true, out, nil
+	})
+	return client, reviews
+}
+
 // watch registers a consumer of names for p, waits for the Secrets of its
 // namespace to be listed, and returns its notifications.
 func (f *fixture) watch(p Proxy, names ...string) <-chan struct{} {
@@ -136,7 +143,10 @@ func (f *fixture) watch(p Proxy, names ...string) <-chan struct{} {
 	})
 	f.t.Cleanup(w.Close)
 	w.Set(names)
-	f.eventually(func() bool { _, ok := f.srv.lister(context.Background(), p.Namespace); return ok })
+	f.eventually(func() bool {
+		_, _, err := f.srv.lister(context.Background(), nsKey{p.Cluster, p.Namespace})
+		return err == nil
+	})
 	drain(ch)
 	return ch
 }

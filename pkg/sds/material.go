@@ -26,9 +26,17 @@ var (
 	errCrossNS      = errors.New("secret is in another namespace than the proxy")
 	errUnauthorized = errors.New("proxy's service account may not read the secret")
 	errPlaintext    = errors.New("secrets are not served to plaintext or unauthenticated streams")
-	// errRemoteCluster: a proxy of a remote cluster asked for a
-	// credentialName Secret, which would be its cluster's.
-	errRemoteCluster = errors.New("credentialName secrets of remote clusters are not read")
+	// errRemoteCluster: the reader of a proxy's remote cluster may not
+	// list its Secrets or create SubjectAccessReviews there (the chart's
+	// global.readerSecrets grants both).
+	errRemoteCluster = errors.New("the remote cluster's reader may not read its secrets (chart value global.readerSecrets)")
+	// errUnknownCluster: the proxy's cluster is not registered (its remote
+	// secret is gone).
+	errUnknownCluster = errors.New("the proxy's cluster is not registered")
+	// errListForbidden: listing a namespace's Secrets was forbidden.
+	errListForbidden = errors.New("listing secrets is forbidden")
+	// errReviewForbidden: creating a SubjectAccessReview was forbidden.
+	errReviewForbidden = errors.New("creating subject access reviews is forbidden")
 )
 
 // Data keys of kubernetes.io/tls Secrets and of Istio's generic ones.

@@ -3,11 +3,13 @@ package sds
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"maps"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
@@ -27,28 +29,34 @@ var secretSelector = fields.AndSelectors(
 	fields.OneTermNotEqualSelector("type", "helm.sh/release.v1"),
 ).String()
 
-// namespaceWatch is the informer of the Secrets of one namespace, which
-// runs while a consumer in the namespace asks for a Secret.
+// namespaceWatch is the informer of the Secrets of one namespace of one
+// cluster, which runs while a consumer in the namespace asks for a Secret.
+// Without a client (its remote cluster is not registered) it has no
+// informer and reads nothing.
 type namespaceWatch struct {
-	factory   informers.SharedInformerFactory
+	key       nsKey
+	factory   informers.SharedInformerFactory // nil: the cluster is not registered
 	informer  cache.SharedIndexInformer
 	handler   cache.ResourceEventHandlerRegistration // synced once the listed Secrets are handled
 	lister    corelisters.SecretNamespaceLister
+	authz     Authorizer    // the permission checks of a remote cluster; nil for the local one (Config.Authorizer)
 	consumers int           // Watches asking for a Secret here; guarded by Server.mu
 	started   bool          // by Run; guarded by Server.mu
 	stopped   bool          // by Run, whose goroutine alone reads it
 	stop      chan struct{} // closed to stop the informer
 	synced    chan struct{} // closed once the informer has synced
+	forbidden chan struct{} // closed when a list was forbidden before the informer synced
+	forbid    sync.Once
 }
 
 // holdNamespaceLocked counts a consumer in ns, preparing the informer of
 // its Secrets for Run to start when it is the first.
-func (s *Server) holdNamespaceLocked(ns string) {
+func (s *Server) holdNamespaceLocked(ns nsKey) {
 	n := s.namespaces[ns]
 	if n == nil {
 		n = s.newNamespaceWatch(ns)
 		s.namespaces[ns] = n
-		s.watched.Set(float64(len(s.namespaces)))
+		s.countWatchedLocked()
 		s.wakeLocked()
 	}
 	n.consumers++
@@ -56,14 +64,14 @@ func (s *Server) holdNamespaceLocked(ns string) {
 
 // releaseNamespaceLocked uncounts a consumer in ns; the last one's leaving
 // hands the informer to Run to stop.
-func (s *Server) releaseNamespaceLocked(ns string) {
+func (s *Server) releaseNamespaceLocked(ns nsKey) {
 	n := s.namespaces[ns]
 	n.consumers--
 	if n.consumers > 0 {
 		return
 	}
 	delete(s.namespaces, ns)
-	s.watched.Set(float64(len(s.namespaces)))
+	s.countWatchedLocked()
 	s.retired = append(s.retired, n)
 	s.wakeLocked()
 }
@@ -75,27 +83,48 @@ func (s *Server) wakeLocked() {
 	}
 }
 
-// newNamespaceWatch builds the informer of ns's Secrets; it does no I/O.
-func (s *Server) newNamespaceWatch(ns string) *namespaceWatch {
-	factory := informers.NewSharedInformerFactoryWithOptions(s.cfg.Client, 0,
-		informers.WithNamespace(ns),
+// newNamespaceWatch builds the informer of the Secrets of key, with the
+// client of its cluster; it does no I/O. A list the API server forbids
+// (a remote cluster's reader without the permission) closes forbidden,
+// so that Generate refuses at once rather than waiting; the informer
+// keeps retrying, and serves once the permission is granted.
+func (s *Server) newNamespaceWatch(key nsKey) *namespaceWatch {
+	n := &namespaceWatch{key: key, stop: make(chan struct{}), synced: make(chan struct{}), forbidden: make(chan struct{})}
+	client, authz := s.cfg.Client, Authorizer(nil)
+	if key.cluster != "" {
+		rc := s.remotes[key.cluster]
+		if rc == nil {
+			return n
+		}
+		client, authz = rc.client, rc.authz
+	}
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithNamespace(key.namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = secretSelector }),
 		informers.WithTransform(slim))
 	inf := factory.Core().V1().Secrets()
-	n := &namespaceWatch{
-		factory: factory, informer: inf.Informer(), lister: inf.Lister().Secrets(ns),
-		stop: make(chan struct{}), synced: make(chan struct{}),
-	}
-	// Adding a handler fails only on an informer stopped, not on one
-	// not yet started.
+	n.factory, n.informer, n.lister, n.authz = factory, inf.Informer(), inf.Lister().Secrets(key.namespace), authz
+	// Setting the error handler and adding a handler fail only on an
+	// informer started or stopped, not on one not yet started.
+	_ = n.informer.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
+		if !apierrors.IsForbidden(err) {
+			s.log.Debug("secrets watch interrupted", "cluster", key.cluster, "namespace", key.namespace, "err", err)
+			return
+		}
+		n.forbid.Do(func() {
+			s.log.Warn("secrets may not be listed; credentialName secrets of the namespace are refused until they may",
+				"cluster", key.cluster, "namespace", key.namespace, "err", err)
+			close(n.forbidden)
+		})
+	})
 	n.handler, _ = n.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { s.secretChanged(obj) },
+		AddFunc: func(obj any) { s.secretChanged(key.cluster, obj) },
 		UpdateFunc: func(old, cur any) {
 			if !sameContent(old, cur) {
-				s.secretChanged(cur)
+				s.secretChanged(key.cluster, cur)
 			}
 		},
-		DeleteFunc: func(obj any) { s.secretChanged(obj) },
+		DeleteFunc: func(obj any) { s.secretChanged(key.cluster, obj) },
 	})
 	return n
 }
@@ -124,39 +153,71 @@ func sameContent(old, cur any) bool {
 	return ok && ok2 && a.Type == b.Type && maps.EqualFunc(a.Data, b.Data, bytes.Equal)
 }
 
-func (s *Server) secretChanged(obj any) {
+func (s *Server) secretChanged(cluster string, obj any) {
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
 	}
 	if sec, ok := obj.(*corev1.Secret); ok {
-		s.notifySecret(secretKey{sec.Namespace, sec.Name})
+		s.notifySecret(secretKey{cluster, sec.Namespace, sec.Name})
 	}
 }
 
-// lister returns the Secrets of ns once they are listed: false when no
-// consumer asks for a Secret of ns, or when they are not listed within
-// syncWait.
-func (s *Server) lister(ctx context.Context, ns string) (corelisters.SecretNamespaceLister, bool) {
+// lister returns the Secrets of key once they are listed, and the
+// permission checks of their cluster: errNotFound when no consumer asks
+// for a Secret of key, or when they are not listed within syncWait;
+// errUnknownCluster when key's cluster is not registered;
+// errListForbidden when the API server forbids listing them.
+func (s *Server) lister(ctx context.Context, key nsKey) (corelisters.SecretNamespaceLister, Authorizer, error) {
 	s.mu.Lock()
-	n := s.namespaces[ns]
+	n := s.namespaces[key]
 	s.mu.Unlock()
-	if n == nil {
-		return nil, false
+	switch {
+	case n == nil:
+		return nil, nil, errNotFound
+	case n.factory == nil:
+		return nil, nil, errUnknownCluster
 	}
 	select {
 	case <-n.synced:
-		return n.lister, true
+		return n.lister, s.authorizer(n), nil
 	default:
 	}
 	t := time.NewTimer(syncWait)
 	defer t.Stop()
 	select {
 	case <-n.synced:
-		return n.lister, true
+		return n.lister, s.authorizer(n), nil
+	case <-n.forbidden:
+		select {
+		case <-n.synced: // granted meanwhile
+			return n.lister, s.authorizer(n), nil
+		default:
+		}
+		return nil, nil, fmt.Errorf("namespace %s: %w", key.namespace, errListForbidden)
 	case <-ctx.Done():
 	case <-t.C:
 	}
-	return nil, false
+	return nil, nil, errNotFound
+}
+
+// authorizer is the permission check of n's cluster.
+func (s *Server) authorizer(n *namespaceWatch) Authorizer {
+	if n.key.cluster == "" {
+		return s.cfg.Authorizer
+	}
+	return n.authz
+}
+
+// countWatchedLocked sets the gauge of namespaces whose Secrets are
+// watched (those of an unregistered cluster are not).
+func (s *Server) countWatchedLocked() {
+	n := 0
+	for _, w := range s.namespaces {
+		if w.factory != nil {
+			n++
+		}
+	}
+	s.watched.Set(float64(n))
 }
 
 // reconcile starts the informers of namespaces that got a consumer and
@@ -167,7 +228,9 @@ func (s *Server) reconcile(running *sync.WaitGroup) {
 	for _, n := range s.namespaces {
 		if !n.started {
 			n.started = true
-			start = append(start, n)
+			if n.factory != nil {
+				start = append(start, n)
+			}
 		}
 	}
 	retired := s.retired
@@ -204,7 +267,7 @@ func (s *Server) stopAll(running *sync.WaitGroup) {
 // stopWatch stops n's informer if Run started it; only Run's goroutine
 // calls it, which alone sets started.
 func stopWatch(n *namespaceWatch) {
-	if n.started && !n.stopped {
+	if n.started && !n.stopped && n.factory != nil {
 		close(n.stop)
 		n.factory.Shutdown()
 		n.stopped = true

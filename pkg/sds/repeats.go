@@ -23,7 +23,7 @@ type repeats struct {
 	now    func() time.Time
 }
 
-type repeatKey struct{ namespace, serviceAccount, name, reason string }
+type repeatKey struct{ cluster, namespace, serviceAccount, name, reason string }
 
 func newRepeats(window time.Duration, max int, now func() time.Time) *repeats {
 	return &repeats{seen: make(map[repeatKey]time.Time), window: window, max: max, now: now}

@@ -3,18 +3,21 @@
 // Secrets ("kubernetes://[<namespace>/]<name>", with "-cacert" for the CA
 // part only).
 //
-// Key material goes only to an authenticated proxy of the local cluster on
-// a TLS stream, in the Secret's own namespace, whose service account may
-// get the Secret (a SubjectAccessReview, cached briefly); a proxy a remote
-// cluster authenticated gets only ROOTCA (Proxy.Cluster). Anything else is left out of the
-// response, logged and counted; the stream is not ended. Secrets larger
-// than MaxSecretSize, or whose PEM does not parse or whose key does not
-// match the certificate, are never served.
+// Key material goes only to an authenticated proxy on a TLS stream, in the
+// Secret's own namespace of the proxy's own cluster, whose service account
+// may get the Secret there (a SubjectAccessReview in that cluster, cached
+// briefly). A proxy a remote cluster authenticated (Proxy.Cluster) is
+// served that cluster's Secrets, read through its remote secret's
+// kubeconfig (ClusterAdded), and never the local cluster's of the same
+// name. Anything else is left out of the response, logged and counted;
+// the stream is not ended. Secrets larger than MaxSecretSize, or whose PEM
+// does not parse or whose key does not match the certificate, are never
+// served.
 //
 // Secrets are read only where a consumer may be served one: a namespace
-// is watched while a Watch of a proxy in it asks for one of its Secrets,
-// and a change is reported only to the Watches that ask for the Secret
-// changed (watch.go, namespaces.go).
+// of a cluster is watched while a Watch of a proxy in it asks for one of
+// its Secrets, and a change is reported only to the Watches that ask for
+// the Secret changed (watch.go, namespaces.go, clusters.go).
 package sds
 
 import (
@@ -50,10 +53,14 @@ type Config struct {
 	// ROOTCA is served.
 	Client kubernetes.Interface
 	// Authorizer decides who may read a Secret; required with Client.
-	Authorizer    Authorizer
-	MaxSecretSize int // bytes; zero is DefaultMaxSecretSize
-	Registerer    prometheus.Registerer
-	Logger        *slog.Logger
+	Authorizer Authorizer
+	// RemoteAuthorizer builds the Authorizer of a remote cluster from its
+	// client (ClusterAdded). Default: a SARAuthorizer of that cluster
+	// with the default cache.
+	RemoteAuthorizer func(kubernetes.Interface) Authorizer
+	MaxSecretSize    int // bytes; zero is DefaultMaxSecretSize
+	Registerer       prometheus.Registerer
+	Logger           *slog.Logger
 }
 
 // Proxy is the authenticated requester.
@@ -64,11 +71,11 @@ type Proxy struct {
 	// nothing is served otherwise.
 	Secure bool
 	// Cluster is the remote cluster that authenticated the proxy; empty
-	// for istiod's own. Only the local cluster's Secrets are read (a
-	// remote cluster's reader may not read Secrets), and they are not the
-	// remote proxy's: it gets ROOTCA, and each credentialName Secret it
-	// asks for is refused with reason "remote_cluster", never served from
-	// the local cluster.
+	// for istiod's own. A remote proxy's credentialName Secrets, and the
+	// permission check, are its cluster's alone: refused with reason
+	// "unknown_cluster" while that cluster is not registered, and with
+	// "remote_cluster" when its reader may not list the Secrets or
+	// create the review there; never served from the local cluster.
 	Cluster string
 }
 
@@ -85,8 +92,9 @@ type Server struct {
 	mu         sync.Mutex
 	consumers  map[secretKey]map[*Watch]struct{} // by the Secret they read
 	roots      map[*Watch]struct{}               // the Watches asking for ROOTCA
-	namespaces map[string]*namespaceWatch        // those with consumers
+	namespaces map[nsKey]*namespaceWatch         // those with consumers
 	retired    []*namespaceWatch                 // for Run to stop
+	remotes    map[string]*remoteCluster         // registered remote clusters, by ID
 }
 
 // New returns a server for cfg. It does no I/O and starts nothing.
@@ -97,6 +105,11 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Client != nil && cfg.Authorizer == nil {
 		return nil, errors.New("sds: an authorizer is required with a Kubernetes client")
 	}
+	if cfg.RemoteAuthorizer == nil {
+		cfg.RemoteAuthorizer = func(c kubernetes.Interface) Authorizer {
+			return NewSARAuthorizer(c.AuthorizationV1().SubjectAccessReviews(), 0, 0, nil)
+		}
+	}
 	if cfg.MaxSecretSize <= 0 {
 		cfg.MaxSecretSize = DefaultMaxSecretSize
 	}
@@ -106,8 +119,8 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, wake: make(chan struct{}, 1),
 		consumers: map[secretKey]map[*Watch]struct{}{}, roots: map[*Watch]struct{}{},
-		namespaces: map[string]*namespaceWatch{},
-		repeats:    newRepeats(refusalLogWindow, refusalLogEntries, time.Now),
+		namespaces: map[nsKey]*namespaceWatch{}, remotes: map[string]*remoteCluster{},
+		repeats: newRepeats(refusalLogWindow, refusalLogEntries, time.Now),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "bulwark_sds_refused_total", Help: "Secret resources asked for and not served, by reason.",
 		}, []string{"reason"}),
@@ -164,11 +177,11 @@ func (s *Server) Generate(ctx context.Context, p Proxy, names []string) []*tlsv3
 			reason := reasonOf(err)
 			s.refused.WithLabelValues(reason).Inc()
 			level := slog.LevelWarn
-			if reason == "not_found" || !s.repeats.first(repeatKey{p.Namespace, p.ServiceAccount, n, reason}) {
+			if reason == "not_found" || !s.repeats.first(repeatKey{p.Cluster, p.Namespace, p.ServiceAccount, n, reason}) {
 				level = slog.LevelDebug
 			}
 			s.log.Log(ctx, level, "secret not served", "name", n, "namespace", p.Namespace,
-				"serviceAccount", p.ServiceAccount, "reason", reason, "err", err)
+				"serviceAccount", p.ServiceAccount, "cluster", p.Cluster, "reason", reason, "err", err)
 			continue
 		}
 		if sec != nil {
@@ -193,15 +206,15 @@ func (s *Server) generate(ctx context.Context, p Proxy, name string) (*tlsv3.Sec
 	if !ok {
 		return nil, errNotFound // not ours: the workload identity is the agent's
 	}
-	if p.Cluster != "" {
-		return nil, fmt.Errorf("proxy of cluster %s: %w", p.Cluster, errRemoteCluster)
-	}
 	if ref.namespace != p.Namespace {
 		return nil, errCrossNS
 	}
-	secrets, ok := s.lister(ctx, ref.namespace)
-	if !ok {
-		return nil, errNotFound // no Watch asks for it, or not listed yet
+	if p.Cluster != "" && !s.registered(p.Cluster) {
+		return nil, inCluster(p.Cluster, errUnknownCluster)
+	}
+	secrets, authz, err := s.lister(ctx, nsKey{p.Cluster, ref.namespace})
+	if err != nil {
+		return nil, inCluster(p.Cluster, err)
 	}
 	for _, cand := range ref.candidates() {
 		secret, err := secrets.Get(cand)
@@ -211,9 +224,12 @@ func (s *Server) generate(ctx context.Context, p Proxy, name string) (*tlsv3.Sec
 		if err != nil {
 			return nil, fmt.Errorf("get secret %s/%s: %w", ref.namespace, cand, err)
 		}
-		allowed, err := s.cfg.Authorizer.CanReadSecret(ctx, ref.namespace, p.ServiceAccount, cand)
+		allowed, err := authz.CanReadSecret(ctx, ref.namespace, p.ServiceAccount, cand)
 		if err != nil {
-			return nil, fmt.Errorf("authorize %s/%s: %w", ref.namespace, cand, err)
+			if apierrors.IsForbidden(err) {
+				err = fmt.Errorf("%w: %w", errReviewForbidden, err)
+			}
+			return nil, inCluster(p.Cluster, fmt.Errorf("authorize %s/%s: %w", ref.namespace, cand, err))
 		}
 		if !allowed {
 			return nil, errUnauthorized
@@ -226,6 +242,26 @@ func (s *Server) generate(ctx context.Context, p Proxy, name string) (*tlsv3.Sec
 	return nil, errNotFound
 }
 
+// registered reports whether the remote cluster id is registered.
+func (s *Server) registered(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.remotes[id]
+	return ok
+}
+
+// inCluster marks an error of a remote cluster's: the refusals of its
+// reader (a list or a review forbidden) are "remote_cluster".
+func inCluster(cluster string, err error) error {
+	if cluster == "" {
+		return err
+	}
+	if errors.Is(err, errListForbidden) || errors.Is(err, errReviewForbidden) {
+		return fmt.Errorf("cluster %s: %w: %w", cluster, errRemoteCluster, err)
+	}
+	return fmt.Errorf("cluster %s: %w", cluster, err)
+}
+
 func reasonOf(err error) string {
 	switch {
 	case errors.Is(err, errPlaintext):
@@ -234,6 +270,10 @@ func reasonOf(err error) string {
 		return "cross_namespace"
 	case errors.Is(err, errRemoteCluster):
 		return "remote_cluster"
+	case errors.Is(err, errUnknownCluster):
+		return "unknown_cluster"
+	case errors.Is(err, errListForbidden), errors.Is(err, errReviewForbidden):
+		return "forbidden"
 	case errors.Is(err, errUnauthorized):
 		return "unauthorized"
 	case errors.Is(err, errNotFound):

@@ -21,24 +21,29 @@ type Watch struct {
 	closed bool
 }
 
-// secretKey is a Kubernetes Secret, by namespace and name.
-type secretKey struct{ namespace, name string }
+// secretKey is a Kubernetes Secret, by cluster (empty: the local one),
+// namespace and name.
+type secretKey struct{ cluster, namespace, name string }
 
 func (k secretKey) compare(o secretKey) int {
-	return cmp.Or(cmp.Compare(k.namespace, o.namespace), cmp.Compare(k.name, o.name))
+	return cmp.Or(cmp.Compare(k.cluster, o.cluster), cmp.Compare(k.namespace, o.namespace), cmp.Compare(k.name, o.name))
 }
+
+// nsKey is a namespace of a cluster (empty: the local one).
+type nsKey struct{ cluster, namespace string }
 
 // Watch registers a consumer of the secrets Generate gives p. notify is
 // called whenever what Generate gives p for the names last Set may have
-// changed; it is called with no lock held, from the Server's goroutines,
-// and must not block. Watch does no I/O.
+// changed; it is called with no lock of the Server held, from the
+// Server's goroutines or from the registry of remote clusters telling of
+// a cluster's change, and must not block. Watch does no I/O.
 func (s *Server) Watch(p Proxy, notify func()) *Watch {
 	return &Watch{s: s, proxy: p, notify: notify}
 }
 
 // Set replaces the names the consumer asks for. Only what Generate could
-// serve p is watched: nothing for a plaintext stream, only Secrets of p's
-// own namespace, and none for a proxy of a remote cluster.
+// serve p is watched: nothing for a plaintext stream, and only Secrets of
+// p's own namespace in p's own cluster.
 func (w *Watch) Set(names []string) {
 	refs, root := w.s.secretsOf(w.proxy, names)
 	s := w.s
@@ -75,11 +80,11 @@ func (s *Server) secretsOf(p Proxy, names []string) (refs []secretKey, rootCA bo
 			continue
 		}
 		ref, ok := parseName(n, p.Namespace)
-		if !ok || ref.namespace != p.Namespace || s.cfg.Client == nil || p.Cluster != "" {
+		if !ok || ref.namespace != p.Namespace || (s.cfg.Client == nil && p.Cluster == "") {
 			continue
 		}
 		for _, c := range ref.candidates() {
-			refs = append(refs, secretKey{ref.namespace, c})
+			refs = append(refs, secretKey{p.Cluster, ref.namespace, c})
 		}
 	}
 	slices.SortFunc(refs, secretKey.compare)
@@ -107,11 +112,12 @@ func (s *Server) setLocked(w *Watch, refs []secretKey, root bool) {
 	} else {
 		delete(s.roots, w)
 	}
+	ns := nsKey{w.proxy.Cluster, w.proxy.Namespace}
 	if len(refs) > 0 {
-		s.holdNamespaceLocked(w.proxy.Namespace)
+		s.holdNamespaceLocked(ns)
 	}
 	if len(w.refs) > 0 {
-		s.releaseNamespaceLocked(w.proxy.Namespace)
+		s.releaseNamespaceLocked(ns)
 	}
 	w.refs, w.rootCA = refs, root
 }

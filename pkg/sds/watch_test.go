@@ -27,7 +27,7 @@ func (f *fixture) secretNamespacesRead() []string {
 func (f *fixture) consumersIn(ns string) int {
 	f.srv.mu.Lock()
 	defer f.srv.mu.Unlock()
-	if n := f.srv.namespaces[ns]; n != nil {
+	if n := f.srv.namespaces[nsKey{"", ns}]; n != nil {
 		return n.consumers
 	}
 	return 0
@@ -43,7 +43,7 @@ func TestOnlyNamespacesWithConsumersAreWatched(t *testing.T) {
 	for p, names := range map[Proxy][]string{
 		{Namespace: "plain", ServiceAccount: "gw"}:           {"kubernetes://tls"},
 		{Namespace: "a", ServiceAccount: "gw", Secure: true}: {"kubernetes://b/tls", "default", RootCAName},
-		// A remote cluster's proxy: b's Secrets are the local cluster's.
+		// A proxy of a remote cluster not registered: nothing to read.
 		{Namespace: "b", ServiceAccount: "gw", Secure: true, Cluster: "cluster-b"}: {"kubernetes://tls", RootCAName},
 	} {
 		w := f.srv.Watch(p, func() {})

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/codes"
@@ -31,8 +32,10 @@ import (
 // cluster) applied to its own pod in B, whose namesake in A has other
 // labels. The spoof, B's token naming cluster A, is refused; so is a
 // token of a pod deleted in B. Its credentialName Secrets are B's, which
-// A's istiod does not read: the Secret of that name in A, which A's
-// namesake may get, is not served to it.
+// B's reader here may not list (docs/rbac.md's reader without
+// global.readerSecrets): refused at once, and the Secret of that name in
+// A, which A's namesake may get, is not served to it
+// (TestRemoteClustersProxyGetsItsClustersCredentialSecrets grants them).
 func TestRemoteClustersProxyIsServedItsOwnPod(t *testing.T) {
 	envA := testenv.Get(t)
 	envB := testenv.StartPrivate(t)
@@ -149,11 +152,14 @@ func TestRemoteClustersProxyIsServedItsOwnPod(t *testing.T) {
 		}
 		secrets(tokenA, clusterA, podA, 1)
 		before := metricValue(t, p.MonitoringAddr, `bulwark_sds_refused_total{reason="remote_cluster"}`)
+		start := time.Now()
 		secrets(tokenB, clusterB, podB, 0)
+		t.Logf("B's sidecar dialed, given its clusters and refused its Secret in %v (its reader may not list Secrets; the listing wait is 5 s)", time.Since(start).Round(time.Millisecond))
 		if after := metricValue(t, p.MonitoringAddr, `bulwark_sds_refused_total{reason="remote_cluster"}`); after <= before {
 			t.Errorf("remote_cluster refusals %v → %v", before, after)
 		}
-		waitLogged(t, p, "credentialName secrets of remote clusters are not read")
+		waitLogged(t, p, "the remote cluster's reader may not read its secrets")
+		waitLogged(t, p, "secrets may not be listed")
 	})
 }
 
