@@ -31,7 +31,7 @@ type Sources struct {
 	mu      sync.Mutex
 	sources map[string]runner // the running sources, by cluster
 	ctx     context.Context   // Run's; nil before
-	stopped bool            // Run's context ended: nothing more starts
+	stopped bool              // Run's context ended: nothing more starts
 	pending map[string]kubernetes.Interface
 	running map[string]context.CancelFunc
 	// published says, per running source, whether it has published its
