@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpoint "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +18,7 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/ca/catest"
 	"github.com/bulwark-mesh/bulwark/pkg/meshconfig"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 )
 
@@ -203,5 +205,63 @@ func TestAMeshNetworksChangeReroutesOtherNetworksEndpoints(t *testing.T) {
 	r = recv(t, st)
 	if got := loadOf(t, r, echo); !slices.Equal(got, []string{"192.0.2.3:15443"}) {
 		t.Fatalf("after a good file again: %v, want the new gateway", got)
+	}
+}
+
+// TestAnSNIDNATClusterLeftOutIsCounted: an east-west gateway's SNI-DNAT
+// cluster of a DNS_ROUND_ROBIN entry of the mesh without an mTLS
+// endpoint is not generated (Envoy would refuse it), and that is counted.
+func TestAnSNIDNATClusterLeftOutIsCounted(t *testing.T) {
+	snap := modeltest.Load(t, `apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: cache, namespace: app}
+spec:
+  hosts: [cache.internal.example]
+  location: MESH_INTERNAL
+  resolution: DNS_ROUND_ROBIN
+  ports: [{number: 6379, name: tcp-redis, protocol: TCP}]
+---
+apiVersion: networking.istio.io/v1
+kind: ServiceEntry
+metadata: {name: db, namespace: app}
+spec:
+  hosts: [db.internal.example]
+  location: MESH_INTERNAL
+  resolution: DNS_ROUND_ROBIN
+  ports: [{number: 5432, name: tcp-db, protocol: TCP}]
+  endpoints: [{address: db-1.internal.example, labels: {security.istio.io/tlsMode: istio}}]
+---
+apiVersion: networking.istio.io/v1
+kind: Gateway
+metadata: {name: cross-network, namespace: gw}
+spec:
+  selector: {istio: eastwestgateway}
+  servers:
+  - port: {number: 15443, name: tls, protocol: TLS}
+    tls: {mode: AUTO_PASSTHROUGH}
+    hosts: ["*.example"]
+`)
+	h := newHarness(t, snap, nil)
+	waitFor(t, "the SNI-DNAT cluster left out counted", func() bool {
+		return testutil.ToFloat64(h.srv.metrics.failClosed.WithLabelValues("ServiceEntry", "sni_dnat_left_out")) == 1
+	})
+	st := h.stream(ingressIdentity)
+	node := routerNode("gw", "ingress", "10.0.9.1", map[string]any{"istio": "eastwestgateway"}, nil)
+	if err := st.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	r := recv(t, st)
+	db := false
+	for _, a := range r.GetResources() {
+		c := unmarshal[*clusterv3.Cluster](t, a, &clusterv3.Cluster{})
+		switch c.GetName() {
+		case "outbound_.6379_._.cache.internal.example":
+			t.Fatalf("the router got %s, a LOGICAL_DNS cluster without a host", c.GetName())
+		case "outbound_.5432_._.db.internal.example":
+			db = c.GetType() == clusterv3.Cluster_LOGICAL_DNS && len(c.GetLoadAssignment().GetEndpoints()) == 1
+		}
+	}
+	if !db {
+		t.Fatal("the router has no LOGICAL_DNS SNI-DNAT cluster of db, whose endpoint accepts mTLS")
 	}
 }
