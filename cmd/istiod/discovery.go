@@ -23,7 +23,7 @@ func discovery(ctx context.Context, args []string, getenv func(string) string, s
 	fs.StringVar(&cfg.Namespace, "namespace", envOr(getenv, "POD_NAMESPACE", cfg.Namespace), "istiod's namespace (env POD_NAMESPACE)")
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", getenv("KUBECONFIG"), "kubeconfig file; empty and outside a cluster means local mode (env KUBECONFIG)")
 	fs.StringVar(&cfg.ClusterID, "clusterID", envOr(getenv, "CLUSTER_ID", cfg.ClusterID), "cluster ID (env CLUSTER_ID)")
-	fs.StringVar(&cfg.NetworksConfigFile, "networksConfig", "", "Istio's meshNetworks (the istio ConfigMap's meshNetworks key as a file), read at start; a missing file means no networks (default /etc/istio/config/meshNetworks in Kubernetes, <state-dir>/meshNetworks.yaml locally)")
+	fs.StringVar(&cfg.NetworksConfigFile, "networksConfig", "", "Istio's meshNetworks (the istio ConfigMap's meshNetworks key as a file), watched: a change applies without a restart, a bad one is refused and the last good one kept; a missing file means no networks (default /etc/istio/config/meshNetworks in Kubernetes, <state-dir>/meshNetworks.yaml locally)")
 	fs.StringVar(&cfg.Revision, "revision", getenv("REVISION"), "control-plane revision (env REVISION)")
 	fs.StringVar(&cfg.SecureGRPCAddr, "secureGRPCAddr", "", "TLS gRPC address: CSR API and xDS (default 127.0.0.1:15012 locally, :15012 in Kubernetes)")
 	fs.StringVar(&cfg.GRPCAddr, "grpcAddr", "", "plaintext xDS address (default off)")

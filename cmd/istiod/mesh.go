@@ -1,15 +1,12 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/bulwark-mesh/bulwark/pkg/bootstrap"
 	"github.com/bulwark-mesh/bulwark/pkg/meshconfig"
-	"github.com/bulwark-mesh/bulwark/pkg/model"
 )
 
 // loadMeshConfig reads the mesh configuration istiod starts with into cfg
@@ -44,24 +41,13 @@ func trustDomainSet(fs *flag.FlagSet, getenv func(string) string) bool {
 
 // loadMeshNetworks reads meshNetworks into cfg: a missing file is no
 // networks; one that cannot be used stops istiod, as proxies would
-// otherwise be sent other networks' endpoints they cannot reach.
+// otherwise be sent other networks' endpoints they cannot reach. Later
+// changes are watched (bootstrap).
 func loadMeshNetworks(cfg *bootstrap.Config) error {
 	path := cfg.NetworksConfigPath()
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
+	nets, err := meshconfig.ReadNetworksFile(path)
 	if err != nil {
 		return fmt.Errorf("mesh networks: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, model.MaxMeshNetworksBytes+1))
-	if err != nil {
-		return fmt.Errorf("mesh networks %s: %w", path, err)
-	}
-	nets, err := model.ParseMeshNetworks(data)
-	if err != nil {
-		return fmt.Errorf("mesh networks %s: %w", path, err)
 	}
 	cfg.NetworksConfigFile, cfg.MeshNetworks = path, nets
 	return nil

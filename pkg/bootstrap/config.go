@@ -123,9 +123,9 @@ type Config struct {
 	// TrustDomain: the CA cannot change trust domain while it runs.
 	Mesh *meshv1alpha1.MeshConfig
 	// NetworksConfigFile is meshNetworks, the istio ConfigMap's
-	// "meshNetworks" key as mounted (Istio's --networksConfig), read once
-	// at start; a missing file means no networks. Empty means
-	// NetworksConfigPath's default.
+	// "meshNetworks" key as mounted (Istio's --networksConfig); watched.
+	// A missing file means no networks. Empty means NetworksConfigPath's
+	// default.
 	NetworksConfigFile string
 	// MeshNetworks is meshNetworks as read from NetworksConfigFile; nil
 	// means none.

@@ -49,6 +49,7 @@ type Server struct {
 	webhooksServing atomic.Bool
 	injector        *inject.FileSource
 	mesh            *meshconfig.Watcher
+	networks        *meshconfig.NetworksWatcher
 	model           *model.FileSource // nil without a config dir
 	xds             *xds.Server
 	keySets         *keyfetch.JWKSCache // RequestAuthentication's
@@ -138,7 +139,14 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		}
 		s.registry.MustRegister(s.withoutPCDS.Collector())
 	}
-	if s.mesh, err = newMeshWatcher(cfg, log); err != nil {
+	reloads, err := meshconfig.NewReloadMetrics(s.registry)
+	if err != nil {
+		return nil, err
+	}
+	if s.mesh, err = newMeshWatcher(cfg, reloads, log); err != nil {
+		return nil, err
+	}
+	if s.networks, err = newNetworksWatcher(cfg, reloads, log); err != nil {
 		return nil, err
 	}
 	s.registry.MustRegister(s.mesh.Collector())
@@ -170,12 +178,13 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 // newMeshWatcher watches the mesh configuration file, starting from
 // cfg.Mesh. An update the injector could not use is refused like an
 // invalid one, so the last good configuration keeps serving.
-func newMeshWatcher(cfg Config, log *slog.Logger) (*meshconfig.Watcher, error) {
+func newMeshWatcher(cfg Config, metrics *meshconfig.ReloadMetrics, log *slog.Logger) (*meshconfig.Watcher, error) {
 	w, err := meshconfig.NewWatcher(meshconfig.WatcherConfig{
 		Path:     cfg.MeshConfigFile,
 		Defaults: cfg.MeshDefaults(),
 		Initial:  cfg.Mesh,
 		Check:    inject.CheckMeshConfig,
+		Metrics:  metrics,
 		Logger:   log.With("component", "meshconfig"),
 	})
 	if err != nil {
@@ -347,6 +356,10 @@ func (s *Server) Run(ctx context.Context) error {
 		g.Go(func() error { return s.serveGRPC(ctx, s.plaintext, lns[4], "plaintext gRPC", nil) })
 	}
 	g.Go(func() error { return s.mesh.Run(ctx) })
+	g.Go(func() error { return s.networks.Run(ctx) })
+	if s.kube != nil {
+		g.Go(func() error { return s.kube.followNetworks(ctx, s.networks, s.cfg.ClusterID) })
+	}
 	g.Go(func() error { return s.injector.Run(ctx) })
 	g.Go(func() error { return s.xds.Run(ctx) })
 	g.Go(func() error { return s.keySets.Run(ctx) })

@@ -93,7 +93,7 @@ func (s *Server) wireXDS(chain authn.Authenticator, td spiffeid.TrustDomain) err
 		ScopeGatewayToNamespace: s.cfg.ScopeGatewayToNamespace,
 		AllowLoopbackHTTPJWKS:   s.cfg.AllowLoopbackHTTPJWKS,
 		SidecarIngressTLS:       s.cfg.SidecarIngressTLS,
-		MeshNetworks:            s.cfg.MeshNetworks,
+		Networks:                s.networks,
 		Registerer:              s.registry,
 		Logger:                  s.log.With("component", "xds"),
 

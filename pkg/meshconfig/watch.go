@@ -55,8 +55,13 @@ type WatcherConfig struct {
 	// Resync is how often the file is read again besides change
 	// notifications; zero means DefaultResync.
 	Resync time.Duration
-	Logger *slog.Logger
+	// Metrics, when set, counts the reloads (config="mesh").
+	Metrics *ReloadMetrics
+	Logger  *slog.Logger
 }
+
+// meshConfig names the mesh configuration in the reload metrics.
+const meshConfig = "mesh"
 
 // Watcher holds the current mesh configuration and announces changes. The
 // configurations it hands out are shared and must not be modified.
@@ -88,6 +93,7 @@ func NewWatcher(cfg WatcherConfig) (*Watcher, error) {
 		return nil, fmt.Errorf("meshconfig: initial configuration: %w", err)
 	}
 	w := &Watcher{cfg: cfg, log: cfg.Logger, trustDomain: initial.GetTrustDomain()}
+	cfg.Metrics.rejected(meshConfig, false)
 	w.current.Store(initial)
 	return w, nil
 }
@@ -118,8 +124,13 @@ func (w *Watcher) reload() {
 	if err == nil && w.cfg.Check != nil {
 		err = w.cfg.Check(mc)
 	}
+	w.cfg.Metrics.rejected(meshConfig, err != nil)
 	if err != nil {
+		last := w.last
 		w.report(note{slog.LevelError, "mesh configuration rejected; the last good one keeps serving", []any{"file", w.cfg.Path, "err", err}})
+		if w.last != last {
+			w.cfg.Metrics.count(meshConfig, resultRejected)
+		}
 		return
 	}
 	var notes []note
@@ -145,6 +156,7 @@ func (w *Watcher) reload() {
 	// configuration, so a log line never comes after what it explains.
 	w.last = ""
 	w.report(notes...)
+	w.cfg.Metrics.count(meshConfig, resultApplied)
 	w.log.Info("mesh configuration loaded", append([]any{"file", w.cfg.Path}, Summary(mc)...)...)
 	w.current.Store(mc)
 }

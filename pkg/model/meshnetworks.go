@@ -155,6 +155,33 @@ func (m *MeshNetworks) NetworkOfRegistry(cluster string) string {
 	return ""
 }
 
+// Equal reports whether m and o are the same meshNetworks; nil is none.
+func (m *MeshNetworks) Equal(o *MeshNetworks) bool {
+	var a, b []MeshNetwork
+	if m != nil {
+		a = m.Networks
+	}
+	if o != nil {
+		b = o.Networks
+	}
+	return slices.EqualFunc(a, b, func(x, y MeshNetwork) bool {
+		return x.Name == y.Name && slices.Equal(x.Registries, y.Registries) && slices.Equal(x.CIDRs, y.CIDRs) &&
+			slices.Equal(x.Gateways, y.Gateways)
+	})
+}
+
+// Names are the networks' names, sorted.
+func (m *MeshNetworks) Names() []string {
+	if m == nil {
+		return nil
+	}
+	out := make([]string, 0, len(m.Networks))
+	for _, n := range m.Networks {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
 // dnsLabel reports whether s is an RFC 1123 label.
 func dnsLabel(s string) bool {
 	if s == "" || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {

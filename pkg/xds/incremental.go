@@ -212,7 +212,13 @@ func (s *Server) prompt(snap *model.Snapshot) bool {
 
 func (s *Server) classify(prev, st *pushState) change {
 	c := change{seq: st.seq, full: true}
-	if st.mesh == nil || prev.mesh != st.mesh || prev.snap.Version == "" || st.snap.Version == "" {
+	if st.mesh == nil || prev.snap.Version == "" || st.snap.Version == "" {
+		return c
+	}
+	// A meshNetworks change alone changes network gateways, which load
+	// assignments alone read.
+	netsChanged := prev.mesh != st.mesh
+	if netsChanged && !st.mesh.OnlyNetworksDiffer(prev.mesh) {
 		return c
 	}
 	d := model.Diff(prev.snap, st.snap)
@@ -265,6 +271,19 @@ func (s *Server) classify(prev, st *pushState) change {
 					c.addrs[ep.Address] = true
 				}
 			}
+		}
+	}
+	if netsChanged {
+		before := prev.snap.NetworkGateways(networksOf(prev))
+		after := st.snap.NetworkGateways(networksOf(st))
+		for _, host := range st.snap.GatewayChangedHosts(before, after) {
+			if c.services[host] {
+				continue
+			}
+			if c.hosts == nil {
+				c.hosts = map[string]bool{}
+			}
+			c.hosts[host] = true
 		}
 	}
 	return c

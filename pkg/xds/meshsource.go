@@ -17,27 +17,29 @@ type MeshSource interface {
 	Subscribe() (<-chan *meshv1alpha1.MeshConfig, func())
 }
 
-// newMeshState is the generation of mesh configuration mc and key sets
-// keys under the server's settings.
-func (s *Server) newMeshState(mc *meshv1alpha1.MeshConfig, keys *keyfetch.JWKSSnapshot) *generation.Mesh {
+// newMeshState is the generation of mesh configuration mc, key sets
+// keys and meshNetworks nets under the server's settings.
+func (s *Server) newMeshState(mc *meshv1alpha1.MeshConfig, keys *keyfetch.JWKSSnapshot, nets *model.MeshNetworks) *generation.Mesh {
 	return generation.NewMesh(generation.Settings{
 		TrustDomain:             s.cfg.TrustDomain,
 		AllowInsecureSkipVerify: s.cfg.AllowInsecureSkipVerify,
 		AllowLoopbackHTTPJWKS:   s.cfg.AllowLoopbackHTTPJWKS,
 		SidecarIngressTLS:       s.cfg.SidecarIngressTLS,
 		ScopeGatewayToNamespace: s.cfg.ScopeGatewayToNamespace,
-		MeshNetworks:            s.cfg.MeshNetworks,
+		MeshNetworks:            nets,
 	}, mc, keys)
 }
 
 // applyMesh makes mc the mesh configuration the next push is built with.
 func (s *Server) applyMesh(mc *meshv1alpha1.MeshConfig) {
-	s.mesh.Store(s.newMeshState(mc, s.mesh.Load().Keys))
+	cur := s.mesh.Load()
+	s.mesh.Store(s.newMeshState(mc, cur.Keys, cur.Settings().MeshNetworks))
 }
 
 // applyKeys makes keys the key sets the next push is built with.
 func (s *Server) applyKeys(keys *keyfetch.JWKSSnapshot) {
-	s.mesh.Store(s.newMeshState(s.mesh.Load().Config, keys))
+	cur := s.mesh.Load()
+	s.mesh.Store(s.newMeshState(cur.Config, keys, cur.Settings().MeshNetworks))
 }
 
 // jwksRule is what RequestAuthentication key sets may be fetched from.

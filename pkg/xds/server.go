@@ -171,6 +171,10 @@ type Config struct {
 	// networks and their gateways, besides the Services that expose a
 	// network; nil: none.
 	MeshNetworks *model.MeshNetworks
+	// Networks, when set, is meshNetworks as it changes, in place of
+	// MeshNetworks. A change is pushed as the load assignments whose
+	// network gateways it changes, not as a full push.
+	Networks NetworksSource
 }
 
 // Server is the ADS server.
@@ -237,7 +241,7 @@ func New(cfg Config) (*Server, error) {
 		TrustDomain: cfg.TrustDomain, SystemNamespace: cfg.SystemNamespace, JWKSRule: s.jwksRule(),
 		FailClosed: s.metrics.failClosed, Logger: cfg.Logger,
 	})
-	s.mesh.Store(s.newMeshState(currentMesh(cfg.Mesh), currentKeys(cfg.KeySets)))
+	s.mesh.Store(s.newMeshState(currentMesh(cfg.Mesh), currentKeys(cfg.KeySets), s.currentNetworks()))
 	s.state.Store(s.newState(cfg.Model.Current(), time.Time{}))
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stop, s.done = cancel, ctx.Done()
@@ -276,6 +280,8 @@ func (s *Server) Run(ctx context.Context) error {
 	defer cancelMesh()
 	keyUpdates, cancelKeys := s.subscribeKeys()
 	defer cancelKeys()
+	netUpdates, cancelNets := s.subscribeNetworks()
+	defer cancelNets()
 	var (
 		pending     *model.Snapshot // a model change not pushed yet
 		meshPending bool            // a mesh change not pushed yet
@@ -327,6 +333,10 @@ func (s *Server) Run(ctx context.Context) error {
 		s.applyKeys(ks)
 		meshPending = true
 	}
+	if nets := s.currentNetworks(); nets != s.mesh.Load().Settings().MeshNetworks {
+		s.applyNetworks(nets)
+		meshPending = true
+	}
 	if cur := s.cfg.Model.Current(); meshPending || s.mesh.Load().Derive(cur).Version != s.state.Load().snap.Version {
 		pending, first = cur, s.cfg.Clock()
 		push()
@@ -360,6 +370,15 @@ func (s *Server) Run(ctx context.Context) error {
 			s.applyKeys(ks)
 			meshPending = true
 			changed(false)
+		case nets, ok := <-netUpdates:
+			if !ok {
+				netUpdates = nil
+				continue
+			}
+			arrived() // waits for quiet, as a mesh change does
+			s.applyNetworks(nets)
+			meshPending = true
+			changed(false)
 		case <-quiet.C:
 			if pending != nil || meshPending {
 				push()
@@ -384,7 +403,8 @@ func (s *Server) push(snap *model.Snapshot, changedAt time.Time) {
 	c := s.classify(prev, st)
 	// Policies and rules are read again only when they may have changed:
 	// not for services and endpoints, the changes a mesh sees most.
-	policies := c.full || c.authz || len(c.sidecars) > 0 || c.rules != nil
+	// A meshNetworks change changes what the network report says.
+	policies := c.full || c.authz || len(c.sidecars) > 0 || c.rules != nil || st.mesh != prev.mesh
 	if policies {
 		s.wantKeys(snap)
 	}

@@ -29,8 +29,9 @@ type Sources struct {
 	newSource func(kubesource.Config) (runner, error)
 
 	mu      sync.Mutex
-	ctx     context.Context // Run's; nil before
-	stopped bool            // Run's context ended: nothing more starts
+	sources map[string]runner // the running sources, by cluster
+	ctx     context.Context   // Run's; nil before
+	stopped bool              // Run's context ended: nothing more starts
 	pending map[string]kubernetes.Interface
 	running map[string]context.CancelFunc
 	// published says, per running source, whether it has published its
@@ -47,6 +48,14 @@ type runner interface {
 	Run(ctx context.Context) error
 }
 
+// networkSetter is a source whose cluster's network can change
+// (kubesource.Source).
+type networkSetter interface {
+	SetNetwork(network string)
+}
+
+var _ networkSetter = (*kubesource.Source)(nil)
+
 // NewSources returns the remote sources of m, built with opts (the local
 // source's: the same domain). It does no I/O and starts nothing.
 func NewSources(m *Merger, opts model.Options, log *slog.Logger) *Sources {
@@ -62,7 +71,7 @@ func NewSourcesWithNetworks(m *Merger, opts model.Options, nets *model.MeshNetwo
 	}
 	return &Sources{merger: m, opts: opts, nets: nets, log: log,
 		newSource: func(c kubesource.Config) (runner, error) { return kubesource.New(c) },
-		pending:   map[string]kubernetes.Interface{}, running: map[string]context.CancelFunc{},
+		pending:   map[string]kubernetes.Interface{}, running: map[string]context.CancelFunc{}, sources: map[string]runner{},
 		published: map[string]*atomic.Bool{}}
 }
 
@@ -101,6 +110,21 @@ func (s *Sources) ClusterAdded(id string, client kubernetes.Interface) {
 	s.startLocked(id, client)
 }
 
+// SetNetworks makes nets the meshNetworks the clusters' networks come
+// from (fromRegistry): each running source whose cluster's network
+// changes places its endpoints again, and a source started later takes
+// its network from nets.
+func (s *Sources) SetNetworks(nets *model.MeshNetworks) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nets = nets
+	for id, src := range s.sources {
+		if ns, ok := src.(networkSetter); ok {
+			ns.SetNetwork(nets.NetworkOfRegistry(id))
+		}
+	}
+}
+
 // ClusterRemoved stops reading remote cluster id and withdraws its
 // services and endpoints from the model. It does not block.
 func (s *Sources) ClusterRemoved(id string) {
@@ -111,6 +135,7 @@ func (s *Sources) ClusterRemoved(id string) {
 		stop()
 		delete(s.running, id)
 	}
+	delete(s.sources, id)
 	s.mu.Unlock()
 	s.merger.Remove(id)
 }
@@ -154,6 +179,7 @@ func (s *Sources) startLocked(id string, client kubernetes.Interface) {
 		stop()
 		delete(s.running, id)
 	}
+	delete(s.sources, id)
 	log := s.log.With("cluster", id)
 	published := new(atomic.Bool)
 	s.published[id] = published
@@ -172,6 +198,7 @@ func (s *Sources) startLocked(id string, client kubernetes.Interface) {
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	s.running[id] = cancel
+	s.sources[id] = src
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()

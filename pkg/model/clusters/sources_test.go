@@ -174,3 +174,44 @@ func TestRemoteAPIServersThatHangOrAnswerGarbageStallNothing(t *testing.T) {
 		t.Fatal("removing a hanging cluster blocked")
 	}
 }
+
+// TestAMeshNetworksChangeMovesARemoteClustersEndpoints: meshNetworks'
+// fromRegistry names B's network; when it changes, B's running source
+// places its endpoints on the new network, and one added later starts on
+// it.
+func TestAMeshNetworksChangeMovesARemoteClustersEndpoints(t *testing.T) {
+	nets := func(yaml string) *model.MeshNetworks {
+		n, err := model.ParseMeshNetworks([]byte(yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	store := model.NewStore()
+	m := newMerger(t, store, testLogger(t))
+	s := NewSourcesWithNetworks(m, model.Options{}, nets(`networks: {net-1: {endpoints: [{fromRegistry: b}]}}`), testLogger(t))
+	s.ClusterAdded("b", fake.NewClientset(remoteObjects("10.1.0.1")...))
+	runSources(t, s)
+	m.Local().Publish(snapshot("a1", service("echo", "a", map[string]uint32{"http": 80}, "10.0.0.1")))
+	network := func(want string) func(*model.Snapshot) bool {
+		return func(snap *model.Snapshot) bool {
+			svc := snap.Service(echoHost)
+			if svc == nil {
+				return false
+			}
+			for _, ep := range svc.Endpoints[80] {
+				if ep.Cluster == "b" {
+					return ep.Network == want && ep.Labels[model.NetworkLabel] == want
+				}
+			}
+			return false
+		}
+	}
+	waitFor(t, store, "B's endpoint on net-1", network("net-1"))
+	s.SetNetworks(nets(`networks: {net-2: {endpoints: [{fromRegistry: b}]}}`))
+	waitFor(t, store, "B's endpoint on net-2", network("net-2"))
+	s.ClusterAdded("b", fake.NewClientset(remoteObjects("10.1.0.2")...)) // a new source
+	waitFor(t, store, "B's new source on net-2", func(snap *model.Snapshot) bool {
+		return network("net-2")(snap) && slices.Contains(endpointsOf(snap, echoHost, 80), "10.1.0.2:8080@b")
+	})
+}

@@ -19,7 +19,7 @@ import (
 type reuse struct {
 	built       bool
 	opts        model.Options
-	topo        topology // the source's cluster and network; fixed
+	topo        topology // the source's cluster and network (SetNetwork)
 	services    collection[*corev1.Service, *serviceEntry]
 	serviceList []*model.Service // the entries' services, in order
 	pods        collection[*corev1.Pod, *model.Pod]

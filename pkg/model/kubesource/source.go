@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"istio.io/client-go/pkg/clientset/versioned"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
@@ -71,6 +72,7 @@ type Source struct {
 	dirty   chan struct{} // one pending rebuild, set by informer handlers
 	mu      sync.Mutex
 	touched *touched // what events changed since the last rebuild; guarded by mu
+	network string   // the cluster's network, SetNetwork's; guarded by mu
 	started atomic.Bool
 	synced  atomic.Bool
 	last    string // version last published; Run's goroutine only
@@ -98,7 +100,7 @@ func New(cfg Config) (*Source, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	src := &Source{cfg: cfg, dirty: make(chan struct{}, 1), touched: &touched{}}
+	src := &Source{cfg: cfg, dirty: make(chan struct{}, 1), touched: &touched{}, network: cfg.Network}
 	src.reuse.topo = topology{cluster: cfg.ClusterID, network: cfg.Network}
 	return src, nil
 }
@@ -209,6 +211,22 @@ func (s *Source) touch(objs ...any) {
 	s.markDirty()
 }
 
+// SetNetwork makes network the cluster's network (Config.Network), as
+// meshNetworks' fromRegistry changes: every endpoint whose pod names no
+// network is placed again, in a rebuild of everything. Safe for
+// concurrent use; it does not block.
+func (s *Source) SetNetwork(network string) {
+	s.mu.Lock()
+	if network == s.network {
+		s.mu.Unlock()
+		return
+	}
+	s.network = network
+	s.touched.all = true
+	s.mu.Unlock()
+	s.markDirty()
+}
+
 // touchAll asks for a rebuild of everything.
 func (s *Source) touchAll() {
 	s.mu.Lock()
@@ -285,7 +303,14 @@ func (s *Source) rebuild(l listers) time.Duration {
 	s.mu.Lock()
 	t := s.touched
 	s.touched = &touched{}
+	network := s.network
 	s.mu.Unlock()
+	if network != s.reuse.topo.network {
+		// What endpoints took from their pods holds the old network.
+		s.reuse.topo.network = network
+		s.reuse.workloads = memo[*corev1.Pod, *workload]{}
+		t.all = true
+	}
 	snap := buildReusing(l, s.cfg.Options, &s.reuse, t)
 	took := time.Since(began)
 	published := snap.Version != s.last

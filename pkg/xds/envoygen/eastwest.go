@@ -1,8 +1,11 @@
 package envoygen
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 
+	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	networkingv1 "istio.io/api/networking/v1"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
@@ -18,10 +21,12 @@ import (
 // sidecar's cluster as an SNI) and by an Istio mTLS ALPN, with tcp_proxy
 // to the cluster of that name, without TLS of its own and without
 // authorization (the connection's mTLS ends, and is authorized, at the
-// workload). The router has an SNI-DNAT cluster, plaintext EDS, of every
-// port and subset of every service it sees; their load assignments keep
-// only the endpoints that accept Istio mTLS, so that nothing passes the
-// gateway in plaintext.
+// workload). The router has an SNI-DNAT cluster, plaintext, of every
+// port and subset of every service of the mesh it sees: EDS, or for a
+// ServiceEntry resolved by DNS a DNS cluster of its resolution
+// (STRICT_DNS, LOGICAL_DNS) with its endpoints inline, as Istio's
+// buildOutboundSniDnatClusters; their endpoints are only those that
+// accept Istio mTLS, so that nothing passes the gateway in plaintext.
 
 // autoPassthroughServer reports whether srv is an AUTO_PASSTHROUGH one.
 func autoPassthroughServer(srv *networkingv1.Server) bool {
@@ -46,15 +51,17 @@ func (b *builder) autoPassthrough() bool {
 }
 
 // sniDNATService reports whether svc has SNI-DNAT clusters: a service of
-// the mesh whose endpoints come by EDS (not one outside the mesh, as
-// Istio's, and not one resolved by DNS, which Bulwark leaves out).
+// the mesh (not a ServiceEntry outside it, as Istio's).
 func sniDNATService(svc *model.Service) bool {
-	oc := outboundCluster{svc: svc}
-	return !oc.external() && oc.edsLoadAssignment()
+	return !(outboundCluster{svc: svc}).external()
 }
 
 // sniDNATClusters are the router's SNI-DNAT clusters: each outbound
-// cluster of a service sniDNATService admits, by its SNI name.
+// cluster of a service sniDNATService admits, by its SNI name; but a
+// LOGICAL_DNS one without an endpoint that accepts Istio mTLS, which
+// Istio generates with no host and Envoy refuses (a LOGICAL_DNS cluster
+// must have exactly one), failing the router's whole cluster update:
+// Bulwark leaves it and its filter chain out (SNIDNATLeftOut reports it).
 func (b *builder) sniDNATClusters() []outboundCluster {
 	var out []outboundCluster
 	for _, oc := range b.outboundClusters() {
@@ -63,8 +70,51 @@ func (b *builder) sniDNATClusters() []outboundCluster {
 		}
 		oc.name = resource.SNIClusterName(oc.svc.Hostname, oc.subset.GetName(), oc.port.Port)
 		oc.sniDNAT = true
+		if t, ok := oc.dnsType(); ok && t == cluster.Cluster_LOGICAL_DNS && !b.anyMTLSEndpoint(oc) {
+			continue
+		}
 		out = append(out, oc)
 	}
+	return out
+}
+
+// anyMTLSEndpoint reports whether one of oc's endpoints accepts Istio mTLS.
+func (b *builder) anyMTLSEndpoint(oc outboundCluster) bool {
+	for _, ep := range oc.svc.Endpoints[oc.port.Port] {
+		if oc.subset != nil && !model.Matches(oc.subset.GetLabels(), ep.Labels) {
+			continue
+		}
+		if b.acceptsMTLS(oc, ep) {
+			return true
+		}
+	}
+	return false
+}
+
+// SNIDNATLeftOut says, of each port of a ServiceEntry of the mesh
+// resolved DNS_ROUND_ROBIN none of whose endpoints accepts Istio mTLS
+// (security.istio.io/tlsMode: istio), that an east-west gateway has no
+// SNI-DNAT cluster for it, when a Gateway of snap has an AUTO_PASSTHROUGH
+// server. Sorted.
+func SNIDNATLeftOut(snap *model.Snapshot) []string {
+	if !hasAutoPassthrough(snap) {
+		return nil
+	}
+	var out []string
+	for _, svc := range snap.Services() {
+		oc := outboundCluster{svc: svc}
+		if t, ok := oc.dnsType(); !ok || t != cluster.Cluster_LOGICAL_DNS || oc.external() {
+			continue
+		}
+		for _, p := range svc.Ports {
+			if !slices.ContainsFunc(svc.Endpoints[p.Port], func(ep model.Endpoint) bool { return ep.TLSMode() == tlsModeIstio }) {
+				out = append(out, fmt.Sprintf("ServiceEntry %s/%s port %d: resolved DNS_ROUND_ROBIN without an endpoint that accepts Istio mTLS: "+
+					"east-west gateways get no SNI-DNAT cluster %s (Istio sends one with no host, which Envoy refuses)",
+					svc.Namespace, svc.Name, p.Port, resource.SNIClusterName(svc.Hostname, "", p.Port)))
+			}
+		}
+	}
+	slices.Sort(out)
 	return out
 }
 
@@ -116,7 +166,7 @@ func (b *builder) sniDNATResources(typeURL string) []resource.Resource {
 	}
 	out := make([]resource.Resource, 0, len(ocs))
 	for _, oc := range ocs {
-		out = append(out, b.outboundEDSCluster(oc))
+		out = append(out, b.outboundClusterResource(oc)) // EDS, or a DNS cluster (entry.go)
 	}
 	return out
 }

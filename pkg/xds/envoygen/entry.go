@@ -116,10 +116,14 @@ func (b *builder) dnsCluster(r resource.Resource, oc outboundCluster, t cluster.
 			return nil, fmt.Errorf("cluster %s: %w", oc.name, err)
 		}
 		if t == cluster.Cluster_LOGICAL_DNS && len(la.Endpoints) > 0 {
-			// Envoy takes one host for a LOGICAL_DNS cluster.
+			// Envoy takes one host for a LOGICAL_DNS cluster. An SNI-DNAT
+			// cluster's locality may have none left (no mTLS): it stays
+			// empty, as Istio's.
 			first := la.Endpoints[0]
-			first.LbEndpoints = first.LbEndpoints[:1]
-			first.LoadBalancingWeight = first.LbEndpoints[0].GetLoadBalancingWeight()
+			if len(first.LbEndpoints) > 0 {
+				first.LbEndpoints = first.LbEndpoints[:1]
+				first.LoadBalancingWeight = first.LbEndpoints[0].GetLoadBalancingWeight()
+			}
 			la.Endpoints = la.Endpoints[:1]
 		}
 		resolver, err := anypb.New(&cares.CaresDnsResolverConfig{UdpMaxQueries: wrapperspb.UInt32(dnsUDPMaxQueries)})

@@ -27,6 +27,7 @@ type Mesh struct {
 	Keys   *keyfetch.JWKSSnapshot   // RequestAuthentication key sets; nil: none fetched
 	Envoy  *envoygen.Generator
 	GRPC   *grpcgen.Generator // proxyless gRPC's, with the same route settings
+	set    Settings
 }
 
 // Settings are istiod's own settings that generation reads besides the
@@ -54,7 +55,23 @@ func NewMesh(set Settings, mc *meshv1alpha1.MeshConfig, keys *keyfetch.JWKSSnaps
 	if keys != nil {
 		g.Keys = keys
 	}
-	return &Mesh{Config: mc, Keys: keys, Envoy: g, GRPC: &grpcgen.Generator{TrustDomain: set.TrustDomain, Routes: m.Routes}}
+	return &Mesh{Config: mc, Keys: keys, Envoy: g, GRPC: &grpcgen.Generator{TrustDomain: set.TrustDomain, Routes: m.Routes}, set: set}
+}
+
+// Settings are the settings m was made with.
+func (m *Mesh) Settings() Settings { return m.set }
+
+// OnlyNetworksDiffer reports whether m and o were made of the same mesh
+// configuration, key sets and settings but meshNetworks: then they
+// generate the same resources but load assignments, which read the
+// network gateways.
+func (m *Mesh) OnlyNetworksDiffer(o *Mesh) bool {
+	if m == nil || o == nil || m.Config != o.Config || m.Keys != o.Keys {
+		return false
+	}
+	a, b := m.set, o.set
+	a.MeshNetworks, b.MeshNetworks = nil, nil
+	return a == b
 }
 
 // envoyMesh is what the Envoy generator reads of mc, with Istio's

@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/envoygen"
 )
 
 // reportNetworks logs, once while it lasts, each network gateway left
@@ -19,6 +20,13 @@ func (s *scan) reportNetworks(snap *model.Snapshot, closed failClosed, current m
 		current[p] = true
 		if !s.reported[p] {
 			s.log.Warn("network gateway not used", "problem", p)
+		}
+	}
+	for _, p := range envoygen.SNIDNATLeftOut(snap) {
+		closed.add("ServiceEntry", "sni_dnat_left_out")
+		current[p] = true
+		if !s.reported[p] {
+			s.log.Warn("east-west gateway cluster not generated", "problem", p)
 		}
 	}
 	if !gws.Enabled() {
