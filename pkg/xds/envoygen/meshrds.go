@@ -44,10 +44,10 @@ func (b *builder) meshVirtualServices() *meshVS {
 // that b's proxy sees and its Sidecar imports: one rule for its http
 // routes and its tls and tcp chains.
 func (b *builder) appliedMeshVirtualServices() []*model.VirtualService {
-	vss, _ := b.g.Mesh.Routes.MeshVirtualServices(b.snap, b.p.Namespace)
 	if sc := b.egress(); sc.vs != nil {
-		vss = slices.DeleteFunc(slices.Clone(vss), func(vs *model.VirtualService) bool { return !sc.importsVirtualService(vs) })
+		return sc.vss // those its Sidecar imports, shared: not to be changed
 	}
+	vss, _ := b.g.Mesh.Routes.MeshVirtualServices(b.snap, b.p.Namespace)
 	return vss
 }
 

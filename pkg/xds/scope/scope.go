@@ -39,8 +39,10 @@ type View struct {
 	// as in Istio, whose listeners and routes read the egress listener's
 	// services and its clusters the scope's.
 	Listed []*model.Service
-	// VS are the mesh VirtualServices imported, by name.
-	VS map[model.Meta]bool
+	// VS are the mesh VirtualServices imported, by name; VirtualServices
+	// the same in the order of those Build was given (Istio's).
+	VS              map[model.Meta]bool
+	VirtualServices []*model.VirtualService
 	// Listeners are the egress listeners' own views, when the Sidecar has
 	// several: a port's route reads the listener of that port, else the
 	// catch-all (Istio's GetEgressListenerForRDS).
@@ -91,9 +93,39 @@ func (v *View) ListedOn(hostname string, port uint32) bool {
 	return found && has(v.Listed[i])
 }
 
+// Of is the view of the proxies of namespace ns configured by sc in snap,
+// the mesh VirtualServices read under o. Of those, only the ones an
+// egress listener of sc imports are checked and have their delegations
+// expanded (routes.Options' MeshVirtualServicesWhere): the other
+// VirtualServices of the mesh cost a look at their hosts.
+func Of(snap *model.Snapshot, sc *model.Sidecar, ns string, o routes.Options) *View {
+	var vss []*model.VirtualService
+	if len(snap.Resources().VirtualServices) > 0 {
+		var listeners []model.EgressHosts
+		for _, l := range sc.EgressListeners() {
+			listeners = append(listeners, model.ParseEgressHosts(l.GetHosts(), ns))
+		}
+		vss, _ = o.MeshVirtualServicesWhere(snap, ns, func(vs *model.VirtualService) bool {
+			return slices.ContainsFunc(listeners, func(h model.EgressHosts) bool { return importsVirtualService(snap, h, vs) })
+		})
+	}
+	return Build(snap, sc, ns, vss)
+}
+
+// importsVirtualService reports whether hosts import vs: one of its hosts,
+// resolved as a sidecar matches it, is imported.
+func importsVirtualService(snap *model.Snapshot, hosts model.EgressHosts, vs *model.VirtualService) bool {
+	for _, h := range vs.Spec.GetHosts() {
+		if hosts.ImportsVirtualService(vs.Namespace, []string{routes.ResolveHost(snap, h, vs.Namespace)}) {
+			return true
+		}
+	}
+	return false
+}
+
 // Build is the view of the proxies of namespace ns configured by sc in
 // snap; vss are the mesh VirtualServices ns sees (routes.Options'
-// MeshVirtualServices).
+// MeshVirtualServices), or of those at least the ones sc imports (Of).
 func Build(snap *model.Snapshot, sc *model.Sidecar, ns string, vss []*model.VirtualService) *View {
 	visible := snap.ServicesVisibleTo(ns)
 	out := &View{Sidecar: sc, Key: sc.Key(), ByHost: map[string]*model.Service{}, VS: map[model.Meta]bool{}}
@@ -138,7 +170,7 @@ func Build(snap *model.Snapshot, sc *model.Sidecar, ns string, vss []*model.Virt
 		// The services the listener's VirtualServices route to, as
 		// Istio infers them, after those it names.
 		for _, vs := range vss {
-			if !hosts.ImportsVirtualService(vs.Namespace, routes.Hosts(snap, vs)) {
+			if !importsVirtualService(snap, hosts, vs) {
 				continue
 			}
 			out.VS[vs.Meta] = true
@@ -155,6 +187,11 @@ func Build(snap *model.Snapshot, sc *model.Sidecar, ns string, vss []*model.Virt
 		}
 	}
 	out.Services, out.Listed = sortedServices(out.ByHost), sortedServices(listed)
+	for _, vs := range vss {
+		if out.VS[vs.Meta] {
+			out.VirtualServices = append(out.VirtualServices, vs)
+		}
+	}
 	return out
 }
 
