@@ -12,6 +12,7 @@
 package scope
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -105,11 +106,66 @@ func Of(snap *model.Snapshot, sc *model.Sidecar, ns string, o routes.Options) *V
 		for _, l := range sc.EgressListeners() {
 			listeners = append(listeners, model.ParseEgressHosts(l.GetHosts(), ns))
 		}
+		names := exactNames(sc)
 		vss, _ = o.MeshVirtualServicesWhere(snap, ns, func(vs *model.VirtualService) bool {
+			if names != nil && !namesAny(snap, names, vs) {
+				return false
+			}
 			return slices.ContainsFunc(listeners, func(h model.EgressHosts) bool { return importsVirtualService(snap, h, vs) })
 		})
 	}
 	return Build(snap, sc, ns, vss)
+}
+
+// candidates are the services of ns's view that sc's egress hosts may
+// import, by hostname: those of the names they import when none is a
+// wildcard (found by name, not by going through the mesh), else every
+// service ns sees.
+func candidates(snap *model.Snapshot, sc *model.Sidecar, ns string) []*model.Service {
+	names := exactNames(sc)
+	if names == nil {
+		return snap.ServicesVisibleTo(ns)
+	}
+	out := make([]*model.Service, 0, len(names))
+	for _, h := range slices.Sorted(maps.Keys(names)) {
+		if svc := snap.VisibleService(h, ns); svc != nil {
+			out = append(out, svc)
+		}
+	}
+	return out
+}
+
+// exactNames are the host names sc's egress hosts import, whatever
+// their namespace, when none is a wildcard; nil when one is. A
+// VirtualService none of whose hosts is one of them or a wildcard is
+// then imported by no egress listener: one look at its hosts rules it
+// out.
+func exactNames(sc *model.Sidecar) map[string]bool {
+	names := map[string]bool{}
+	for _, l := range sc.EgressListeners() {
+		for _, h := range l.GetHosts() {
+			ns, name, ok := strings.Cut(h, "/")
+			if !ok || strings.HasPrefix(ns, "~") {
+				continue // ignored, or excluding only
+			}
+			if model.Wildcard(name) {
+				return nil
+			}
+			names[name] = true
+		}
+	}
+	return names
+}
+
+// namesAny reports whether a host of vs, resolved as a sidecar matches
+// it, is a wildcard or one of names.
+func namesAny(snap *model.Snapshot, names map[string]bool, vs *model.VirtualService) bool {
+	for _, h := range vs.Spec.GetHosts() {
+		if r := routes.ResolveHost(snap, h, vs.Namespace); names[r] || routes.Wildcarded(r) {
+			return true
+		}
+	}
+	return false
 }
 
 // importsVirtualService reports whether hosts import vs: one of its hosts,
@@ -127,7 +183,7 @@ func importsVirtualService(snap *model.Snapshot, hosts model.EgressHosts, vs *mo
 // snap; vss are the mesh VirtualServices ns sees (routes.Options'
 // MeshVirtualServices), or of those at least the ones sc imports (Of).
 func Build(snap *model.Snapshot, sc *model.Sidecar, ns string, vss []*model.VirtualService) *View {
-	visible := snap.ServicesVisibleTo(ns)
+	visible := candidates(snap, sc, ns)
 	out := &View{Sidecar: sc, Key: sc.Key(), ByHost: map[string]*model.Service{}, VS: map[model.Meta]bool{}}
 	listed := map[string]*model.Service{}
 	merge := func(into map[string]*model.Service, s *model.Service) {
