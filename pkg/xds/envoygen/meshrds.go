@@ -119,6 +119,10 @@ type portVHost struct {
 	routes  [][]byte // in wire form
 }
 
+// domainsPerHost is about how many domains a service's virtual host has
+// (its FQDN and short names, with and without the port, and its VIPs).
+const domainsPerHost = 8
+
 // portVirtualHosts are the virtual hosts of route "<port>" for b's proxy,
 // sorted by name; svcs are the services with port (whatever its
 // protocol), mesh the VirtualServices the proxy sees.
@@ -203,9 +207,13 @@ func (b *builder) portVirtualHosts(port uint32, svcs []*model.Service, mesh *mes
 	}
 
 	portName := strconv.FormatUint(uint64(port), 10)
-	names := map[string]bool{}
-	seen := map[string]bool{}
-	known := map[string]bool{}
+	hosts := 0 // sized once: a virtual host name and its domains each
+	for _, w := range wrappers {
+		hosts += len(w.vsHosts) + len(w.svcs)
+	}
+	names := make(map[string]bool, hosts)
+	seen := make(map[string]bool, domainsPerHost*hosts)
+	known := make(map[string]bool, 2*hosts)
 	for _, w := range wrappers {
 		for _, svc := range w.svcs {
 			known[svc.Hostname+":"+portName] = true

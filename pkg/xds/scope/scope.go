@@ -238,6 +238,9 @@ func Build(snap *model.Snapshot, sc *model.Sidecar, ns string, vss []*model.Virt
 				if svc == nil || (svc.Namespace != ns && !snap.ServiceVisible(svc, ns)) {
 					continue
 				}
+				if out.ByHost[svc.Hostname] == svc {
+					continue // seen with every port already: nothing to add
+				}
 				add(withPorts(svc, port, d.ports))
 			}
 		}
