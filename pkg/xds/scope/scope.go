@@ -257,13 +257,13 @@ func Build(snap *model.Snapshot, sc *model.Sidecar, ns string, vss []*model.Virt
 // withPorts is svc with only port (when not 0), else with only the ports
 // of vsPorts (when it names any, and not 0, "every port"): svc itself when
 // that is all of its ports, a copy otherwise, nil when none.
-func withPorts(svc *model.Service, port uint32, vsPorts map[uint32]bool) *model.Service {
+func withPorts(svc *model.Service, port uint32, vsPorts []uint32) *model.Service {
 	keep := func(p model.Port) bool { return p.Port == port }
 	if port == 0 {
-		if len(vsPorts) == 0 || vsPorts[0] {
+		if len(vsPorts) == 0 || slices.Contains(vsPorts, 0) {
 			return svc
 		}
-		keep = func(p model.Port) bool { return vsPorts[p.Port] }
+		keep = func(p model.Port) bool { return slices.Contains(vsPorts, p.Port) }
 	}
 	var ports []model.Port
 	for _, p := range svc.Ports {
@@ -310,7 +310,7 @@ func mergePorts(full, a, b *model.Service) *model.Service {
 // names (0: a destination without a port, every port).
 type destination struct {
 	host  string
-	ports map[uint32]bool
+	ports []uint32 // each once
 }
 
 // destinations are the hosts vs routes, mirrors and forwards to for a
@@ -329,9 +329,11 @@ func destinations(snap *model.Snapshot, vs *model.VirtualService, ns string) []d
 		if !ok {
 			i = len(out)
 			at[h] = i
-			out = append(out, destination{host: h, ports: map[uint32]bool{}})
+			out = append(out, destination{host: h})
 		}
-		out[i].ports[d.GetPort().GetNumber()] = true
+		if n := d.GetPort().GetNumber(); !slices.Contains(out[i].ports, n) {
+			out[i].ports = append(out[i].ports, n)
+		}
 	}
 	routes.EachDestination(vs, func(r *networkingv1.HTTPRoute) bool {
 		matched := true
