@@ -52,7 +52,11 @@ type outboundCluster struct {
 // outboundClusters lists every outbound cluster the proxy sees: each TCP
 // or HTTP service port, and each subset of its DestinationRule.
 func (b *builder) outboundClusters() []outboundCluster {
-	var out []outboundCluster
+	ports := 0 // the clusters but subsets' (grown into when there are)
+	for _, svc := range b.services() {
+		ports += len(svc.Ports)
+	}
+	out := make([]outboundCluster, 0, ports)
 	for _, svc := range b.services() {
 		dr := b.snap.DestinationRuleFor(svc.Hostname, b.p.Namespace, b.p.Labels)
 		for _, port := range svc.Ports {

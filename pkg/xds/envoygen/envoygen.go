@@ -183,6 +183,9 @@ type Generator struct {
 	valid validTelemetries
 	// scopes keep sidecars' views per snapshot (sidecarscope.go).
 	scopes scope.Memo[*egressScope]
+	// selectors index the services by selector per snapshot
+	// (selectorindex.go).
+	selectors scope.Memo[*selectorIndex]
 }
 
 // Generate returns the resources of typeURL that p asked for in names

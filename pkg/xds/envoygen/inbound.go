@@ -69,10 +69,7 @@ func (b *builder) inboundTargets() []inboundTarget {
 	}
 	out := []inboundTarget{}
 	seen := map[uint32]bool{}
-	for _, svc := range b.snap.Services() {
-		if svc.Namespace != b.p.Namespace || len(svc.Selector) == 0 || !model.Matches(svc.Selector, b.p.Labels) {
-			continue
-		}
+	for _, svc := range b.selectingServices() {
 		for _, sp := range svc.Ports {
 			proto := protocolOf(sp)
 			if proto == protoUDP {

@@ -27,7 +27,9 @@ import (
 // of svc; nil when they change nothing.
 func (b *builder) meshL4(svc *model.Service, sp model.Port) *routes.SidecarL4 {
 	b.l4Once.Do(func() {
-		if !routes.HasL4(b.snap) {
+		// Without a Sidecar, one look through the mesh spares listing
+		// every VirtualService; with one, its few are looked at alone.
+		if b.egress().vs == nil && !routes.HasL4(b.snap) {
 			return
 		}
 		b.l4VS = routes.L4VirtualServices(b.snap, b.appliedMeshVirtualServices())

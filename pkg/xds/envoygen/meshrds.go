@@ -44,10 +44,10 @@ func (b *builder) meshVirtualServices() *meshVS {
 // that b's proxy sees and its Sidecar imports: one rule for its http
 // routes and its tls and tcp chains.
 func (b *builder) appliedMeshVirtualServices() []*model.VirtualService {
-	vss, _ := b.g.Mesh.Routes.MeshVirtualServices(b.snap, b.p.Namespace)
 	if sc := b.egress(); sc.vs != nil {
-		vss = slices.DeleteFunc(slices.Clone(vss), func(vs *model.VirtualService) bool { return !sc.importsVirtualService(vs) })
+		return sc.vss // those its Sidecar imports, shared: not to be changed
 	}
+	vss, _ := b.g.Mesh.Routes.MeshVirtualServices(b.snap, b.p.Namespace)
 	return vss
 }
 
@@ -118,6 +118,10 @@ type portVHost struct {
 	svc     *model.Service
 	routes  [][]byte // in wire form
 }
+
+// domainsPerHost is about how many domains a service's virtual host has
+// (its FQDN and short names, with and without the port, and its VIPs).
+const domainsPerHost = 8
 
 // portVirtualHosts are the virtual hosts of route "<port>" for b's proxy,
 // sorted by name; svcs are the services with port (whatever its
@@ -203,9 +207,13 @@ func (b *builder) portVirtualHosts(port uint32, svcs []*model.Service, mesh *mes
 	}
 
 	portName := strconv.FormatUint(uint64(port), 10)
-	names := map[string]bool{}
-	seen := map[string]bool{}
-	known := map[string]bool{}
+	hosts := 0 // sized once: a virtual host name and its domains each
+	for _, w := range wrappers {
+		hosts += len(w.vsHosts) + len(w.svcs)
+	}
+	names := make(map[string]bool, hosts)
+	seen := make(map[string]bool, domainsPerHost*hosts)
+	known := make(map[string]bool, 2*hosts)
 	for _, w := range wrappers {
 		for _, svc := range w.svcs {
 			known[svc.Hostname+":"+portName] = true

@@ -109,8 +109,8 @@ func (c *portHostsCache) get(port uint32, build func() []portVHost) []portVHost 
 }
 
 // routeScope is what routes read of the proxy beyond its namespace, as
-// part of their keys: its labels, when a VirtualService selects clients
-// by theirs or a DestinationRule (whose consistent hash a default route
+// part of their keys: its labels, when a VirtualService it sees selects
+// clients by theirs or a DestinationRule (whose consistent hash a default route
 // takes) does; its namespace too, for the routes of sniffed listeners,
 // when a VirtualService or DestinationRule may apply.
 func (b *builder) routeScope(mesh *meshVS) string {
@@ -119,7 +119,7 @@ func (b *builder) routeScope(mesh *meshVS) string {
 		return ""
 	}
 	out := appendPart(appendPart(nil, b.p.Namespace), sidecar)
-	if routes.UsesSourceLabels(b.snap) || b.snap.SelectsClients() {
+	if (mesh != nil && routes.SelectClients(mesh.vss)) || b.snap.SelectsClients() {
 		for _, k := range slices.Sorted(maps.Keys(b.p.Labels)) {
 			out = appendPart(appendPart(out, k), b.p.Labels[k])
 		}
@@ -157,6 +157,7 @@ func (b *builder) sniffedRoute(name string, svc *model.Service, port uint32, svc
 // appendVirtualHosts appends vhs to a RouteConfiguration, each for any
 // host name when anyHost.
 func (b *builder) appendVirtualHosts(w wire, port uint32, vhs []portVHost, anyHost bool) (wire, error) {
+	w = slices.Grow(w, virtualHostsSize(vhs, anyHost)+catchAllReserve)
 	var retry []byte
 	for _, vh := range vhs {
 		domains := vh.domains

@@ -27,7 +27,9 @@ type egressScope struct {
 	// Listed).
 	listed []*model.Service
 	// vs are the mesh VirtualServices imported, by name; nil imports all.
-	vs map[model.Meta]bool
+	// vss are the same in Istio's order (scope.View's VirtualServices).
+	vs  map[model.Meta]bool
+	vss []*model.VirtualService
 	// listeners are the egress listeners' own views, when the Sidecar
 	// has several (scope.View's Listeners), with what routes read of them.
 	listeners []*listenerView
@@ -85,12 +87,6 @@ func (b *builder) service(hostname string) *model.Service {
 	return sc.byHost[hostname]
 }
 
-// importsVirtualService reports whether the proxy applies the mesh
-// VirtualService vs.
-func (sc *egressScope) importsVirtualService(vs *model.VirtualService) bool {
-	return sc.vs == nil || sc.vs[vs.Meta]
-}
-
 // registryOnly reports whether what is not in the proxy's view goes to
 // BlackHoleCluster: its Sidecar's outboundTrafficPolicy, else the mesh's.
 func (b *builder) registryOnly() bool {
@@ -101,12 +97,8 @@ func (b *builder) registryOnly() bool {
 }
 
 func (b *builder) buildEgressScope(sc *model.Sidecar, key string) *egressScope {
-	var vss []*model.VirtualService
-	if len(b.snap.Resources().VirtualServices) > 0 {
-		vss, _ = b.g.Mesh.Routes.MeshVirtualServices(b.snap, b.p.Namespace)
-	}
-	v := scope.Build(b.snap, sc, b.p.Namespace, vss)
-	out := &egressScope{sidecar: sc, key: key, services: v.Services, byHost: v.ByHost, listed: v.Listed, vs: v.VS}
+	v := scope.Of(b.snap, sc, b.p.Namespace, b.g.Mesh.Routes)
+	out := &egressScope{sidecar: sc, key: key, services: v.Services, byHost: v.ByHost, listed: v.Listed, vs: v.VS, vss: v.VirtualServices}
 	for _, l := range v.Listeners {
 		out.listeners = append(out.listeners, &listenerView{port: l.Port, byPort: l.ByPort, vs: l.VS})
 	}

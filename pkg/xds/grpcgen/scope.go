@@ -44,11 +44,7 @@ func (g *Generator) view(snap *model.Snapshot, p *Proxy) clientView {
 	}
 	key := sc.Key()
 	cv.v = g.scopes.Get(snap, key+"|"+p.Namespace, func() *scope.View {
-		var vss []*model.VirtualService
-		if len(snap.Resources().VirtualServices) > 0 {
-			vss, _ = g.Routes.MeshVirtualServices(snap, p.Namespace)
-		}
-		return scope.Build(snap, sc, p.Namespace, vss)
+		return scope.Of(snap, sc, p.Namespace, g.Routes)
 	})
 	return cv
 }

@@ -36,7 +36,12 @@ func (g *Generator) claimingVirtualService(snap *model.Snapshot, p *Proxy, cv cl
 	if len(snap.Resources().VirtualServices) == 0 {
 		return nil
 	}
-	vss, _ := g.Routes.MeshVirtualServices(snap, p.Namespace)
+	var vss []*model.VirtualService
+	if cv.v != nil {
+		vss = cv.v.VirtualServices // those its Sidecar imports, in the same order
+	} else {
+		vss, _ = g.Routes.MeshVirtualServices(snap, p.Namespace)
+	}
 	var best *model.VirtualService
 	bestHost := ""
 	for _, vs := range vss {

@@ -124,12 +124,21 @@ func visibility(vs *model.VirtualService, ns string, defaults []string) int {
 // then those exported to the namespace by name, then public ones; within
 // each, oldest first, then by name and namespace.
 func (o Options) boundTo(snap *model.Snapshot, gateway, proxyNamespace string) []*model.VirtualService {
+	return o.boundToWhere(snap, gateway, proxyNamespace, nil)
+}
+
+// boundToWhere is boundTo of the VirtualServices keep accepts (nil: all),
+// asked of those bound and visible alone.
+func (o Options) boundToWhere(snap *model.Snapshot, gateway, proxyNamespace string, keep func(*model.VirtualService) bool) []*model.VirtualService {
 	var byVis [4][]*model.VirtualService
 	for _, vs := range snap.Resources().VirtualServices {
 		if vs.Spec == nil || !bindsTo(vs, gateway) {
 			continue
 		}
 		v := visibility(vs, proxyNamespace, o.DefaultExportTo)
+		if v == 0 || (keep != nil && !keep(vs)) {
+			continue
+		}
 		byVis[v] = append(byVis[v], vs)
 	}
 	var out []*model.VirtualService

@@ -34,6 +34,10 @@ type Memo struct {
 
 const memoSnapshots = 2
 
+// memoSlotHint is how many translations a snapshot's memo has room for
+// when made.
+const memoSlotHint = 64
+
 type memoSlot struct {
 	entries map[memoKey]*memoEntry
 	raw     map[*routev3.Route][]byte
@@ -129,10 +133,11 @@ func (m *Memo) slot(snap *model.Snapshot) (cur, other *memoSlot) {
 		}
 	}
 	m.snaps[0], m.slots[0] = m.snaps[1], m.slots[1]
-	// Sized for a translation of each VirtualService and its routes, as
-	// a first push asks for.
+	// Not sized for every VirtualService of the mesh: a proxy whose
+	// Sidecar imports a few asks for those few, and the map grows as
+	// translations are added.
 	n := len(snap.Resources().VirtualServices)
-	m.snaps[1], m.slots[1] = snap, &memoSlot{entries: make(map[memoKey]*memoEntry, n), vss: n}
+	m.snaps[1], m.slots[1] = snap, &memoSlot{entries: make(map[memoKey]*memoEntry, min(n, memoSlotHint)), vss: n}
 	return m.slots[1], m.slots[0]
 }
 

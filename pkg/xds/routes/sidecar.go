@@ -26,7 +26,16 @@ import (
 // to ns by name, then public; oldest first within each), with their
 // delegations expanded, and the problems of the rules left out.
 func (o Options) MeshVirtualServices(snap *model.Snapshot, ns string) ([]*model.VirtualService, []Problem) {
-	bound := o.boundTo(snap, Mesh, ns)
+	return o.MeshVirtualServicesWhere(snap, ns, nil)
+}
+
+// MeshVirtualServicesWhere is MeshVirtualServices of the VirtualServices
+// keep accepts (nil: all). keep is asked before a VirtualService is
+// checked or its delegations expanded, so that a proxy whose Sidecar
+// imports a few of many checks and expands those few; the problems are
+// those of the VirtualServices kept.
+func (o Options) MeshVirtualServicesWhere(snap *model.Snapshot, ns string, keep func(*model.VirtualService) bool) ([]*model.VirtualService, []Problem) {
+	bound := o.boundToWhere(snap, Mesh, ns, keep)
 	if len(bound) == 0 {
 		return nil, nil
 	}
@@ -79,16 +88,15 @@ func Wildcarded(h string) bool { return wildcarded(h) }
 // of snap (roots and delegates alike) selects its clients by their
 // labels: the routes a sidecar gets then depend on its labels.
 func UsesSourceLabels(snap *model.Snapshot) bool {
-	for _, vs := range snap.Resources().VirtualServices {
-		for _, r := range vs.Spec.GetHttp() {
-			for _, m := range r.GetMatch() {
-				if len(m.GetSourceLabels()) > 0 {
-					return true
-				}
-			}
-		}
-	}
-	return false
+	return slices.ContainsFunc(snap.Resources().VirtualServices, selectsClients)
+}
+
+// SelectClients reports whether some http match of vss (VirtualServices
+// whose delegations are expanded, as MeshVirtualServices returns them)
+// selects its clients by their labels: UsesSourceLabels of the
+// VirtualServices a proxy sees.
+func SelectClients(vss []*model.VirtualService) bool {
+	return slices.ContainsFunc(vss, selectsClients)
 }
 
 // DefaultRoute is the route of a service's port that no VirtualService

@@ -12,6 +12,7 @@
 package scope
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -39,8 +40,10 @@ type View struct {
 	// as in Istio, whose listeners and routes read the egress listener's
 	// services and its clusters the scope's.
 	Listed []*model.Service
-	// VS are the mesh VirtualServices imported, by name.
-	VS map[model.Meta]bool
+	// VS are the mesh VirtualServices imported, by name; VirtualServices
+	// the same in the order of those Build was given (Istio's).
+	VS              map[model.Meta]bool
+	VirtualServices []*model.VirtualService
 	// Listeners are the egress listeners' own views, when the Sidecar has
 	// several: a port's route reads the listener of that port, else the
 	// catch-all (Istio's GetEgressListenerForRDS).
@@ -91,11 +94,96 @@ func (v *View) ListedOn(hostname string, port uint32) bool {
 	return found && has(v.Listed[i])
 }
 
+// Of is the view of the proxies of namespace ns configured by sc in snap,
+// the mesh VirtualServices read under o. Of those, only the ones an
+// egress listener of sc imports are checked and have their delegations
+// expanded (routes.Options' MeshVirtualServicesWhere): the other
+// VirtualServices of the mesh cost a look at their hosts.
+func Of(snap *model.Snapshot, sc *model.Sidecar, ns string, o routes.Options) *View {
+	var vss []*model.VirtualService
+	if len(snap.Resources().VirtualServices) > 0 {
+		var listeners []model.EgressHosts
+		for _, l := range sc.EgressListeners() {
+			listeners = append(listeners, model.ParseEgressHosts(l.GetHosts(), ns))
+		}
+		names := exactNames(sc)
+		vss, _ = o.MeshVirtualServicesWhere(snap, ns, func(vs *model.VirtualService) bool {
+			if names != nil && !namesAny(snap, names, vs) {
+				return false
+			}
+			return slices.ContainsFunc(listeners, func(h model.EgressHosts) bool { return importsVirtualService(snap, h, vs) })
+		})
+	}
+	return Build(snap, sc, ns, vss)
+}
+
+// candidates are the services of ns's view that sc's egress hosts may
+// import, by hostname: those of the names they import when none is a
+// wildcard (found by name, not by going through the mesh), else every
+// service ns sees.
+func candidates(snap *model.Snapshot, sc *model.Sidecar, ns string) []*model.Service {
+	names := exactNames(sc)
+	if names == nil {
+		return snap.ServicesVisibleTo(ns)
+	}
+	out := make([]*model.Service, 0, len(names))
+	for _, h := range slices.Sorted(maps.Keys(names)) {
+		if svc := snap.VisibleService(h, ns); svc != nil {
+			out = append(out, svc)
+		}
+	}
+	return out
+}
+
+// exactNames are the host names sc's egress hosts import, whatever
+// their namespace, when none is a wildcard; nil when one is. A
+// VirtualService none of whose hosts is one of them or a wildcard is
+// then imported by no egress listener: one look at its hosts rules it
+// out.
+func exactNames(sc *model.Sidecar) map[string]bool {
+	names := map[string]bool{}
+	for _, l := range sc.EgressListeners() {
+		for _, h := range l.GetHosts() {
+			ns, name, ok := strings.Cut(h, "/")
+			if !ok || strings.HasPrefix(ns, "~") {
+				continue // ignored, or excluding only
+			}
+			if model.Wildcard(name) {
+				return nil
+			}
+			names[name] = true
+		}
+	}
+	return names
+}
+
+// namesAny reports whether a host of vs, resolved as a sidecar matches
+// it, is a wildcard or one of names.
+func namesAny(snap *model.Snapshot, names map[string]bool, vs *model.VirtualService) bool {
+	for _, h := range vs.Spec.GetHosts() {
+		if r := routes.ResolveHost(snap, h, vs.Namespace); names[r] || routes.Wildcarded(r) {
+			return true
+		}
+	}
+	return false
+}
+
+// importsVirtualService reports whether hosts import vs: one of its hosts,
+// resolved as a sidecar matches it, is imported.
+func importsVirtualService(snap *model.Snapshot, hosts model.EgressHosts, vs *model.VirtualService) bool {
+	for _, h := range vs.Spec.GetHosts() {
+		if hosts.ImportsVirtualService(vs.Namespace, []string{routes.ResolveHost(snap, h, vs.Namespace)}) {
+			return true
+		}
+	}
+	return false
+}
+
 // Build is the view of the proxies of namespace ns configured by sc in
 // snap; vss are the mesh VirtualServices ns sees (routes.Options'
-// MeshVirtualServices).
+// MeshVirtualServices), or of those at least the ones sc imports (Of).
 func Build(snap *model.Snapshot, sc *model.Sidecar, ns string, vss []*model.VirtualService) *View {
-	visible := snap.ServicesVisibleTo(ns)
+	visible := candidates(snap, sc, ns)
 	out := &View{Sidecar: sc, Key: sc.Key(), ByHost: map[string]*model.Service{}, VS: map[model.Meta]bool{}}
 	listed := map[string]*model.Service{}
 	merge := func(into map[string]*model.Service, s *model.Service) {
@@ -138,7 +226,7 @@ func Build(snap *model.Snapshot, sc *model.Sidecar, ns string, vss []*model.Virt
 		// The services the listener's VirtualServices route to, as
 		// Istio infers them, after those it names.
 		for _, vs := range vss {
-			if !hosts.ImportsVirtualService(vs.Namespace, routes.Hosts(snap, vs)) {
+			if !importsVirtualService(snap, hosts, vs) {
 				continue
 			}
 			out.VS[vs.Meta] = true
@@ -150,24 +238,32 @@ func Build(snap *model.Snapshot, sc *model.Sidecar, ns string, vss []*model.Virt
 				if svc == nil || (svc.Namespace != ns && !snap.ServiceVisible(svc, ns)) {
 					continue
 				}
+				if out.ByHost[svc.Hostname] == svc {
+					continue // seen with every port already: nothing to add
+				}
 				add(withPorts(svc, port, d.ports))
 			}
 		}
 	}
 	out.Services, out.Listed = sortedServices(out.ByHost), sortedServices(listed)
+	for _, vs := range vss {
+		if out.VS[vs.Meta] {
+			out.VirtualServices = append(out.VirtualServices, vs)
+		}
+	}
 	return out
 }
 
 // withPorts is svc with only port (when not 0), else with only the ports
 // of vsPorts (when it names any, and not 0, "every port"): svc itself when
 // that is all of its ports, a copy otherwise, nil when none.
-func withPorts(svc *model.Service, port uint32, vsPorts map[uint32]bool) *model.Service {
+func withPorts(svc *model.Service, port uint32, vsPorts []uint32) *model.Service {
 	keep := func(p model.Port) bool { return p.Port == port }
 	if port == 0 {
-		if len(vsPorts) == 0 || vsPorts[0] {
+		if len(vsPorts) == 0 || slices.Contains(vsPorts, 0) {
 			return svc
 		}
-		keep = func(p model.Port) bool { return vsPorts[p.Port] }
+		keep = func(p model.Port) bool { return slices.Contains(vsPorts, p.Port) }
 	}
 	var ports []model.Port
 	for _, p := range svc.Ports {
@@ -214,7 +310,7 @@ func mergePorts(full, a, b *model.Service) *model.Service {
 // names (0: a destination without a port, every port).
 type destination struct {
 	host  string
-	ports map[uint32]bool
+	ports []uint32 // each once
 }
 
 // destinations are the hosts vs routes, mirrors and forwards to for a
@@ -233,9 +329,11 @@ func destinations(snap *model.Snapshot, vs *model.VirtualService, ns string) []d
 		if !ok {
 			i = len(out)
 			at[h] = i
-			out = append(out, destination{host: h, ports: map[uint32]bool{}})
+			out = append(out, destination{host: h})
 		}
-		out[i].ports[d.GetPort().GetNumber()] = true
+		if n := d.GetPort().GetNumber(); !slices.Contains(out[i].ports, n) {
+			out[i].ports = append(out[i].ports, n)
+		}
 	}
 	routes.EachDestination(vs, func(r *networkingv1.HTTPRoute) bool {
 		matched := true
