@@ -51,7 +51,25 @@ func (s *nameSet) subscription(wildcard bool) subscription {
 type nameSets struct {
 	mu   sync.Mutex
 	sets map[string]weak.Pointer[nameSet] // by key
+	// steps are the results of recent small updates: after a change, the
+	// streams that held one set subscribe to the same new names (a
+	// cluster added, its load assignment asked for), and all but the
+	// first get the set the first made, without copying and keying the
+	// whole set again.
+	steps map[nameStep]weak.Pointer[nameSet]
 }
+
+// nameStep is one update of a set: the set, and the names added and
+// removed as the request listed them (namesKey of each).
+type nameStep struct {
+	old         weak.Pointer[nameSet]
+	add, remove string
+}
+
+const (
+	maxStepNames = 16   // names in an update remembered as a step
+	maxSteps     = 1024 // steps remembered; past it they are forgotten
+)
 
 // update returns old with add subscribed and then remove unsubscribed
 // ("*" is not a name: the caller handles it), interned. Names are the
@@ -60,6 +78,31 @@ func (t *nameSets) update(old *nameSet, add, remove []string) *nameSet {
 	if len(add) == 0 && (len(remove) == 0 || old == nil) {
 		return old
 	}
+	if len(add)+len(remove) > maxStepNames {
+		return t.apply(old, add, remove)
+	}
+	step := nameStep{old: weak.Make(old), add: namesKey(add), remove: namesKey(remove)}
+	t.mu.Lock()
+	s := t.steps[step].Value()
+	t.mu.Unlock()
+	if s != nil {
+		return s
+	}
+	s = t.apply(old, add, remove)
+	if s == nil || s == old {
+		return s
+	}
+	t.mu.Lock()
+	if t.steps == nil || len(t.steps) >= maxSteps {
+		t.steps = map[nameStep]weak.Pointer[nameSet]{}
+	}
+	t.steps[step] = weak.Make(s)
+	t.mu.Unlock()
+	return s
+}
+
+// apply is update, computed.
+func (t *nameSets) apply(old *nameSet, add, remove []string) *nameSet {
 	var names []string
 	if old != nil {
 		names = slices.Grow(slices.Clone(old.names), len(add))

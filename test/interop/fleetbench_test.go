@@ -19,7 +19,8 @@ import (
 // compares: the time for the fleet to hold its whole configuration, the
 // spread of an endpoint move, of a burst of endpoint changes, of a new
 // Service, of an AuthorizationPolicy edit, of a VirtualService one
-// namespace sees and of a DestinationRule subset (fleetrules_test.go):
+// namespace sees, of one every proxy sees and of a DestinationRule subset
+// (fleetrules_test.go):
 // each one's p99 over the proxies it concerns, how many proxies were sent
 // anything, the control plane's CPU for
 // each, its memory per proxy and the bytes each proxy receives; and, for

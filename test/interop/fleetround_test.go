@@ -43,11 +43,13 @@ type fleetRound struct {
 	policyPushed              int // proxies that received listeners after the policy change
 	// The rule changes (fleetrules_test.go): p99 of the proxies concerned,
 	// CPU, and the proxies sent anything.
-	vsP99, vsCPU, drP99, drCPU     time.Duration
-	vsAffected, vsPushed, drPushed int
-	changeFleetCPU                 time.Duration // the fleet's, over all changes
-	samples                        map[string]proxySnapshot
-	failed                         map[string]bool // phases not every proxy got through
+	vsP99, vsCPU, drP99, drCPU      time.Duration
+	vsAffected, vsPushed, drPushed  int
+	meshVSP50, meshVSP99, meshVSCPU time.Duration
+	meshVSAffected, meshVSPushed    int
+	changeFleetCPU                  time.Duration // the fleet's, over all changes
+	samples                         map[string]proxySnapshot
+	failed                          map[string]bool // phases not every proxy got through
 }
 
 // fleetRun is one round in progress.
@@ -91,6 +93,7 @@ func runFleetRound(b *testing.B, cfg fleetSize, mesh *fleetMesh, cp *fleetCP, ki
 	r.newService(ctx)
 	r.policy(ctx)
 	r.virtualService(ctx)
+	r.meshVirtualService(ctx)
 	r.destinationRule(ctx)
 	r.res.changeFleetCPU = selfCPU(b) - fleet0
 	x := r.res
@@ -98,8 +101,10 @@ func runFleetRound(b *testing.B, cfg fleetSize, mesh *fleetMesh, cp *fleetCP, ki
 		kind, round, x.moveP99.Round(time.Millisecond), x.moveCPU, x.burstAll.Round(time.Millisecond), x.burstCPU,
 		x.burstWrites.Round(time.Millisecond), x.newEDSP99.Round(time.Millisecond), x.newCPU,
 		x.policyP99.Round(time.Millisecond), x.policyCPU, x.policyPushed)
-	fleetNote("%s round %d: virtual service p99 %s (cpu %s, %d proxies see it, %d sent anything); destination rule p99 %s (cpu %s, %d proxies sent anything)",
-		kind, round, x.vsP99.Round(time.Millisecond), x.vsCPU, x.vsAffected, x.vsPushed, x.drP99.Round(time.Millisecond), x.drCPU, x.drPushed)
+	fleetNote("%s round %d: virtual service p99 %s (cpu %s, %d proxies see it, %d sent anything); mesh-wide virtual service p50 %s, p99 %s (cpu %s, %d proxies see it, %d sent anything); destination rule p99 %s (cpu %s, %d proxies sent anything)",
+		kind, round, x.vsP99.Round(time.Millisecond), x.vsCPU, x.vsAffected, x.vsPushed,
+		x.meshVSP50.Round(time.Millisecond), x.meshVSP99.Round(time.Millisecond), x.meshVSCPU, x.meshVSAffected, x.meshVSPushed,
+		x.drP99.Round(time.Millisecond), x.drCPU, x.drPushed)
 	return r.res
 }
 
@@ -167,7 +172,7 @@ func (r *fleetRun) initial(ctx context.Context) bool {
 	r.res.refused = f.refused.Load()
 	if !ok {
 		r.fail(phaseInitial, "not every proxy holds the whole configuration after %s: %s", fleetInitialTimeout, f.progress())
-		for _, phase := range []string{phaseMove, phaseBurst, phaseNewSvc, phasePolicy, phaseVS, phaseDR} {
+		for _, phase := range []string{phaseMove, phaseBurst, phaseNewSvc, phasePolicy, phaseVS, phaseMeshVS, phaseDR} {
 			r.res.failed[phase] = true
 		}
 		f.stop()

@@ -14,12 +14,14 @@ import (
 )
 
 // The rule changes of a round: a VirtualService that one namespace alone
-// sees, and a DestinationRule every proxy sees. Each reports the p99 of
-// the proxies it concerns and how many proxies were sent anything.
+// sees, one that every proxy sees, and a DestinationRule every proxy
+// sees. Each reports the p99 of the proxies it concerns and how many
+// proxies were sent anything.
 
 const (
-	phaseVS = "virtual service"
-	phaseDR = "destination rule"
+	phaseVS     = "virtual service"
+	phaseMeshVS = "mesh virtual service"
+	phaseDR     = "destination rule"
 )
 
 // virtualService routes the second service's host for its own namespace
@@ -37,7 +39,7 @@ func (r *fleetRun) virtualService(ctx context.Context) {
 	}
 	g := &fleetGoal{needle: []byte(marker), needleFor: affected}
 	start, cpu, ok := r.change(ctx, phaseVS, g, func(ctx context.Context) error {
-		return r.mesh.createVirtualService(ctx, s, marker, &r.undo)
+		return r.mesh.createVirtualService(ctx, s, marker, []string{"."}, &r.undo)
 	})
 	r.res.vsAffected = len(affected)
 	if !ok {
@@ -46,6 +48,27 @@ func (r *fleetRun) virtualService(ctx context.Context) {
 	_, _, _, needle, _ := r.f.goalTimes(start, func(p *fleetProxy) bool { return affected[p] })
 	slices.Sort(needle)
 	r.res.vsP99, r.res.vsCPU, r.res.vsPushed = loadgen.Quantile(needle, 0.99), cpu, r.f.sentSince(start)
+}
+
+// meshVirtualService routes the fourth service's host for every
+// namespace (exportTo "*") with a route named by a marker: every sidecar
+// must receive a route configuration naming it.
+func (r *fleetRun) meshVirtualService(ctx context.Context) {
+	s := r.mesh.services[3%len(r.mesh.services)]
+	marker := fmt.Sprintf("fleet-meshvs-%s-%d", r.kind, r.round)
+	present := r.f.present()
+	g := &fleetGoal{needle: []byte(marker)}
+	start, cpu, ok := r.change(ctx, phaseMeshVS, g, func(ctx context.Context) error {
+		return r.mesh.createVirtualService(ctx, s, marker, []string{"*"}, &r.undo)
+	})
+	r.res.meshVSAffected = len(present)
+	if !ok {
+		return
+	}
+	_, _, _, needle, _ := r.f.goalTimes(start, nil)
+	slices.Sort(needle)
+	r.res.meshVSP50, r.res.meshVSP99 = loadgen.Quantile(needle, 0.5), loadgen.Quantile(needle, 0.99)
+	r.res.meshVSCPU, r.res.meshVSPushed = cpu, r.f.sentSince(start)
 }
 
 // destinationRule adds a subset to the third service: every proxy must
@@ -78,18 +101,18 @@ func (f *fleetEnvoys) sentSince(t time.Time) int {
 	return n
 }
 
-// createVirtualService creates a VirtualService of s's namespace, seen
-// there alone, routing s's host to s by a rule named name.
-func (m *fleetMesh) createVirtualService(ctx context.Context, s *fleetService, name string, undo *undoList) error {
+// createVirtualService creates a VirtualService of s's namespace,
+// exported to exportTo, routing s's host to s by a rule named name.
+func (m *fleetMesh) createVirtualService(ctx context.Context, s *fleetService, name string, exportTo []string, undo *undoList) error {
 	vss := m.istio.NetworkingV1().VirtualServices(s.ns)
 	_, err := vss.Create(ctx, &istionetworkingv1.VirtualService{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.ns},
 		Spec: networkingapi.VirtualService{
-			Hosts:    []string{s.name},
-			ExportTo: []string{"."},
+			Hosts:    []string{s.host()},
+			ExportTo: exportTo,
 			Http: []*networkingapi.HTTPRoute{{
 				Name:  name,
-				Route: []*networkingapi.HTTPRouteDestination{{Destination: &networkingapi.Destination{Host: s.name}}},
+				Route: []*networkingapi.HTTPRouteDestination{{Destination: &networkingapi.Destination{Host: s.host()}}},
 			}},
 		},
 	}, metav1.CreateOptions{})

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	cluster "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -145,8 +146,14 @@ func blackholeClusterResource() resource.Resource {
 }
 
 func inboundClusterName(port uint32) string {
-	return "inbound|" + strconv.FormatUint(uint64(port), 10) + "||"
+	return inboundClusterPrefix + strconv.FormatUint(uint64(port), 10) + "||"
 }
+
+const inboundClusterPrefix = "inbound|"
+
+// isInboundClusterName reports whether name is that of an inbound
+// cluster "inbound|<port>||" (inboundClusters).
+func isInboundClusterName(name string) bool { return strings.HasPrefix(name, inboundClusterPrefix) }
 
 // originalDst is a cluster to the connection's original destination;
 // bound to 127.0.0.6 when it leads to the local application.

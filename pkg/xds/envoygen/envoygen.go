@@ -235,8 +235,14 @@ func (b *builder) sidecarResources(typeURL string, names []string, wildcard bool
 	out := []resource.Resource{}
 	switch typeURL {
 	case resource.ClusterType:
-		if !wildcard && !slices.ContainsFunc(names, func(n string) bool { return resource.ClusterHost(n) == "" }) {
-			out = b.namedClusters(names) // outbound ones alone: what a service changes
+		if !wildcard && !slices.ContainsFunc(names, func(n string) bool { return resource.ClusterHost(n) == "" && !isInboundClusterName(n) }) {
+			// Outbound ones, what a service changes, and inbound ones,
+			// whose pool a DestinationRule sets (DestinationRuleNames):
+			// not the whole set for a few names.
+			out = b.namedClusters(names)
+			if slices.ContainsFunc(names, isInboundClusterName) {
+				out = append(out, b.inboundClusters()...)
+			}
 			break
 		}
 		out = b.clusters()
