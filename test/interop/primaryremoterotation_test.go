@@ -19,8 +19,9 @@ import (
 )
 
 // TestRootRotationWaitsForAControlledRemote runs istiod in cluster A with
-// --external-istiod as the control plane of cluster B (annotated, its
-// reader granted docs/rbac.md's primary-remote rules). With B's reader
+// --external-istiod as the control plane of cluster B (annotated, the
+// chart's remote profile installed there: its reader granted docs/rbac.md's
+// primary-remote rules). With B's reader
 // no longer allowed to update istio-ca-root-cert, a root rotation stays
 // in prepare past its grace, naming B's namespaces; allowed again, the
 // ConfigMaps in B get the new root and the rotation moves on.
@@ -32,7 +33,9 @@ func TestRootRotationWaitsForAControlledRemote(t *testing.T) {
 	clientA, clientB := envA.Client(t), envB.Client(t)
 	createNamespace(t, clientB, istiodNS, nil)
 	remote := istioctlRemoteSecret(t, envB, clusterB)
-	grantPrimaryRemote(t, clientB, istiodNS, "istio-system", "istio-reader-service-account")
+	// The chart's remote profile: the primary-remote rules bound to the
+	// remote secret's reader (its webhooks, unused here, call nowhere).
+	installRemoteProfile(t, clientB, istiodNS, "istio-sidecar-injector-"+istiodNS, "istio-validator-"+istiodNS, "https://localhost:1")
 	nsB := createNamespace(t, clientB, "app-"+istiodNS[len(istiodNS)-5:], nil)
 
 	p := startIstiod(t, "--kubeconfig", envA.Kubeconfig, "--namespace", istiodNS, "--clusterID", clusterA,
