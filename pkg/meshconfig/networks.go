@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"path/filepath"
 	"time"
 
 	"github.com/bulwark-mesh/bulwark/internal/dirwatch"
-	"github.com/bulwark-mesh/bulwark/internal/latest"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 )
 
@@ -55,10 +53,9 @@ type NetworksWatcherConfig struct {
 // stays as it is, and counted. The values it hands out are shared and
 // must not be modified.
 type NetworksWatcher struct {
-	cfg     NetworksWatcherConfig
-	log     *slog.Logger
-	current latest.Value[*model.MeshNetworks]
-	last    string // the last refusal logged, so a resync does not repeat it
+	fileValue[*model.MeshNetworks]
+	cfg  NetworksWatcherConfig
+	last string // the last refusal logged, so a resync does not repeat it
 }
 
 // networksConfig names meshNetworks in the reload metrics.
@@ -67,54 +64,35 @@ const networksConfig = "meshNetworks"
 // NewNetworksWatcher returns a watcher of cfg.Path. It does no I/O: until
 // Run reads the file, Current is cfg.Initial.
 func NewNetworksWatcher(cfg NetworksWatcherConfig) (*NetworksWatcher, error) {
-	if cfg.Path == "" {
-		return nil, errors.New("meshconfig: no meshNetworks file to watch")
-	}
-	if cfg.Resync <= 0 {
-		cfg.Resync = DefaultResync
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
 	initial := cfg.Initial
 	if initial == nil {
 		initial = &model.MeshNetworks{}
 	}
-	w := &NetworksWatcher{cfg: cfg, log: cfg.Logger}
-	w.current.Store(initial)
+	w := &NetworksWatcher{cfg: cfg}
+	if err := w.init(cfg.Path, cfg.Resync, cfg.Logger, initial); err != nil {
+		return nil, err
+	}
 	cfg.Metrics.rejected(networksConfig, false)
 	return w, nil
-}
-
-// Current returns the meshNetworks in force; never nil.
-func (w *NetworksWatcher) Current() *model.MeshNetworks {
-	n, _ := w.current.Load()
-	return n
-}
-
-// Subscribe returns a channel receiving each new meshNetworks (the latest
-// only, when the reader is slow). cancel stops delivery and closes it.
-func (w *NetworksWatcher) Subscribe() (updates <-chan *model.MeshNetworks, cancel func()) {
-	return w.current.Subscribe(false)
 }
 
 // Run reads the file now, on every change and every Resync, until ctx is
 // done.
 func (w *NetworksWatcher) Run(ctx context.Context) error {
-	dirwatch.Run(ctx, filepath.Dir(w.cfg.Path), dirwatch.DefaultDebounce, w.cfg.Resync, w.log, w.reload)
+	w.watch(ctx, w.reload)
 	return nil
 }
 
 // reload reads the file and, when it holds valid meshNetworks other than
 // those in force, makes them current. Only Run's goroutine calls it.
 func (w *NetworksWatcher) reload() {
-	nets, err := ReadNetworksFile(w.cfg.Path)
+	nets, err := ReadNetworksFile(w.path)
 	if err != nil {
 		w.cfg.Metrics.rejected(networksConfig, true)
 		if msg := err.Error(); msg != w.last {
 			w.last = msg
 			w.cfg.Metrics.count(networksConfig, resultRejected)
-			w.log.Error("meshNetworks rejected; the last good one keeps serving", "file", w.cfg.Path, "err", err)
+			w.log.Error("meshNetworks rejected; the last good one keeps serving", "file", w.path, "err", err)
 		}
 		return
 	}
@@ -122,7 +100,7 @@ func (w *NetworksWatcher) reload() {
 	if nets.Equal(w.Current()) {
 		if w.last != "" {
 			w.last = ""
-			w.log.Info("meshNetworks file is valid again; the networks in force are unchanged", "file", w.cfg.Path)
+			w.log.Info("meshNetworks file is valid again; the networks in force are unchanged", "file", w.path)
 		}
 		return
 	}
@@ -130,6 +108,6 @@ func (w *NetworksWatcher) reload() {
 	w.cfg.Metrics.count(networksConfig, resultApplied)
 	// Logged before subscribers see them, so a log line never comes after
 	// what it explains.
-	w.log.Info("meshNetworks loaded", "file", w.cfg.Path, "networks", nets.Names())
+	w.log.Info("meshNetworks loaded", "file", w.path, "networks", nets.Names())
 	w.current.Store(nets)
 }

@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"path/filepath"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 
 	"github.com/bulwark-mesh/bulwark/internal/dirwatch"
-	"github.com/bulwark-mesh/bulwark/internal/latest"
 )
 
 // DefaultResync is how often the file is read again in case a change
@@ -66,25 +64,15 @@ const meshConfig = "mesh"
 // Watcher holds the current mesh configuration and announces changes. The
 // configurations it hands out are shared and must not be modified.
 type Watcher struct {
+	fileValue[*meshv1alpha1.MeshConfig]
 	cfg         WatcherConfig
-	log         *slog.Logger
 	trustDomain string
-	current     latest.Value[*meshv1alpha1.MeshConfig]
 	last        string // the last outcome logged, so a resync does not repeat it
 }
 
 // NewWatcher returns a watcher of cfg.Path. It does no I/O: until Run
 // reads the file, Current is cfg.Initial.
 func NewWatcher(cfg WatcherConfig) (*Watcher, error) {
-	if cfg.Path == "" {
-		return nil, errors.New("meshconfig: no file to watch")
-	}
-	if cfg.Resync <= 0 {
-		cfg.Resync = DefaultResync
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
 	initial := cfg.Initial
 	if initial == nil {
 		initial = Default(cfg.Defaults)
@@ -92,42 +80,32 @@ func NewWatcher(cfg WatcherConfig) (*Watcher, error) {
 	if err := Validate(initial); err != nil {
 		return nil, fmt.Errorf("meshconfig: initial configuration: %w", err)
 	}
-	w := &Watcher{cfg: cfg, log: cfg.Logger, trustDomain: initial.GetTrustDomain()}
+	w := &Watcher{cfg: cfg, trustDomain: initial.GetTrustDomain()}
+	if err := w.init(cfg.Path, cfg.Resync, cfg.Logger, initial); err != nil {
+		return nil, err
+	}
 	cfg.Metrics.rejected(meshConfig, false)
-	w.current.Store(initial)
 	return w, nil
-}
-
-// Current returns the configuration in force; never nil.
-func (w *Watcher) Current() *meshv1alpha1.MeshConfig {
-	mc, _ := w.current.Load()
-	return mc
-}
-
-// Subscribe returns a channel receiving each new configuration (the latest
-// only, when the reader is slow). cancel stops delivery and closes it.
-func (w *Watcher) Subscribe() (updates <-chan *meshv1alpha1.MeshConfig, cancel func()) {
-	return w.current.Subscribe(false)
 }
 
 // Run reads the file now, on every change and every Resync, until ctx is
 // done.
 func (w *Watcher) Run(ctx context.Context) error {
-	dirwatch.Run(ctx, filepath.Dir(w.cfg.Path), dirwatch.DefaultDebounce, w.cfg.Resync, w.log, w.reload)
+	w.watch(ctx, w.reload)
 	return nil
 }
 
 // reload reads the file and, when it holds a valid configuration other
 // than the current one, makes it current. Only Run's goroutine calls it.
 func (w *Watcher) reload() {
-	mc, warnings, err := ReadFile(w.cfg.Path, w.cfg.Defaults)
+	mc, warnings, err := ReadFile(w.path, w.cfg.Defaults)
 	if err == nil && w.cfg.Check != nil {
 		err = w.cfg.Check(mc)
 	}
 	w.cfg.Metrics.rejected(meshConfig, err != nil)
 	if err != nil {
 		last := w.last
-		w.report(note{slog.LevelError, "mesh configuration rejected; the last good one keeps serving", []any{"file", w.cfg.Path, "err", err}})
+		w.report(note{slog.LevelError, "mesh configuration rejected; the last good one keeps serving", []any{"file", w.path, "err", err}})
 		if w.last != last {
 			w.cfg.Metrics.count(meshConfig, resultRejected)
 		}
@@ -135,19 +113,19 @@ func (w *Watcher) reload() {
 	}
 	var notes []note
 	for _, warn := range warnings {
-		notes = append(notes, note{slog.LevelWarn, "mesh configuration has fields this istiod does not read", []any{"file", w.cfg.Path, "warning", warn}})
+		notes = append(notes, note{slog.LevelWarn, "mesh configuration has fields this istiod does not read", []any{"file", w.path, "warning", warn}})
 	}
 	if ignored := NotHonoured(mc); len(ignored) > 0 {
-		notes = append(notes, note{slog.LevelWarn, "mesh configuration sets fields istiod does not act on; they have no effect", []any{"file", w.cfg.Path, "fields", ignored}})
+		notes = append(notes, note{slog.LevelWarn, "mesh configuration sets fields istiod does not act on; they have no effect", []any{"file", w.path, "fields", ignored}})
 	}
 	if td := mc.GetTrustDomain(); td != w.trustDomain {
 		notes = append(notes, note{slog.LevelWarn, "mesh configuration names another trust domain; istiod keeps the one it started with until it restarts, as its CA and every identity it issued belong to it",
-			[]any{"file", w.cfg.Path, "trust_domain", w.trustDomain, "configured", td}})
+			[]any{"file", w.path, "trust_domain", w.trustDomain, "configured", td}})
 		mc.TrustDomain = w.trustDomain
 	}
 	if proto.Equal(mc, w.Current()) {
 		if len(notes) == 0 && w.last != "" {
-			notes = append(notes, note{slog.LevelInfo, "mesh configuration file is valid again; the configuration in force is unchanged", []any{"file", w.cfg.Path}})
+			notes = append(notes, note{slog.LevelInfo, "mesh configuration file is valid again; the configuration in force is unchanged", []any{"file", w.path}})
 		}
 		w.report(notes...)
 		return
@@ -157,7 +135,7 @@ func (w *Watcher) reload() {
 	w.last = ""
 	w.report(notes...)
 	w.cfg.Metrics.count(meshConfig, resultApplied)
-	w.log.Info("mesh configuration loaded", append([]any{"file", w.cfg.Path}, Summary(mc)...)...)
+	w.log.Info("mesh configuration loaded", append([]any{"file", w.path}, Summary(mc)...)...)
 	w.current.Store(mc)
 }
 
