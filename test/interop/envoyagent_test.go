@@ -168,10 +168,7 @@ func checkRotationROOTCA(t *testing.T, env *testenv.Env, p *istiod, istiodNS str
 // namespace.
 func createEnvoyModel(t *testing.T, env *testenv.Env, w workload) (*corev1.Pod, *corev1.Service) {
 	t.Helper()
-	crds, err := filepath.Glob(filepath.Join(repoRoot, "charts", "istiod", "crds", "*.yaml"))
-	if err != nil || len(crds) == 0 {
-		t.Fatalf("Istio CRDs under charts/istiod/crds: %v (%d files)", err, len(crds))
-	}
+	crds := chartCRDs(t)
 	env.InstallCRDs(t, crds...)
 	telemetryCRD(t, env)
 	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)

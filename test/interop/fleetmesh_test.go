@@ -3,7 +3,6 @@ package interop
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -106,10 +105,7 @@ func newFleetMesh(b *testing.B, env *testenv.Env, m int) *fleetMesh {
 // namespaces exist.
 func newFleetMeshAt(b *testing.B, env *testenv.Env, m int, place fleetPlace) *fleetMesh {
 	b.Helper()
-	crds, err := filepath.Glob(filepath.Join(repoRoot, "charts", "istiod", "crds", "*.yaml"))
-	if err != nil || len(crds) == 0 {
-		b.Fatalf("Istio CRDs under charts/istiod/crds: %v (%d files)", err, len(crds))
-	}
+	crds := chartCRDs(b)
 	routing, err := istioRoutingCRDs() // the VirtualServices of fleetrules_test.go
 	if err != nil {
 		b.Fatal(err)

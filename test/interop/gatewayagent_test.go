@@ -300,10 +300,7 @@ func simpleServer(port uint32, name, host, credential string) *networkingapi.Ser
 // istio/base chart installs in a cluster and Bulwark's chart does not.
 func installGatewayCRDs(t testing.TB, env *testenv.Env) {
 	t.Helper()
-	crds, err := filepath.Glob(filepath.Join(repoRoot, "charts", "istiod", "crds", "*.yaml"))
-	if err != nil || len(crds) == 0 {
-		t.Fatalf("Istio CRDs under charts/istiod/crds: %v (%d files)", err, len(crds))
-	}
+	crds := chartCRDs(t)
 	routing, err := istioRoutingCRDs()
 	if err != nil {
 		t.Fatal(err)

@@ -57,11 +57,7 @@ func TestMultiClusterTokensAreReviewedByTheirCluster(t *testing.T) {
 	ca := caTarget{addr: p.SecureGRPCAddr, root: root, san: "istiod." + istiodNS + ".svc"}
 
 	remote := istioctlRemoteSecret(t, envB, clusterB)
-	remote.Namespace = istiodNS
-	if _, err := envA.Client(t).CoreV1().Secrets(istiodNS).Create(context.Background(), remote, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("apply istioctl's remote secret: %v", err)
-	}
-	waitClusterz(t, p, clusterB, "synced")
+	registerRemote(t, p, envA, istiodNS, remote)
 
 	nsB := envB.Namespace(t)
 	podB := createPod(t, envB, nsB, "demo-1", "demo")
@@ -193,6 +189,61 @@ func istioctlRemoteSecret(t testing.TB, env *testenv.Env, id string) *corev1.Sec
 		t.Fatalf("istioctl's remote secret is not of the expected shape:\n%s", stdout.String())
 	}
 	return &s
+}
+
+// chartCRDs is the Istio CRDs the chart carries, as files to install.
+func chartCRDs(t testing.TB) []string {
+	t.Helper()
+	crds, err := filepath.Glob(filepath.Join(repoRoot, "charts", "istiod", "crds", "*.yaml"))
+	if err != nil || len(crds) == 0 {
+		t.Fatalf("Istio CRDs under charts/istiod/crds: %v (%d files)", err, len(crds))
+	}
+	return crds
+}
+
+// twoClusters is istiod in cluster A with cluster B (an API server of its
+// own) registered from the remote secret istioctl writes, and a namespace
+// ns of the same name in both.
+type twoClusters struct {
+	a, b         *testenv.Env
+	istiodNS, ns string
+	istiod       *istiod
+	ca           caTarget
+	remote       *corev1.Secret // the remote secret of B, in A's istiodNS
+}
+
+// startTwoClusters installs the chart's CRDs and extraCRDs in A, starts
+// istiod there, runs prepareB on B (say, to grant its reader more than
+// the chart's remote-reader rules) and registers B, waiting until istiod
+// has synced it.
+func startTwoClusters(t *testing.T, extraCRDs []string, prepareB func(b *testenv.Env)) *twoClusters {
+	t.Helper()
+	c := &twoClusters{a: testenv.Get(t), b: testenv.StartPrivate(t)}
+	c.a.InstallCRDs(t, append(chartCRDs(t), extraCRDs...)...)
+	c.istiodNS, c.ns = c.a.Namespace(t), c.a.Namespace(t)
+	createNamespace(t, c.b.Client(t), c.ns, nil)
+	c.istiod = startIstiod(t, "--kubeconfig", c.a.Kubeconfig, "--namespace", c.istiodNS, "--clusterID", clusterA,
+		"--cacerts-dir", filepath.Join(t.TempDir(), "cacerts"), "--inject-config-dir", filepath.Join(t.TempDir(), "inject"))
+	c.ca = caTarget{addr: c.istiod.SecureGRPCAddr, root: publishedRoot(t, c.a, c.ns), san: "istiod." + c.istiodNS + ".svc"}
+	c.remote = istioctlRemoteSecret(t, c.b, clusterB)
+	if prepareB != nil {
+		prepareB(c.b)
+	}
+	registerRemote(t, c.istiod, c.a, c.istiodNS, c.remote)
+	return c
+}
+
+// registerRemote applies the remote secret in istiod's namespace of
+// cluster env and waits until istiod has synced the cluster it names.
+func registerRemote(t *testing.T, p *istiod, env *testenv.Env, istiodNS string, remote *corev1.Secret) {
+	t.Helper()
+	remote.Namespace = istiodNS
+	if _, err := env.Client(t).CoreV1().Secrets(istiodNS).Create(context.Background(), remote, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("apply istioctl's remote secret: %v", err)
+	}
+	for id := range remote.StringData {
+		waitClusterz(t, p, id, "synced")
+	}
 }
 
 // istioctlBuild is istioctl for the benchmarks, run under -short.

@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,28 +36,9 @@ import (
 // of both clusters, and a sidecar of A asking A's istiod for its clusters
 // and endpoints over ADS, as Envoy does.
 func TestMultiClusterEndpoints(t *testing.T) {
-	envA := testenv.Get(t)
-	envB := testenv.StartPrivate(t)
-	crds, err := filepath.Glob(filepath.Join(repoRoot, "charts", "istiod", "crds", "*.yaml"))
-	if err != nil || len(crds) == 0 {
-		t.Fatalf("Istio CRDs: %v", err)
-	}
-	envA.InstallCRDs(t, crds...)
-	istiodNS, ns := envA.Namespace(t), envA.Namespace(t)
+	c := startTwoClusters(t, nil, nil)
+	envA, envB, istiodNS, ns, p, ca, remote := c.a, c.b, c.istiodNS, c.ns, c.istiod, c.ca, c.remote
 	ctx := context.Background()
-	if _, err := envB.Client(t).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	p := startIstiod(t, "--kubeconfig", envA.Kubeconfig, "--namespace", istiodNS, "--clusterID", clusterA,
-		"--cacerts-dir", filepath.Join(t.TempDir(), "cacerts"), "--inject-config-dir", filepath.Join(t.TempDir(), "inject"))
-	root := publishedRoot(t, envA, ns)
-	ca := caTarget{addr: p.SecureGRPCAddr, root: root, san: "istiod." + istiodNS + ".svc"}
-	remote := istioctlRemoteSecret(t, envB, clusterB)
-	remote.Namespace = istiodNS
-	if _, err := envA.Client(t).CoreV1().Secrets(istiodNS).Create(ctx, remote, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitClusterz(t, p, clusterB, "synced")
 
 	// echo: in A port http 80 → 8080 served as "echo"; in B the same name on
 	// port 81 → 9090 served as "echo-b". The endpoints of B join A's port

@@ -3,7 +3,6 @@ package interop
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -37,32 +36,13 @@ import (
 // A, which A's namesake may get, is not served to it
 // (TestRemoteClustersProxyGetsItsClustersCredentialSecrets grants them).
 func TestRemoteClustersProxyIsServedItsOwnPod(t *testing.T) {
-	envA := testenv.Get(t)
-	envB := testenv.StartPrivate(t)
-	crds, err := filepath.Glob(filepath.Join(repoRoot, "charts", "istiod", "crds", "*.yaml"))
-	if err != nil || len(crds) == 0 {
-		t.Fatalf("Istio CRDs: %v", err)
-	}
 	sidecar, ok := policy.Lookup("networking.istio.io", "Sidecar")
 	if !ok {
 		t.Fatal("no Sidecar kind")
 	}
-	envA.InstallCRDs(t, append(crds, unsupportedtest.WriteFile(t, unsupportedtest.CRD(sidecar, "v1")))...)
-	istiodNS, ns := envA.Namespace(t), envA.Namespace(t)
+	c := startTwoClusters(t, []string{unsupportedtest.WriteFile(t, unsupportedtest.CRD(sidecar, "v1"))}, nil)
+	envA, envB, ns, p, ca := c.a, c.b, c.ns, c.istiod, c.ca
 	ctx := context.Background()
-	if _, err := envB.Client(t).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	p := startIstiod(t, "--kubeconfig", envA.Kubeconfig, "--namespace", istiodNS, "--clusterID", clusterA,
-		"--cacerts-dir", filepath.Join(t.TempDir(), "cacerts"), "--inject-config-dir", filepath.Join(t.TempDir(), "inject"))
-	root := publishedRoot(t, envA, ns)
-	ca := caTarget{addr: p.SecureGRPCAddr, root: root, san: "istiod." + istiodNS + ".svc"}
-	remote := istioctlRemoteSecret(t, envB, clusterB)
-	remote.Namespace = istiodNS
-	if _, err := envA.Client(t).CoreV1().Secrets(istiodNS).Create(ctx, remote, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitClusterz(t, p, clusterB, "synced")
 
 	// Services echo and web in A; a Sidecar of A scoping to web the
 	// workloads of B labelled app: client.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"regexp"
 	"testing"
 	"time"
@@ -36,29 +35,11 @@ import (
 //   - B's Secret rotated: the new bytes are pushed on the open stream;
 //   - B's remote secret deleted: nothing more is served to it.
 func TestRemoteClustersProxyGetsItsClustersCredentialSecrets(t *testing.T) {
-	envA := testenv.Get(t)
-	envB := testenv.StartPrivate(t)
-	crds, err := filepath.Glob(filepath.Join(repoRoot, "charts", "istiod", "crds", "*.yaml"))
-	if err != nil || len(crds) == 0 {
-		t.Fatalf("Istio CRDs: %v", err)
-	}
-	envA.InstallCRDs(t, crds...)
-	istiodNS, ns := envA.Namespace(t), envA.Namespace(t)
+	c := startTwoClusters(t, nil, func(b *testenv.Env) {
+		grantReaderSecrets(t, b, "istio-system", "istio-reader-service-account")
+	})
+	envA, envB, istiodNS, ns, p, ca, remote := c.a, c.b, c.istiodNS, c.ns, c.istiod, c.ca, c.remote
 	ctx := context.Background()
-	if _, err := envB.Client(t).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	p := startIstiod(t, "--kubeconfig", envA.Kubeconfig, "--namespace", istiodNS, "--clusterID", clusterA,
-		"--cacerts-dir", filepath.Join(t.TempDir(), "cacerts"), "--inject-config-dir", filepath.Join(t.TempDir(), "inject"))
-	root := publishedRoot(t, envA, ns)
-	ca := caTarget{addr: p.SecureGRPCAddr, root: root, san: "istiod." + istiodNS + ".svc"}
-	remote := istioctlRemoteSecret(t, envB, clusterB)
-	grantReaderSecrets(t, envB, "istio-system", "istio-reader-service-account")
-	remote.Namespace = istiodNS
-	if _, err := envA.Client(t).CoreV1().Secrets(istiodNS).Create(ctx, remote, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitClusterz(t, p, clusterB, "synced")
 
 	podB := createRunningPod(ctx, t, envB, workload{Name: "gw-1", Namespace: ns, ServiceAccount: "gw", IP: "10.20.0.19",
 		Labels: map[string]string{"app": "gw"}})

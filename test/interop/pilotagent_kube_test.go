@@ -3,7 +3,6 @@ package interop
 import (
 	"context"
 	"net"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -32,10 +31,7 @@ const apiTimeout = 30 * time.Second
 // pods' status and the slice are written by hand.
 func createModel(t *testing.T, env *testenv.Env, m meshModel) ([]string, map[string]*corev1.Pod) {
 	t.Helper()
-	crds, err := filepath.Glob(filepath.Join(repoRoot, "charts", "istiod", "crds", "*.yaml"))
-	if err != nil || len(crds) == 0 {
-		t.Fatalf("Istio CRDs under charts/istiod/crds: %v (%d files)", err, len(crds))
-	}
+	crds := chartCRDs(t)
 	env.InstallCRDs(t, crds...)
 
 	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)

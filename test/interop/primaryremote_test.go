@@ -64,11 +64,7 @@ func TestPrimaryRemote(t *testing.T) {
 	}
 	installRemoteProfile(t, clientB, istiodNS, mutating, validating, "https://localhost:"+port)
 
-	remote.Namespace = istiodNS
-	if _, err := clientA.CoreV1().Secrets(istiodNS).Create(ctx, remote, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("apply istioctl's remote secret: %v", err)
-	}
-	waitClusterz(t, p, clusterB, "synced")
+	registerRemote(t, p, envA, istiodNS, remote)
 
 	t.Run("without the annotation nothing is written in B", func(t *testing.T) {
 		waitLogCount(t, p, controlplane.LogNotControlled, 1)

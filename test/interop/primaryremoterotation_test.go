@@ -30,7 +30,7 @@ func TestRootRotationWaitsForAControlledRemote(t *testing.T) {
 	envB := testenv.StartPrivate(t)
 	ctx := context.Background()
 	istiodNS, nsA := envA.Namespace(t), envA.Namespace(t)
-	clientA, clientB := envA.Client(t), envB.Client(t)
+	clientB := envB.Client(t)
 	createNamespace(t, clientB, istiodNS, nil)
 	remote := istioctlRemoteSecret(t, envB, clusterB)
 	// The chart's remote profile: the primary-remote rules bound to the
@@ -48,11 +48,7 @@ func TestRootRotationWaitsForAControlledRemote(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	remote.Namespace = istiodNS
-	if _, err := clientA.CoreV1().Secrets(istiodNS).Create(ctx, remote, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitClusterz(t, p, clusterB, "synced")
+	registerRemote(t, p, envA, istiodNS, remote)
 	annotateNS(t, clientB, istiodNS, clusterA)
 	waitRootCert(t, clientB, nsB, root)
 	waitRootCert(t, clientB, istiodNS, root)
