@@ -36,7 +36,7 @@ import (
 //
 // (without -short, TestMain builds istiod itself).
 func BenchmarkCAServer(b *testing.B) {
-	silenceIstioLogs(b)
+	silenceIstioLogs()
 	iss := startIssuerAlg(b, jose.RS256)
 	agents := newBenchAgents(b, caBenchAgents)
 	targets := []struct {

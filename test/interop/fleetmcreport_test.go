@@ -3,7 +3,6 @@ package interop
 import (
 	"fmt"
 	"math"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -121,7 +120,7 @@ func reportMC(b *testing.B, size fleetSize, mc *fleetMC, kinds []string, results
 		}
 		out.WriteString(compareFleetSamples(b, fleets(results[fleetIstio]), fleets(results[fleetBulwark])))
 	}
-	fmt.Fprint(os.Stdout, out.String())
+	benchNote("%s", out.String())
 	reportPerControlPlane(b, kinds, len(metrics), func(kind string, i int) (float64, string) {
 		return metrics[i].medianOf(results[kind]), metrics[i].unit
 	})

@@ -344,5 +344,5 @@ func (m *fleetMesh) deleteServices(ctx context.Context, ns string) error {
 // indented so that benchstat reads it as neither a result nor a
 // configuration line.
 func fleetNote(format string, args ...any) {
-	fmt.Printf("  "+format+"\n", args...)
+	benchNote("  "+format+"\n", args...)
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"math"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -105,7 +104,7 @@ func reportFleet(b *testing.B, size fleetSize, kinds []string, results map[strin
 	if pair {
 		t.WriteString(compareFleetSamples(b, results[fleetIstio], results[fleetBulwark]))
 	}
-	fmt.Fprint(os.Stdout, t.String())
+	benchNote("%s", t.String())
 	reportPerControlPlane(b, kinds, len(fleetMetrics), func(kind string, i int) (float64, string) {
 		return fleetMetrics[i].medianOf(results[kind]), fleetMetrics[i].unit
 	})

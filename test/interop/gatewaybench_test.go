@@ -117,7 +117,7 @@ func BenchmarkGatewayGeneration(b *testing.B) {
 			cfgs[i].Domain = "cluster.local"
 		}
 		b.Run("istio/"+bc.name, func(b *testing.B) {
-			silenceIstioLogs(b)
+			silenceIstioLogs()
 			s := xds.NewFakeDiscoveryServer(b, xds.FakeOptions{Configs: cfgs, KubernetesObjectString: gatewayWorld, MeshConfig: gatewayMeshConfig()})
 			var proxies []*istiomodel.Proxy
 			for i := range bc.replicas {

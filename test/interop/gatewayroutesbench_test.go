@@ -50,7 +50,7 @@ func BenchmarkGatewayRoutes(b *testing.B) {
 		c := gwRouteCase{vss: benchGatewayVSs(n)}
 		servers := []*networkingv1.Server{httpServer(80, "*")}
 		b.Run(fmt.Sprintf("istio/vs=%d", n), func(b *testing.B) {
-			silenceIstioLogs(b)
+			silenceIstioLogs()
 			base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 			configs := []config.Config{{
 				Meta: config.Meta{GroupVersionKind: gvk.Gateway, Name: "gateway", Namespace: gwNs, CreationTimestamp: base},

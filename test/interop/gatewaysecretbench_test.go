@@ -543,8 +543,8 @@ func reportGatewayRuns(b *testing.B, kind string, runs []gatewayRun) {
 	fmt.Fprintf(&table, "median run %d: p50 %v p99 %v max %v; worst run %d: p99 %v max %v (goal p99 < 1s)\n",
 		median.run, median.p50.Round(time.Millisecond), median.p99.Round(time.Millisecond), median.max.Round(time.Millisecond),
 		worst.run, worst.p99.Round(time.Millisecond), worst.max.Round(time.Millisecond))
-	// Printed, not logged: a benchmark's log is cut after ten lines.
-	fmt.Printf("%s, %d replicas: Secret update → every replica holds the new certificate\n%s", kind, len(runs[0].latencies), table.String())
+	// A note, not logged: a benchmark's log is cut after ten lines.
+	benchNote("%s, %d replicas: Secret update → every replica holds the new certificate\n%s", kind, len(runs[0].latencies), table.String())
 	if kind == fleetBulwark && worst.p99 >= time.Second {
 		b.Errorf("%s: a Secret change reached 99%% of the replicas in %v in run %d: the goal is under a second", kind, worst.p99, worst.run)
 	}

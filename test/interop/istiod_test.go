@@ -62,6 +62,7 @@ func TestMain(m *testing.M) {
 	// testenv.Run runs the tests and stops the kube-apiserver the
 	// Kubernetes-mode tests start on first use.
 	code := testenv.Run(m)
+	printBenchNotes()
 	if istiodBuild.dir != "" {
 		os.RemoveAll(istiodBuild.dir)
 	}
