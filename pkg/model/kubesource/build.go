@@ -118,7 +118,7 @@ func podSource(l listers, pods *podLookup) kindSource[*corev1.Pod, *model.Pod] {
 			p, err := l.pods.Pods(ns).Get(name)
 			return p, err == nil
 		},
-		key:        func(p *corev1.Pod) string { return p.Namespace + "/" + p.Name },
+		key: func(p *corev1.Pod) string { return p.Namespace + "/" + p.Name },
 		make: func(p *corev1.Pod) (*model.Pod, bool) {
 			m := convertPod(p)
 			if m != nil {
