@@ -33,11 +33,12 @@ const (
 //   - kubernetes.io/hostname, the node metadata NODE_NAME;
 //   - topology.istio.io/network when labels name none: the registry pod's
 //     (its cluster's), else the node metadata NETWORK.
-func (w *Workload) topologyOf(pod *model.Pod, labels map[string]string) []string {
-	var out []string
+func (w *Workload) topologyOf(pod *model.Pod, labels map[string]string) topologyPairs {
+	var out topologyPairs
 	add := func(k, v string) {
 		if v != "" && labels[k] != v {
-			out = append(out, k, v)
+			out.kv[out.n], out.kv[out.n+1] = k, v
+			out.n += 2
 		}
 	}
 	locality := ""
@@ -82,12 +83,19 @@ func namesLocality(labels map[string]string) bool {
 	return false
 }
 
-// withTopology is labels with the pairs kv set.
-func withTopology(labels map[string]string, kv []string) map[string]string {
-	out := make(map[string]string, len(labels)+len(kv)/2)
+// topologyPairs is what topologyOf adds: n strings of kv, key and value
+// by turns. A value, so that finding nothing to add allocates nothing.
+type topologyPairs struct {
+	kv [12]string
+	n  int
+}
+
+// withTopology is labels with the pairs t set.
+func withTopology(labels map[string]string, t *topologyPairs) map[string]string {
+	out := make(map[string]string, len(labels)+t.n/2)
 	maps.Copy(out, labels)
-	for i := 0; i+1 < len(kv); i += 2 {
-		out[kv[i]] = kv[i+1]
+	for i := 0; i < t.n; i += 2 {
+		out[t.kv[i]] = t.kv[i+1]
 	}
 	return out
 }

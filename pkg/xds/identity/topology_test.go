@@ -107,3 +107,18 @@ func TestWorkloadOfReadsNodeNameAndLocality(t *testing.T) {
 		t.Error("a NODE_NAME of 254 bytes was accepted")
 	}
 }
+
+func TestLabelsThatNeedNothingAreHandedOutWithoutAllocating(t *testing.T) {
+	labels := map[string]string{"app": "a", model.ClusterLabel: "c1", model.NetworkLabel: "n", zoneLabel: "z"}
+	w := &Workload{Namespace: "ns", ServiceAccount: "sa", Pod: "p", ClusterID: "c1", Locality: "r/z"}
+	// Two versions of the pod, alternating: each call is a new pod.
+	var snaps [2]*model.Snapshot
+	for i := range snaps {
+		pod := &model.Pod{Meta: model.Meta{Namespace: "ns", Name: "p"}, ServiceAccount: "sa", Labels: labels, Network: "n"}
+		snaps[i] = model.Build("v", model.Options{}, model.Resources{Pods: []*model.Pod{pod}})
+	}
+	i := 0
+	if allocs := testing.AllocsPerRun(100, func() { w.In(snaps[i%2]); i++ }); allocs != 0 {
+		t.Errorf("In allocates %.0f times", allocs)
+	}
+}

@@ -158,15 +158,17 @@ func (w *Workload) In(snap *model.Snapshot) (labels map[string]string, ips []str
 // withTopology is labels, pod's or (nil pod) the node's, with the
 // topology labels of topologyOf set, whatever labels say of them: labels
 // itself when they add nothing. The result is shared by every call until
-// the pod changes; callers do not modify it.
+// the pod changes; callers do not modify it. Labels that need nothing
+// added are handed out without a copy or an allocation.
 func (w *Workload) withTopology(pod *model.Pod, labels map[string]string) map[string]string {
 	if c := w.labelled.Load(); c != nil && c.pod == pod && c.cluster == w.ClusterID {
 		return c.labels
 	}
-	out := labels
-	if kv := w.topologyOf(pod, labels); len(kv) > 0 {
-		out = withTopology(labels, kv)
+	kv := w.topologyOf(pod, labels)
+	if kv.n == 0 {
+		return labels
 	}
+	out := withTopology(labels, &kv)
 	w.labelled.Store(&labelledPod{pod: pod, cluster: w.ClusterID, labels: out})
 	return out
 }
