@@ -88,4 +88,3 @@ func (s *Source) setNamespaceNetwork(network string) {
 // maxNamespaceNetwork bounds the network a namespace label names (a label
 // value is at most 63 bytes; this is meshNetworks' bound on a name).
 const maxNamespaceNetwork = 253
-

@@ -80,10 +80,10 @@ type Source struct {
 	// nsNetwork is the system namespace's network label, which wins over
 	// network; guarded by mu.
 	nsNetwork string
-	started atomic.Bool
-	synced  atomic.Bool
-	last    string // version last published; Run's goroutine only
-	reuse   reuse  // what the last rebuild made; Run's goroutine only
+	started   atomic.Bool
+	synced    atomic.Bool
+	last      string // version last published; Run's goroutine only
+	reuse     reuse  // what the last rebuild made; Run's goroutine only
 	// afterBuild, when set (by tests), sees the caches of every rebuild and
 	// whether it published.
 	afterBuild func(l listers, published bool)
