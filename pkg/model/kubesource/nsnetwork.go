@@ -18,7 +18,8 @@ import (
 // ahead of meshNetworks', as Istio reads it (pod label, then this label,
 // then meshNetworks). The model does not wait for it: until it has synced,
 // or while it cannot be read (no RBAC to get namespaces, logged by the
-// watch), the cluster is on meshNetworks' network. Its informer runs
+// watch), the cluster is on meshNetworks' network; a label removed gives
+// it back, a namespace deleted does not (as in Istio). Its informer runs
 // until stop is closed; shutdown then waits for it.
 func (s *Source) watchSystemNamespace(stop <-chan struct{}) (shutdown func(), err error) {
 	ns := s.cfg.SystemNamespace
@@ -39,7 +40,7 @@ func (s *Source) watchSystemNamespace(stop <-chan struct{}) (shutdown func(), er
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    set,
 		UpdateFunc: func(_, obj any) { set(obj) },
-		DeleteFunc: func(any) { s.setNamespaceNetwork("") },
+		// A deleted namespace leaves the network it named, as in Istio.
 	}); err != nil {
 		return nil, fmt.Errorf("watch namespace %s: %w", ns, err)
 	}

@@ -61,5 +61,14 @@ func TestTheSystemNamespacesNetworkLabelPlacesTheCluster(t *testing.T) {
 	if err := kube.CoreV1().Namespaces().Delete(ctx, "istio-system", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, store.Store, "meshNetworks' network once the namespace is gone", want("net-mesh2", "net-pod"))
+	// As in Istio, a deleted namespace leaves its network: a rebuild after
+	// the deletion (a new pod's) still has it.
+	canary := newPod("ns", "canary", "echo", "10.0.0.9", map[string]string{"app": "other"})
+	if _, err := kube.CoreV1().Pods("ns").Create(ctx, canary, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, store.Store, "the canary", func(s *model.Snapshot) bool { return s.Pod("ns", "canary") != nil })
+	if !want("net-ns3", "net-pod")(store.Current()) {
+		t.Error("the namespace's deletion moved the cluster off its network")
+	}
 }
