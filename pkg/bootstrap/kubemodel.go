@@ -41,8 +41,10 @@ var _ modelSource = (*kubesource.Source)(nil)
 // limits too. With a registry of remote clusters, each remote cluster's
 // Services, EndpointSlices and Pods join the model (package clusters),
 // whose metric reg serves. Each cluster's endpoints are on the network
-// of nets whose fromRegistry names it, unless their pod names another.
-func (k *kubeParts) watchModel(pub model.Publisher, opts model.Options, clusterID string, nets *model.MeshNetworks, reg prometheus.Registerer) error {
+// of nets whose fromRegistry names it, unless their pod names another or
+// the cluster's namespace systemNS does (its topology.istio.io/network
+// label, which wins over meshNetworks, as in Istio).
+func (k *kubeParts) watchModel(pub model.Publisher, opts model.Options, clusterID, systemNS string, nets *model.MeshNetworks, reg prometheus.Registerer) error {
 	if k.rest == nil {
 		return errors.New("kubernetes model: no REST config")
 	}
@@ -56,6 +58,7 @@ func (k *kubeParts) watchModel(pub model.Publisher, opts model.Options, clusterI
 			return fmt.Errorf("kubernetes model: %w", err)
 		}
 		k.remoteModels = clusters.NewSourcesWithNetworks(merger, opts, nets, k.log.With("component", "model"))
+		k.remoteModels.SetSystemNamespace(systemNS)
 		k.clusters.Notify(k.remoteModels)
 		pub = merger.Local()
 	}
@@ -67,6 +70,8 @@ func (k *kubeParts) watchModel(pub model.Publisher, opts model.Options, clusterI
 		Logger:    k.log.With("component", "model"),
 		ClusterID: clusterID,
 		Network:   nets.NetworkOfRegistry(clusterID),
+		// Istio's istiod reads its own namespace's network label.
+		SystemNamespace: systemNS,
 	})
 	if err != nil {
 		return fmt.Errorf("kubernetes model: %w", err)

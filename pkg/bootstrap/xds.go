@@ -39,7 +39,7 @@ func (s *Server) wireXDS(chain authn.Authenticator, td spiffeid.TrustDomain) err
 		}
 		s.unsupported = files
 	case s.kube != nil:
-		if err := s.kube.watchModel(store, opts, s.cfg.ClusterID, s.cfg.MeshNetworks, s.registry); err != nil {
+		if err := s.kube.watchModel(store, opts, s.cfg.ClusterID, s.cfg.Namespace, s.cfg.MeshNetworks, s.registry); err != nil {
 			return err
 		}
 		r, err := s.kube.reportUnsupported(s.registry)

@@ -164,6 +164,13 @@ type Pod struct {
 	ServiceAccount string
 	Labels         map[string]string
 	IPs            []string
+	// Locality is "<region>/<zone>/<subzone>" of the pod's locality label,
+	// else of its node's labels, as Istio's registry places a pod; "" when
+	// neither places it (or its node is not known).
+	Locality string
+	// Network is the pod's network label, else its cluster's network; ""
+	// for none.
+	Network string
 }
 
 // Resources are the inputs of a Snapshot.

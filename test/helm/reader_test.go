@@ -51,6 +51,7 @@ func TestRemoteReaderReadsWhatRemoteIstiodsNeed(t *testing.T) {
 		opts             Options
 		role, saName, ns string
 		createsSA        bool
+		release          string // the release's namespace, if not istio-system
 	}{
 		"default": {
 			role: "istio-reader-clusterrole-istio-system", saName: "istio-reader-service-account", ns: "istio-system", createsSA: true,
@@ -58,6 +59,7 @@ func TestRemoteReaderReadsWhatRemoteIstiodsNeed(t *testing.T) {
 		"other namespace": {
 			opts: renderCases["other-namespace"].opts,
 			role: "istio-reader-clusterrole-mesh-system", saName: "istio-reader-service-account", ns: "mesh-system", createsSA: true,
+			release: "mesh-system",
 		},
 		// A canary binds the default revision's account and creates none.
 		"canary": {
@@ -75,8 +77,9 @@ func TestRemoteReaderReadsWhatRemoteIstiodsNeed(t *testing.T) {
 			if cr.Name != c.role {
 				t.Errorf("ClusterRole %s, want Istio's name %s", cr.Name, c.role)
 			}
-			if !reflect.DeepEqual(cr.Rules, readerRules) {
-				t.Errorf("reader rules:\n%+v\nwant\n%+v", cr.Rules, readerRules)
+			// The doc's rules name istiod's namespace istio-system.
+			if want := releaseRules(readerRules, c.release); !reflect.DeepEqual(cr.Rules, want) {
+				t.Errorf("reader rules:\n%+v\nwant\n%+v", cr.Rules, want)
 			}
 			crb := reader[*rbacv1.ClusterRoleBinding](t, r, "ClusterRoleBinding")
 			want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: c.saName, Namespace: c.ns}}
@@ -114,4 +117,20 @@ func TestRemoteReaderReadsWhatRemoteIstiodsNeed(t *testing.T) {
 			}
 		}
 	})
+}
+
+// releaseRules is rules with the namespace the doc names by name,
+// istio-system, replaced by release when set.
+func releaseRules(rules []rbacv1.PolicyRule, release string) []rbacv1.PolicyRule {
+	if release == "" {
+		return rules
+	}
+	out := make([]rbacv1.PolicyRule, len(rules))
+	for i, r := range rules {
+		out[i] = r
+		if slices.Contains(r.Resources, "namespaces") {
+			out[i].ResourceNames = []string{release}
+		}
+	}
+	return out
 }

@@ -129,7 +129,7 @@ func TestRemoteProfileHelmInstall(t *testing.T) {
 		mutating, validating := "istio-sidecar-injector-remote-"+ns, "istio-validator-remote-"+ns
 		rbac := client.RbacV1()
 		for name, want := range map[string][]rbacv1.PolicyRule{
-			"istio-reader-clusterrole-remote-" + ns:    docReader.Rules,
+			"istio-reader-clusterrole-remote-" + ns:    releaseRules(docReader.Rules, ns),
 			"istio-reader-primary-remote-remote-" + ns: renameWebhooks(docCR.Rules, mutating, validating),
 		} {
 			cr, err := rbac.ClusterRoles().Get(ctx, name, metav1.GetOptions{})
@@ -157,6 +157,7 @@ func TestRemoteProfileHelmInstall(t *testing.T) {
 			{authorizationv1.ResourceAttributes{Verb: "create", Group: "coordination.k8s.io", Resource: "leases", Namespace: ns}, true},
 			{authorizationv1.ResourceAttributes{Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Namespace: ns, Name: "istio-namespace-controller-election"}, true},
 			{authorizationv1.ResourceAttributes{Verb: "create", Group: "authentication.k8s.io", Resource: "tokenreviews"}, true},
+			{authorizationv1.ResourceAttributes{Verb: "watch", Resource: "namespaces", Name: ns}, true},
 			{authorizationv1.ResourceAttributes{Verb: "get", Resource: "secrets", Namespace: ns, Name: "istio-ca-secret"}, false},
 			{authorizationv1.ResourceAttributes{Verb: "list", Resource: "secrets", Namespace: other}, false},
 			{authorizationv1.ResourceAttributes{Verb: "get", Resource: "configmaps", Namespace: other, Name: "kube-root-ca.crt"}, false},

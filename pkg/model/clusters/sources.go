@@ -25,6 +25,9 @@ type Sources struct {
 	opts   model.Options
 	nets   *model.MeshNetworks // the networks of clusters
 	log    *slog.Logger
+	// systemNamespace is istiod's namespace, whose network label in each
+	// cluster is that cluster's network (SetSystemNamespace).
+	systemNamespace string
 	// newSource builds the source of a remote cluster; tests replace it.
 	newSource func(kubesource.Config) (runner, error)
 
@@ -74,6 +77,12 @@ func NewSourcesWithNetworks(m *Merger, opts model.Options, nets *model.MeshNetwo
 		pending:   map[string]kubernetes.Interface{}, running: map[string]context.CancelFunc{}, sources: map[string]runner{},
 		published: map[string]*atomic.Bool{}}
 }
+
+// SetSystemNamespace makes the topology.istio.io/network label of
+// namespace ns in each remote cluster that cluster's network, ahead of
+// meshNetworks', as Istio reads its own namespace in every cluster. It is
+// called before Run.
+func (s *Sources) SetSystemNamespace(ns string) { s.systemNamespace = ns }
 
 // Synced reports whether the source of remote cluster id has published
 // its first snapshot into the model: false for a cluster not added, and
@@ -184,13 +193,14 @@ func (s *Sources) startLocked(id string, client kubernetes.Interface) {
 	published := new(atomic.Bool)
 	s.published[id] = published
 	src, err := s.newSource(kubesource.Config{
-		Client:        client,
-		Publisher:     firstPublish{Publisher: s.merger.Remote(id), done: published},
-		Options:       s.opts,
-		Logger:        log,
-		ClusterID:     id,
-		Network:       s.nets.NetworkOfRegistry(id),
-		EndpointsOnly: true,
+		Client:          client,
+		Publisher:       firstPublish{Publisher: s.merger.Remote(id), done: published},
+		Options:         s.opts,
+		Logger:          log,
+		ClusterID:       id,
+		Network:         s.nets.NetworkOfRegistry(id),
+		SystemNamespace: s.systemNamespace,
+		EndpointsOnly:   true,
 	})
 	if err != nil {
 		log.Error("remote cluster's services not read", "err", err)

@@ -43,7 +43,8 @@ func buildReusing(l listers, opts model.Options, r *reuse, t *touched) *model.Sn
 			r.serviceList[i] = e.svc
 		}
 	}
-	r.pods.update(podSource(l), all, t.pods)
+	r.stalePods(pods, all || t.nodes, t)
+	r.pods.update(podSource(l, pods), all, t.pods)
 	r.peerAuthn.update(policySource(l.peerAuthn.List, l.peerAuthn.PeerAuthentications, peerAuthnOf,
 		(*model.PeerAuthentication).Parts), all, t.peerAuthn)
 	r.authz.update(policySource(l.authz.List, l.authz.AuthorizationPolicies, authzOf,
@@ -110,15 +111,21 @@ func makeService(k *corev1.Service, slices []*discoveryv1.EndpointSlice, pods *p
 	return e
 }
 
-func podSource(l listers) kindSource[*corev1.Pod, *model.Pod] {
+func podSource(l listers, pods *podLookup) kindSource[*corev1.Pod, *model.Pod] {
 	return kindSource[*corev1.Pod, *model.Pod]{
 		list: func() []*corev1.Pod { return list(l.pods.List) },
 		get: func(ns, name string) (*corev1.Pod, bool) {
 			p, err := l.pods.Pods(ns).Get(name)
 			return p, err == nil
 		},
-		key:        func(p *corev1.Pod) string { return p.Namespace + "/" + p.Name },
-		make:       func(p *corev1.Pod) (*model.Pod, bool) { m := convertPod(p); return m, m != nil },
+		key: func(p *corev1.Pod) string { return p.Namespace + "/" + p.Name },
+		make: func(p *corev1.Pod) (*model.Pod, bool) {
+			m := convertPod(p)
+			if m != nil {
+				m.Locality, m.Network = pods.placement(p)
+			}
+			return m, m != nil
+		},
 		digest:     podDigest,
 		sameObject: true,
 	}

@@ -59,6 +59,7 @@ func podDigest(p *model.Pod) [sha256.Size]byte {
 	h.labels(p.Labels)
 	h.count(len(p.IPs))
 	h.str(p.IPs...)
+	h.str(p.Locality, p.Network)
 	return h.sum()
 }
 

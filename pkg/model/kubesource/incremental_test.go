@@ -133,6 +133,9 @@ func describe(s *model.Snapshot) string {
 	for _, svc := range s.Services() {
 		out += fmt.Sprintf("\n  %s %v %v", svc.Hostname, svc.Ports, svc.Endpoints)
 	}
+	for _, p := range s.Resources().Pods {
+		out += fmt.Sprintf("\n  pod %s/%s %v %v locality %q network %q", p.Namespace, p.Name, p.Labels, p.IPs, p.Locality, p.Network)
+	}
 	return out
 }
 

@@ -59,6 +59,10 @@ type Config struct {
 	// network of its endpoints whose pod has no topology.istio.io/network
 	// label. Empty: those have none.
 	Network string
+	// SystemNamespace is istiod's namespace in the cluster read: its
+	// topology.istio.io/network label, when set, is the cluster's network
+	// instead of Network, as Istio reads it. Empty: not watched.
+	SystemNamespace string
 	// EndpointsOnly reads only Services, EndpointSlices, Pods and Nodes,
 	// never the Istio kinds: a remote cluster's part of the model, as
 	// Istio reads only the discovery objects of a remote cluster.
@@ -73,10 +77,13 @@ type Source struct {
 	mu      sync.Mutex
 	touched *touched // what events changed since the last rebuild; guarded by mu
 	network string   // the cluster's network, SetNetwork's; guarded by mu
-	started atomic.Bool
-	synced  atomic.Bool
-	last    string // version last published; Run's goroutine only
-	reuse   reuse  // what the last rebuild made; Run's goroutine only
+	// nsNetwork is the system namespace's network label, which wins over
+	// network; guarded by mu.
+	nsNetwork string
+	started   atomic.Bool
+	synced    atomic.Bool
+	last      string // version last published; Run's goroutine only
+	reuse     reuse  // what the last rebuild made; Run's goroutine only
 	// afterBuild, when set (by tests), sees the caches of every rebuild and
 	// whether it published.
 	afterBuild func(l listers, published bool)
@@ -124,6 +131,13 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 	inf.start(ctx.Done())
 	defer inf.shutdown()
+	nsCtx, nsCancel := context.WithCancel(ctx)
+	defer nsCancel()
+	stopNamespace, err := s.watchSystemNamespace(nsCtx.Done())
+	if err != nil {
+		return fmt.Errorf("kubesource: %w", err)
+	}
+	defer func() { nsCancel(); stopNamespace() }()
 	t := s.newTickers()
 	defer t.stop()
 	if synced, err := s.waitForSync(ctx, inf, t); !synced || err != nil {
@@ -303,7 +317,7 @@ func (s *Source) rebuild(l listers) time.Duration {
 	s.mu.Lock()
 	t := s.touched
 	s.touched = &touched{}
-	network := s.network
+	network := cmp.Or(s.nsNetwork, s.network)
 	s.mu.Unlock()
 	if network != s.reuse.topo.network {
 		// What endpoints took from their pods holds the old network.

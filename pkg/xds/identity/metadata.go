@@ -17,6 +17,8 @@ const (
 	maxLabels    = 256
 	// maxNetworkName is meshNetworks' bound on a network's name.
 	maxNetworkName = 253
+	// maxNodeName is Kubernetes' bound on a node's name (a DNS subdomain).
+	maxNodeName = 253
 )
 
 // ErrBadNode marks node information of the wrong shape.
@@ -36,6 +38,10 @@ type NodeMeta struct {
 	// decides which endpoints it reaches directly and which through a
 	// network's gateway. Claiming another changes only that.
 	Network string
+	// NodeName is NODE_NAME: the Kubernetes node the proxy runs on
+	// (pilot-agent's NODE_NAME, the pod's spec.nodeName), which its
+	// workload's kubernetes.io/hostname label is, as in Istio.
+	NodeName string
 	// Unprivileged is UNPRIVILEGED_POD "true": a router that may not bind
 	// ports below 1024.
 	Unprivileged bool
@@ -61,6 +67,7 @@ func ParseMetadata(md *structpb.Struct) (*NodeMeta, error) {
 	for key, dst := range map[string]*string{
 		"NAMESPACE": &m.Namespace, "SERVICE_ACCOUNT": &m.ServiceAccount, "INSTANCE_IPS": &m.InstanceIPs,
 		"GENERATOR": &m.Generator, "CLUSTER_ID": &m.ClusterID, "NETWORK": &m.Network,
+		"NODE_NAME": &m.NodeName,
 	} {
 		v, ok := f[key]
 		if !ok {
@@ -101,6 +108,9 @@ func ParseMetadata(md *structpb.Struct) (*NodeMeta, error) {
 	}
 	if len(m.Network) > maxNetworkName {
 		return nil, fmt.Errorf("node metadata: NETWORK of %d bytes, limit %d: %w", len(m.Network), maxNetworkName, ErrBadNode)
+	}
+	if len(m.NodeName) > maxNodeName {
+		return nil, fmt.Errorf("node metadata: NODE_NAME of %d bytes, limit %d: %w", len(m.NodeName), maxNodeName, ErrBadNode)
 	}
 	if m.Namespace == "" || m.ServiceAccount == "" {
 		return nil, fmt.Errorf("node metadata: NAMESPACE and SERVICE_ACCOUNT are required: %w", ErrBadNode)

@@ -3,7 +3,6 @@ package identity
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -33,6 +32,11 @@ type Workload struct {
 	Labels         map[string]string
 	IPs            []string
 	Network        string // node metadata NETWORK
+	NodeName       string // node metadata NODE_NAME
+	// Locality is the Envoy node's locality, "<region>/<zone>/<subzone>"
+	// (pilot-agent's, of the pod's locality label): a workload's when
+	// neither its registry pod nor its labels place it.
+	Locality string
 	// Cluster is the remote cluster that authenticated it, in whose
 	// registry its pod is looked up; "" for istiod's own. ClusterID is
 	// its cluster's ID, remote or istiod's own.
@@ -45,7 +49,7 @@ type Workload struct {
 }
 
 // labelledPod is a pod's labels (nil pod: the node's own) with the
-// cluster label added for cluster.
+// topology labels added for cluster (topologyOf).
 type labelledPod struct {
 	pod     *model.Pod
 	cluster string
@@ -57,7 +61,8 @@ type labelledPod struct {
 // the node ID's type must be "sidecar", an Envoy sidecar, or "router", an
 // Envoy gateway. Both are bound to the pod they name alike.
 func WorkloadOf(node *core.Node, meta *NodeMeta) (*Workload, error) {
-	w := &Workload{Envoy: meta.Generator != "grpc", Namespace: meta.Namespace, ServiceAccount: meta.ServiceAccount, Labels: meta.Labels, Network: meta.Network}
+	w := &Workload{Envoy: meta.Generator != "grpc", Namespace: meta.Namespace, ServiceAccount: meta.ServiceAccount, Labels: meta.Labels,
+		Network: meta.Network, NodeName: meta.NodeName, Locality: localityOf(node.GetLocality())}
 	typ, ip, id, err := ParseID(node.GetId())
 	switch {
 	case err != nil && w.Envoy:
@@ -141,32 +146,29 @@ func (w *Workload) RegistryPod(snap *model.Snapshot) *model.Pod {
 
 // In is the workload's labels and addresses in snap: the registry pod's
 // when the node names one running under the node's service account; else
-// what the node claims. The labels name the workload's cluster.
+// what the node claims. The labels carry the topology labels Istio adds to
+// a proxy's (topologyOf): its locality, cluster, node and network.
 func (w *Workload) In(snap *model.Snapshot) (labels map[string]string, ips []string) {
 	if pod := w.RegistryPod(snap); pod != nil && pod.ServiceAccount == w.ServiceAccount {
-		return w.withCluster(pod, pod.Labels), pod.IPs
+		return w.withTopology(pod, pod.Labels), pod.IPs
 	}
-	return w.withCluster(nil, w.Labels), w.IPs
+	return w.withTopology(nil, w.Labels), w.IPs
 }
 
-// withCluster is labels, pod's or (nil pod) the node's, with
-// topology.istio.io/cluster set to the workload's cluster, as Istio labels
-// a proxy's workload (whatever the pod says): labels itself when it
-// already is, or when the cluster has no ID. The result is shared by every
-// call until the pod changes; callers do not modify it.
-func (w *Workload) withCluster(pod *model.Pod, labels map[string]string) map[string]string {
-	if w.ClusterID == "" {
-		return labels
-	}
-	if v, ok := labels[model.ClusterLabel]; ok && v == w.ClusterID {
-		return labels
-	}
+// withTopology is labels, pod's or (nil pod) the node's, with the
+// topology labels of topologyOf set, whatever labels say of them: labels
+// itself when they add nothing. The result is shared by every call until
+// the pod changes; callers do not modify it. Labels that need nothing
+// added are handed out without a copy or an allocation.
+func (w *Workload) withTopology(pod *model.Pod, labels map[string]string) map[string]string {
 	if c := w.labelled.Load(); c != nil && c.pod == pod && c.cluster == w.ClusterID {
 		return c.labels
 	}
-	out := make(map[string]string, len(labels)+1)
-	maps.Copy(out, labels)
-	out[model.ClusterLabel] = w.ClusterID
+	kv := w.topologyOf(pod, labels)
+	if kv.n == 0 {
+		return labels
+	}
+	out := withTopology(labels, &kv)
 	w.labelled.Store(&labelledPod{pod: pod, cluster: w.ClusterID, labels: out})
 	return out
 }
