@@ -63,6 +63,7 @@ func (s *Snapshot) WithExportDefaults(service, destinationRule []string) *Snapsh
 	c := *s
 	c.Options.DefaultServiceExportTo, c.Options.DefaultDestinationRuleExportTo = svc, dr
 	c.rules = &lazyRules{}
+	c.shared = &sharedValues{}
 	if s.Version != "" {
 		c.Version = s.Version + "+export:" + svc + "/" + dr
 	}

@@ -242,6 +242,9 @@ type Snapshot struct {
 	sidecars *lazySidecars
 	// gateways are the network gateways, once asked for.
 	gateways *lazyGateways
+	// shared are the values derived from the snapshot that generators
+	// share across proxies (SharedValue).
+	shared *sharedValues
 }
 
 // Services returns the services sorted by hostname.
@@ -344,7 +347,7 @@ func BuildShared(version string, opts Options, res Resources, prev *Snapshot) *S
 }
 
 func assemble(version string, opts Options, res Resources, prev *Snapshot) *Snapshot {
-	s := &Snapshot{Version: version, Options: opts, res: res, rules: &lazyRules{}, sidecars: &lazySidecars{}, gateways: &lazyGateways{}}
+	s := &Snapshot{Version: version, Options: opts, res: res, rules: &lazyRules{}, sidecars: &lazySidecars{}, gateways: &lazyGateways{}, shared: &sharedValues{}}
 	s.clientSelected = slices.ContainsFunc(res.DestinationRules, func(dr *DestinationRule) bool {
 		return dr.Spec.GetWorkloadSelector() != nil
 	})
@@ -400,6 +403,7 @@ func (s *Snapshot) WithRootNamespace(ns string) *Snapshot {
 	c.Options.RootNamespace = ns
 	c.rules = &lazyRules{}
 	c.sidecars = &lazySidecars{}
+	c.shared = &sharedValues{}
 	if s.Version != "" {
 		c.Version = s.Version + "+root:" + ns
 	}

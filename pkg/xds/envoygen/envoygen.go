@@ -58,7 +58,6 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/xds/reqauthn"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/routes"
-	"github.com/bulwark-mesh/bulwark/pkg/xds/scope"
 )
 
 // Proxy is what generation needs to know of the requesting sidecar. Two
@@ -181,11 +180,6 @@ type Generator struct {
 	meshMemo routes.Memo
 	// valid keeps which Telemetries validation admits.
 	valid validTelemetries
-	// scopes keep sidecars' views per snapshot (sidecarscope.go).
-	scopes scope.Memo[*egressScope]
-	// selectors index the services by selector per snapshot
-	// (selectorindex.go).
-	selectors scope.Memo[*selectorIndex]
 }
 
 // Generate returns the resources of typeURL that p asked for in names

@@ -32,10 +32,16 @@ type meshVS struct {
 	wild  map[string]int
 }
 
-// meshVirtualServices returns what b's proxy sees of the VirtualServices.
+// meshVirtualServices returns what b's proxy sees of the VirtualServices:
+// of a proxy configured by a Sidecar, indexed once per view (and so per
+// snapshot) and shared.
 func (b *builder) meshVirtualServices() *meshVS {
 	if len(b.snap.Resources().VirtualServices) == 0 {
 		return nil
+	}
+	if sc := b.egress(); sc.vs != nil {
+		sc.meshOnce.Do(func() { sc.mesh = b.indexMeshVS(sc.vss) })
+		return sc.mesh
 	}
 	return b.indexMeshVS(b.appliedMeshVirtualServices())
 }

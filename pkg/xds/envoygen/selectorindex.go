@@ -11,7 +11,8 @@ import (
 // the services with a selector, by the value of the first key (in order)
 // of their selector. A workload's candidates are those filed under the
 // value of one of its labels; every service it matches is among them.
-// Built once per snapshot and shared by the proxies of it.
+// Built once per snapshot and shared by the proxies of it
+// (sharedSelectorIndex).
 type selectorIndex struct {
 	services []*model.Service // the snapshot's, by hostname
 	// last is, by value, 1 + the position of the last service filed
@@ -65,6 +66,14 @@ func (x *selectorIndex) selecting(ns string, labels map[string]string) []*model.
 // selectingServices returns the services of b's proxy's namespace whose
 // selector matches its labels, by hostname.
 func (b *builder) selectingServices() []*model.Service {
-	x := b.g.selectors.Get(b.snap, "", func() *selectorIndex { return newSelectorIndex(b.snap) })
-	return x.selecting(b.p.Namespace, b.p.Labels)
+	return sharedSelectorIndex(b.snap).selecting(b.p.Namespace, b.p.Labels)
+}
+
+// selectorIndexKey names the selectorIndex among the values a snapshot
+// shares.
+type selectorIndexKey struct{}
+
+// sharedSelectorIndex is snap's selectorIndex, built once per snapshot.
+func sharedSelectorIndex(snap *model.Snapshot) *selectorIndex {
+	return model.SharedValue(snap, selectorIndexKey{}, func() *selectorIndex { return newSelectorIndex(snap) })
 }

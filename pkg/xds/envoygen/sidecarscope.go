@@ -1,9 +1,11 @@
 package envoygen
 
 import (
+	"strings"
 	"sync"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
+	"github.com/bulwark-mesh/bulwark/pkg/xds/routes"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/scope"
 )
 
@@ -30,6 +32,9 @@ type egressScope struct {
 	// vss are the same in Istio's order (scope.View's VirtualServices).
 	vs  map[model.Meta]bool
 	vss []*model.VirtualService
+	// mesh indexes vss, once asked for (meshVirtualServices).
+	meshOnce sync.Once
+	mesh     *meshVS
 	// listeners are the egress listeners' own views, when the Sidecar
 	// has several (scope.View's Listeners), with what routes read of them.
 	listeners []*listenerView
@@ -56,8 +61,9 @@ func (sc *egressScope) routeListener(port uint32) *listenerView {
 	return nil
 }
 
-// egress returns b's proxy's view, computed once per builder and, through
-// the generator's memo, once per snapshot, Sidecar and namespace.
+// egress returns b's proxy's view, computed once per builder and, kept
+// by the snapshot (model.SharedValue), once per snapshot, Sidecar and
+// namespace.
 func (b *builder) egress() *egressScope {
 	b.egressOnce.Do(func() {
 		var sc *model.Sidecar
@@ -69,10 +75,31 @@ func (b *builder) egress() *egressScope {
 			b.scope = &egressScope{services: svcs, listed: svcs}
 			return
 		}
-		key := sc.Key()
-		b.scope = b.g.scopes.Get(b.snap, key+"|"+b.p.Namespace, func() *egressScope { return b.buildEgressScope(sc, key) })
+		b.scope = sharedEgressScope(b.snap, sc, b.p.Namespace, b.g.Mesh.Routes)
 	})
 	return b.scope
+}
+
+// egressKey names an egressScope among the values its snapshot shares:
+// as scope.Shared's key, of this package's own type.
+type egressKey struct {
+	sidecar      *model.Sidecar
+	ns, exportTo string
+}
+
+// sharedEgressScope is the view of the proxies of namespace ns that sc
+// (one of snap's Sidecars) configures, built once per snapshot from the
+// scope.View proxyless clients share.
+func sharedEgressScope(snap *model.Snapshot, sc *model.Sidecar, ns string, o routes.Options) *egressScope {
+	k := egressKey{sidecar: sc, ns: ns, exportTo: strings.Join(o.DefaultExportTo, ",")}
+	return model.SharedValue(snap, k, func() *egressScope {
+		v := scope.Shared(snap, sc, ns, o)
+		out := &egressScope{sidecar: sc, key: sc.Key(), services: v.Services, byHost: v.ByHost, listed: v.Listed, vs: v.VS, vss: v.VirtualServices}
+		for _, l := range v.Listeners {
+			out.listeners = append(out.listeners, &listenerView{port: l.Port, byPort: l.ByPort, vs: l.VS})
+		}
+		return out
+	})
 }
 
 // sidecarKey is the key of the Sidecar configuring b's proxy: "" for none.
@@ -94,13 +121,4 @@ func (b *builder) registryOnly() bool {
 		return only
 	}
 	return b.g.Mesh.RegistryOnly
-}
-
-func (b *builder) buildEgressScope(sc *model.Sidecar, key string) *egressScope {
-	v := scope.Of(b.snap, sc, b.p.Namespace, b.g.Mesh.Routes)
-	out := &egressScope{sidecar: sc, key: key, services: v.Services, byHost: v.ByHost, listed: v.Listed, vs: v.VS, vss: v.VirtualServices}
-	for _, l := range v.Listeners {
-		out.listeners = append(out.listeners, &listenerView{port: l.Port, byPort: l.ByPort, vs: l.VS})
-	}
-	return out
 }

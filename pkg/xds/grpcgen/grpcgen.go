@@ -25,7 +25,6 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/routes"
-	"github.com/bulwark-mesh/bulwark/pkg/xds/scope"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 )
 
@@ -63,10 +62,6 @@ type Generator struct {
 	// Routes are the mesh settings of VirtualService translation (mesh
 	// config defaultHttpRetryPolicy and defaultVirtualServiceExportTo).
 	Routes routes.Options
-
-	// scopes keep the views of clients configured by Sidecars, per
-	// snapshot (scope.go).
-	scopes scope.Memo[*scope.View]
 }
 
 // Generate returns the resources of typeURL that proxy asked for in names

@@ -42,10 +42,7 @@ func (g *Generator) view(snap *model.Snapshot, p *Proxy) clientView {
 	if sc == nil {
 		return cv
 	}
-	key := sc.Key()
-	cv.v = g.scopes.Get(snap, key+"|"+p.Namespace, func() *scope.View {
-		return scope.Of(snap, sc, p.Namespace, g.Routes)
-	})
+	cv.v = scope.Shared(snap, sc, p.Namespace, g.Routes)
 	return cv
 }
 

@@ -15,7 +15,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 
 	networkingv1 "istio.io/api/networking/v1"
 
@@ -359,48 +358,21 @@ func sortedServices(byHost map[string]*model.Service) []*model.Service {
 	return out
 }
 
-// memoSnapshots is how many snapshots a Memo keeps views of: the one
-// being pushed and the one before, which proxies still catching up
-// generate from.
-const memoSnapshots = 2
-
-// Memo keeps values of the last snapshots, by snapshot and key (for a
-// View: its Sidecar and namespace), so that the proxies of one key
-// compute theirs once per snapshot. The zero value is ready.
-type Memo[T any] struct {
-	mu    sync.Mutex
-	snaps []*model.Snapshot // oldest first
-	built map[*model.Snapshot]map[string]*memoEntry[T]
+// viewKey names a View among the values its snapshot shares
+// (model.SharedValue): the Sidecar (one of the snapshot's), the
+// namespace of the proxies it configures, and the mesh's
+// defaultVirtualServiceExportTo, the one option of routes.Options a
+// View reads.
+type viewKey struct {
+	sidecar      *model.Sidecar
+	ns, exportTo string
 }
 
-type memoEntry[T any] struct {
-	once sync.Once
-	v    T
-}
-
-// Get returns the value of key in snap, built by build once while snap
-// is among the last snapshots asked for. What it returns is shared.
-func (m *Memo[T]) Get(snap *model.Snapshot, key string, build func() T) T {
-	m.mu.Lock()
-	byKey, ok := m.built[snap]
-	if !ok {
-		if m.built == nil {
-			m.built = map[*model.Snapshot]map[string]*memoEntry[T]{}
-		}
-		byKey = map[string]*memoEntry[T]{}
-		m.built[snap] = byKey
-		m.snaps = append(m.snaps, snap)
-		if len(m.snaps) > memoSnapshots {
-			delete(m.built, m.snaps[0])
-			m.snaps = m.snaps[1:]
-		}
-	}
-	e, ok := byKey[key]
-	if !ok {
-		e = &memoEntry[T]{}
-		byKey[key] = e
-	}
-	m.mu.Unlock()
-	e.once.Do(func() { e.v = build() })
-	return e.v
+// Shared is Of(snap, sc, ns, o), built once per snapshot, Sidecar and
+// namespace and shared by every proxy (Envoy or proxyless) of ns that sc
+// configures, as Istio's SidecarScope is computed once per push. It is
+// kept by snap and goes with it.
+func Shared(snap *model.Snapshot, sc *model.Sidecar, ns string, o routes.Options) *View {
+	k := viewKey{sidecar: sc, ns: ns, exportTo: strings.Join(o.DefaultExportTo, ",")}
+	return model.SharedValue(snap, k, func() *View { return Of(snap, sc, ns, o) })
 }
