@@ -19,17 +19,8 @@ import (
 // no node, and with a locality label of their own.
 func TestTopologyLabelSubsetsMatchIstio(t *testing.T) {
 	quietIstioLogs(t)
-	node := func(name, labels string) string {
-		return fmt.Sprintf("apiVersion: v1\nkind: Node\nmetadata: {name: %s, labels: {%s}}\n", name, labels)
-	}
-	pod := func(name, ip, node, labels string) string {
-		return fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: %s, namespace: app, uid: uid-%s, labels: {security.istio.io/tlsMode: istio, %s}}
-spec: {serviceAccountName: echo, nodeName: "%s", containers: [{name: app, image: app}]}
-status: {phase: Running, podIP: %s, podIPs: [{ip: %s}]}
-`, name, name, labels, node, ip, ip)
-	}
+	node := nodeYAML
+	pod := func(name, ip, node, labels string) string { return podYAML(name, ip, node, "echo", labels) }
 	local := strings.Join([]string{
 		node("node-a", "topology.kubernetes.io/region: r1, topology.kubernetes.io/zone: z1, topology.istio.io/subzone: s1"),
 		node("node-b", "topology.kubernetes.io/region: r1, topology.kubernetes.io/zone: z2"),
@@ -113,4 +104,21 @@ func addressesOf(s string) string {
 		}
 	}
 	return strings.Join(out, ", ")
+}
+
+// nodeYAML is a Node named name with labels (a YAML flow mapping's
+// content).
+func nodeYAML(name, labels string) string {
+	return fmt.Sprintf("apiVersion: v1\nkind: Node\nmetadata: {name: %s, labels: {%s}}\n", name, labels)
+}
+
+// podYAML is a running sidecar pod of namespace app, running as sa on
+// node, with labels (a YAML flow mapping's content).
+func podYAML(name, ip, node, sa, labels string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: %s, namespace: app, uid: uid-%s, labels: {security.istio.io/tlsMode: istio, %s}}
+spec: {serviceAccountName: %s, nodeName: "%s", containers: [{name: app, image: app}]}
+status: {phase: Running, podIP: %s, podIPs: [{ip: %s}]}
+`, name, name, labels, sa, node, ip, ip)
 }

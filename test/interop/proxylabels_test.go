@@ -2,7 +2,6 @@ package interop
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"net"
 	"slices"
@@ -42,17 +41,8 @@ import (
 // Istio's clusters and in Bulwark's alike.
 func TestProxyTopologyLabelsMatchIstio(t *testing.T) {
 	quietIstioLogs(t)
-	node := func(name, labels string) string {
-		return fmt.Sprintf("apiVersion: v1\nkind: Node\nmetadata: {name: %s, labels: {%s}}\n", name, labels)
-	}
-	pod := func(name, ip, node, labels string) string {
-		return fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: %s, namespace: app, uid: uid-%s, labels: {security.istio.io/tlsMode: istio, %s}}
-spec: {serviceAccountName: client, nodeName: "%s", containers: [{name: app, image: app}]}
-status: {phase: Running, podIP: %s, podIPs: [{ip: %s}]}
-`, name, name, labels, node, ip, ip)
-	}
+	node := nodeYAML
+	pod := func(name, ip, node, labels string) string { return podYAML(name, ip, node, "client", labels) }
 	local := strings.Join([]string{
 		node("node-a", "topology.kubernetes.io/region: r1, topology.kubernetes.io/zone: z1, topology.istio.io/subzone: s1"),
 		node("node-c", "failure-domain.beta.kubernetes.io/region: r2, failure-domain.beta.kubernetes.io/zone: z3"),
