@@ -57,7 +57,11 @@ fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.cache/*')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-## bench: benchmarks, compared with bench/baseline.txt by benchstat
+## bench: benchmarks, compared with bench/baseline.txt by benchstat. Each
+## step's output goes through tee, so pipefail: a step that fails (a
+## benchmark, or a package that does not build) stops make bench.
+bench: SHELL := /bin/bash
+bench: .SHELLFLAGS := -o pipefail -c
 bench: build testenv
 	@mkdir -p bench/results
 	$(GO) test -run '^$$' -bench . -benchmem -count $(BENCH_COUNT) ./pkg/... | tee bench/results/unit.txt
