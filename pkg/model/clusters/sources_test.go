@@ -104,8 +104,12 @@ func TestARemoteClusterJoinsTheModelAndLeavesIt(t *testing.T) {
 	runSources(t, s)
 	m.Local().Publish(snapshot("a1", service("echo", "a", map[string]uint32{"http": 80}, "10.0.0.1")))
 	snap := waitFor(t, store, "B's endpoint", hasEndpoints("10.0.0.1:8080@a", "10.1.0.1:8080@b"))
-	if !s.Synced("b") {
-		t.Error("B's endpoints are in the model but B is not synced")
+	// Synced is set once the publish that put B's endpoints in the model
+	// has returned: it follows them, never precedes them.
+	for deadline := time.Now().Add(waitTimeout); !s.Synced("b"); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("B's endpoints are in the model but B is not synced")
+		}
 	}
 	for _, ep := range snap.Service(echoHost).Endpoints[80] {
 		if ep.Cluster == "b" && (ep.Labels[model.ClusterLabel] != "b" || ep.ServiceAccount != "echo" || ep.TLSMode() != "istio") {
