@@ -24,6 +24,16 @@ const (
 	// NetworkLabel names the network of a workload (on a pod, or added by
 	// the source from its cluster's network).
 	NetworkLabel = "topology.istio.io/network"
+
+	// The labels that place a workload, as Istio names them: a node's
+	// region, zone and subzone (copied to a proxy's labels), its hostname,
+	// and the pod labels that name a locality, the first present read.
+	RegionLabel         = "topology.kubernetes.io/region"
+	ZoneLabel           = "topology.kubernetes.io/zone"
+	SubzoneLabel        = "topology.istio.io/subzone"
+	HostnameLabel       = "kubernetes.io/hostname"
+	LocalityLabel       = "topology.istio.io/locality"
+	LegacyLocalityLabel = "istio-locality"
 )
 
 // Meta names a configuration object.

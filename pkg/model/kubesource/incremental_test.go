@@ -319,7 +319,7 @@ var churnIPs = []string{"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.
 func (c *churnCluster) pod(ns string, i int) *corev1.Pod {
 	labels := map[string]string{"app": fmt.Sprintf("s%d", c.pick(4)), "version": []string{"v1", "v2"}[c.pick(2)]}
 	if c.pick(5) == 0 {
-		labels[localityLabel] = "r.z" + strconv.Itoa(c.pick(2))
+		labels[model.LocalityLabel] = "r.z" + strconv.Itoa(c.pick(2))
 	}
 	p := newPod(ns, fmt.Sprintf("p%d", i), []string{"", "sa1", "sa2"}[c.pick(3)], churnIPs[c.pick(len(churnIPs))], labels)
 	p.UID = types.UID(fmt.Sprintf("uid-%s-%d-%d", ns, i, c.pick(2)))

@@ -468,7 +468,7 @@ func TestNodeLocalityAgainstAPIServer(t *testing.T) {
 	labels := func(s *model.Snapshot) string {
 		if svc := s.Service(host); svc != nil && len(svc.Endpoints[8080]) == 1 {
 			l := svc.Endpoints[8080][0].Labels
-			return l[corev1.LabelTopologyRegion] + "/" + l[corev1.LabelTopologyZone] + "/" + l[subzoneLabel] + " " + l[corev1.LabelHostname]
+			return l[corev1.LabelTopologyRegion] + "/" + l[corev1.LabelTopologyZone] + "/" + l[model.SubzoneLabel] + " " + l[corev1.LabelHostname]
 		}
 		return ""
 	}
@@ -492,7 +492,7 @@ func TestNodeLocalityAgainstAPIServer(t *testing.T) {
 		check(t, "heartbeat", err)
 		cn, err := c.kube.CoreV1().Nodes().Get(ctx, canary.Name, metav1.GetOptions{})
 		check(t, "get canary", err)
-		cn.Labels[subzoneLabel] = "c2"
+		cn.Labels[model.SubzoneLabel] = "c2"
 		cn, err = c.kube.CoreV1().Nodes().Update(ctx, cn, metav1.UpdateOptions{})
 		check(t, "relabel canary", err)
 		log.waitForBuild(t, "the relabelled canary", func(x build1) bool { return x.nodeVersions[canary.Name] == cn.ResourceVersion })

@@ -8,32 +8,23 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-)
 
-// Pod labels that name a workload's locality, as Istio reads them: the
-// first present wins; dots separate its parts unless it has slashes.
-const (
-	localityLabel       = "topology.istio.io/locality"
-	legacyLocalityLabel = "istio-locality"
+	"github.com/bulwark-mesh/bulwark/pkg/model"
 )
-
-// subzoneLabel is the node label Istio reads as the subzone of the pods on
-// the node.
-const subzoneLabel = "topology.istio.io/subzone"
 
 // nodeLabels are the node labels that place the pods on a node: the only
 // ones a cached Node keeps.
 var nodeLabels = []string{
 	corev1.LabelTopologyRegion, corev1.LabelFailureDomainBetaRegion,
 	corev1.LabelTopologyZone, corev1.LabelFailureDomainBetaZone,
-	subzoneLabel,
+	model.SubzoneLabel,
 }
 
 // podLocality is the locality a pod's labels name, "" if none.
 func podLocality(labels map[string]string) string {
-	l, ok := labels[localityLabel]
+	l, ok := labels[model.LocalityLabel]
 	if !ok {
-		l = labels[legacyLocalityLabel]
+		l = labels[model.LegacyLocalityLabel]
 	}
 	if strings.Contains(l, "/") {
 		return l
@@ -49,7 +40,7 @@ func podLocality(labels map[string]string) string {
 func nodeLocality(labels map[string]string) string {
 	region := cmp.Or(labels[corev1.LabelTopologyRegion], labels[corev1.LabelFailureDomainBetaRegion])
 	zone := cmp.Or(labels[corev1.LabelTopologyZone], labels[corev1.LabelFailureDomainBetaZone])
-	subzone := labels[subzoneLabel]
+	subzone := labels[model.SubzoneLabel]
 	if region == "" && zone == "" && subzone == "" {
 		return ""
 	}
@@ -94,7 +85,7 @@ func (p *podLookup) topologyLabels(w *workload) map[string]string {
 	out := make(map[string]string, len(w.labels)+4)
 	maps.Copy(out, w.labels)
 	parts := strings.Split(locality, "/")
-	for i, key := range []string{corev1.LabelTopologyRegion, corev1.LabelTopologyZone, subzoneLabel} {
+	for i, key := range []string{corev1.LabelTopologyRegion, corev1.LabelTopologyZone, model.SubzoneLabel} {
 		if i < len(parts) && parts[i] != "" {
 			out[key] = parts[i]
 		}

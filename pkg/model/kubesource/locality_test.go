@@ -5,11 +5,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/bulwark-mesh/bulwark/pkg/model"
 )
 
 // placed are the labels of a node placed in region r, zone z, subzone s.
 func placed(r, z, s string) map[string]string {
-	return map[string]string{corev1.LabelTopologyRegion: r, corev1.LabelTopologyZone: z, subzoneLabel: s}
+	return map[string]string{corev1.LabelTopologyRegion: r, corev1.LabelTopologyZone: z, model.SubzoneLabel: s}
 }
 
 func TestEndpointLocality(t *testing.T) {
@@ -36,7 +38,7 @@ func TestEndpointLocality(t *testing.T) {
 			podNode: "n", nodes: []*corev1.Node{newNode("n", map[string]string{corev1.LabelTopologyZone: "z"})}, want: "/z/",
 		},
 		"a node with only a subzone leaves region and zone empty": {
-			podNode: "n", nodes: []*corev1.Node{newNode("n", map[string]string{subzoneLabel: "s"})}, want: "//s",
+			podNode: "n", nodes: []*corev1.Node{newNode("n", map[string]string{model.SubzoneLabel: "s"})}, want: "//s",
 		},
 		"the deprecated beta labels place a node without the GA ones": {
 			podNode: "n", nodes: []*corev1.Node{newNode("n", beta)}, want: "old-r/old-z/",
@@ -51,18 +53,18 @@ func TestEndpointLocality(t *testing.T) {
 			podNode: "n", zone: "zone-a", nodes: []*corev1.Node{newNode("n", map[string]string{"role": "worker"})},
 		},
 		"the pod's topology.istio.io/locality label wins over its node": {
-			podLabels: map[string]string{localityLabel: "pr/pz/ps"}, podNode: "n",
+			podLabels: map[string]string{model.LocalityLabel: "pr/pz/ps"}, podNode: "n",
 			nodes: []*corev1.Node{newNode("n", placed("r", "z", "s"))}, want: "pr/pz/ps",
 		},
 		"the pod's istio-locality label wins over its node, dots read as slashes": {
-			podLabels: map[string]string{legacyLocalityLabel: "pr.pz"}, podNode: "n",
+			podLabels: map[string]string{model.LegacyLocalityLabel: "pr.pz"}, podNode: "n",
 			nodes: []*corev1.Node{newNode("n", placed("r", "z", "s"))}, want: "pr/pz",
 		},
 		"topology.istio.io/locality wins over istio-locality": {
-			podLabels: map[string]string{localityLabel: "new.zone", legacyLocalityLabel: "old.zone"}, want: "new/zone",
+			podLabels: map[string]string{model.LocalityLabel: "new.zone", model.LegacyLocalityLabel: "old.zone"}, want: "new/zone",
 		},
 		"an empty topology.istio.io/locality label leaves the node to place the pod": {
-			podLabels: map[string]string{localityLabel: "", legacyLocalityLabel: "old.zone"}, podNode: "n",
+			podLabels: map[string]string{model.LocalityLabel: "", model.LegacyLocalityLabel: "old.zone"}, podNode: "n",
 			nodes: []*corev1.Node{newNode("n", placed("r", "z", "s"))}, want: "r/z/s",
 		},
 		"the endpoint's nodeName wins over the pod's": {

@@ -16,7 +16,7 @@ func TestPodsArePlacedAsIstioPlacesTheirProxies(t *testing.T) {
 		onNode(newPod("ns", "on-placed", "sa", "10.0.0.1", nil), "placed"),
 		onNode(newPod("ns", "on-bare", "sa", "10.0.0.2", nil), "bare"),
 		onNode(newPod("ns", "on-missing", "sa", "10.0.0.3", nil), "missing"),
-		onNode(newPod("ns", "own-locality", "sa", "10.0.0.4", map[string]string{legacyLocalityLabel: "pr.pz"}), "placed"),
+		onNode(newPod("ns", "own-locality", "sa", "10.0.0.4", map[string]string{model.LegacyLocalityLabel: "pr.pz"}), "placed"),
 		onNode(newPod("ns", "own-network", "sa", "10.0.0.5", map[string]string{model.NetworkLabel: "net-pod"}), "placed"),
 	)
 	r := &reuse{topo: topology{cluster: "c1", network: "net-1"}}

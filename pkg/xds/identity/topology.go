@@ -10,19 +10,6 @@ import (
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 )
 
-// Labels Istio adds to a proxy's workload labels (its registry's
-// AugmentLabels, then the xDS server's topology labels).
-const (
-	regionLabel   = "topology.kubernetes.io/region"
-	zoneLabel     = "topology.kubernetes.io/zone"
-	subzoneLabel  = "topology.istio.io/subzone"
-	hostnameLabel = "kubernetes.io/hostname"
-	// The labels a workload may name its own locality with, the first
-	// present read.
-	localityLabel       = "topology.istio.io/locality"
-	legacyLocalityLabel = "istio-locality"
-)
-
 // topologyOf is what Istio adds to labels, a proxy's workload labels
 // (pod's, or with a nil pod the node's LABELS), as key/value pairs, each
 // only when its value is set:
@@ -46,22 +33,22 @@ func (w *Workload) topologyOf(pod *model.Pod, labels map[string]string) topology
 		locality = pod.Locality
 	}
 	if locality == "" && !namesLocality(labels) {
-		l, ok := labels[localityLabel]
+		l, ok := labels[model.LocalityLabel]
 		if !ok {
-			l = labels[legacyLocalityLabel]
+			l = labels[model.LegacyLocalityLabel]
 		}
 		locality = cmp.Or(l, w.Locality)
 	}
 	if locality != "" {
 		parts := strings.SplitN(locality, "/", 4)
-		for i, k := range [...]string{regionLabel, zoneLabel, subzoneLabel} {
+		for i, k := range [...]string{model.RegionLabel, model.ZoneLabel, model.SubzoneLabel} {
 			if i < len(parts) {
 				add(k, parts[i])
 			}
 		}
 	}
 	add(model.ClusterLabel, w.ClusterID)
-	add(hostnameLabel, w.NodeName)
+	add(model.HostnameLabel, w.NodeName)
 	if labels[model.NetworkLabel] == "" {
 		network := w.Network
 		if pod != nil && pod.Network != "" {
@@ -75,7 +62,7 @@ func (w *Workload) topologyOf(pod *model.Pod, labels map[string]string) topology
 // namesLocality reports whether labels carry any of the region, zone and
 // subzone labels, which Istio then reads as the proxy's locality.
 func namesLocality(labels map[string]string) bool {
-	for _, k := range [...]string{regionLabel, zoneLabel, subzoneLabel} {
+	for _, k := range [...]string{model.RegionLabel, model.ZoneLabel, model.SubzoneLabel} {
 		if _, ok := labels[k]; ok {
 			return true
 		}

@@ -25,24 +25,24 @@ func TestWorkloadLabelsCarryTheTopologyIstioAdds(t *testing.T) {
 	}{
 		"a placed pod gets its region, zone, subzone, node and network": {
 			pod: pod(map[string]string{"app": "a"}, "r/z/s", "net-1"), nodeName: "n1",
-			want: map[string]string{"app": "a", regionLabel: "r", zoneLabel: "z", subzoneLabel: "s",
-				hostnameLabel: "n1", model.NetworkLabel: "net-1", model.ClusterLabel: "c1"},
+			want: map[string]string{"app": "a", model.RegionLabel: "r", model.ZoneLabel: "z", model.SubzoneLabel: "s",
+				model.HostnameLabel: "n1", model.NetworkLabel: "net-1", model.ClusterLabel: "c1"},
 		},
 		"empty parts of a locality add no label": {
 			pod:  pod(map[string]string{"app": "a"}, "/z/", ""),
-			want: map[string]string{"app": "a", zoneLabel: "z", model.ClusterLabel: "c1"},
+			want: map[string]string{"app": "a", model.ZoneLabel: "z", model.ClusterLabel: "c1"},
 		},
 		"the pod's locality wins over its own zone label": {
-			pod:  pod(map[string]string{zoneLabel: "mine"}, "r/z", ""),
-			want: map[string]string{regionLabel: "r", zoneLabel: "z", model.ClusterLabel: "c1"},
+			pod:  pod(map[string]string{model.ZoneLabel: "mine"}, "r/z", ""),
+			want: map[string]string{model.RegionLabel: "r", model.ZoneLabel: "z", model.ClusterLabel: "c1"},
 		},
 		"an unplaced pod's own zone label is its locality: the Envoy node's is not read": {
-			pod: pod(map[string]string{zoneLabel: "mine"}, "", ""), locality: "er/ez",
-			want: map[string]string{zoneLabel: "mine", model.ClusterLabel: "c1"},
+			pod: pod(map[string]string{model.ZoneLabel: "mine"}, "", ""), locality: "er/ez",
+			want: map[string]string{model.ZoneLabel: "mine", model.ClusterLabel: "c1"},
 		},
 		"an unplaced pod takes the Envoy node's locality": {
 			pod: pod(map[string]string{"app": "a"}, "", ""), locality: "er/ez/es",
-			want: map[string]string{"app": "a", regionLabel: "er", zoneLabel: "ez", subzoneLabel: "es", model.ClusterLabel: "c1"},
+			want: map[string]string{"app": "a", model.RegionLabel: "er", model.ZoneLabel: "ez", model.SubzoneLabel: "es", model.ClusterLabel: "c1"},
 		},
 		"the pod's network label is kept": {
 			pod: pod(map[string]string{model.NetworkLabel: "mine"}, "", "mine"), network: "claimed",
@@ -57,16 +57,16 @@ func TestWorkloadLabelsCarryTheTopologyIstioAdds(t *testing.T) {
 			want: map[string]string{model.NetworkLabel: "net-1", model.ClusterLabel: "c1"},
 		},
 		"without a pod, the claimed locality label is split at slashes only": {
-			claimed: map[string]string{legacyLocalityLabel: "r.z"}, locality: "er",
-			want: map[string]string{legacyLocalityLabel: "r.z", regionLabel: "r.z", model.ClusterLabel: "c1"},
+			claimed: map[string]string{model.LegacyLocalityLabel: "r.z"}, locality: "er",
+			want: map[string]string{model.LegacyLocalityLabel: "r.z", model.RegionLabel: "r.z", model.ClusterLabel: "c1"},
 		},
 		"without a pod, an empty locality label gives way to the Envoy node's": {
-			claimed: map[string]string{localityLabel: "", legacyLocalityLabel: "r/z"}, locality: "er",
-			want: map[string]string{localityLabel: "", legacyLocalityLabel: "r/z", regionLabel: "er", model.ClusterLabel: "c1"},
+			claimed: map[string]string{model.LocalityLabel: "", model.LegacyLocalityLabel: "r/z"}, locality: "er",
+			want: map[string]string{model.LocalityLabel: "", model.LegacyLocalityLabel: "r/z", model.RegionLabel: "er", model.ClusterLabel: "c1"},
 		},
 		"without a pod, the node's name and network are added": {
 			claimed: map[string]string{"app": "a"}, nodeName: "n1", network: "claimed",
-			want: map[string]string{"app": "a", hostnameLabel: "n1", model.NetworkLabel: "claimed", model.ClusterLabel: "c1"},
+			want: map[string]string{"app": "a", model.HostnameLabel: "n1", model.NetworkLabel: "claimed", model.ClusterLabel: "c1"},
 		},
 	}
 	for name, tc := range tests {
@@ -109,7 +109,7 @@ func TestWorkloadOfReadsNodeNameAndLocality(t *testing.T) {
 }
 
 func TestLabelsThatNeedNothingAreHandedOutWithoutAllocating(t *testing.T) {
-	labels := map[string]string{"app": "a", model.ClusterLabel: "c1", model.NetworkLabel: "n", zoneLabel: "z"}
+	labels := map[string]string{"app": "a", model.ClusterLabel: "c1", model.NetworkLabel: "n", model.ZoneLabel: "z"}
 	w := &Workload{Namespace: "ns", ServiceAccount: "sa", Pod: "p", ClusterID: "c1", Locality: "r/z"}
 	// Two versions of the pod, alternating: each call is a new pod.
 	var snaps [2]*model.Snapshot
