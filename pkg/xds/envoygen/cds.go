@@ -146,7 +146,8 @@ func blackholeClusterResource() resource.Resource {
 }
 
 func inboundClusterName(port uint32) string {
-	return inboundClusterPrefix + strconv.FormatUint(uint64(port), 10) + "||"
+	var digits [20]byte // a concatenation allocates once
+	return inboundClusterPrefix + string(strconv.AppendUint(digits[:0], uint64(port), 10)) + "||"
 }
 
 const inboundClusterPrefix = "inbound|"

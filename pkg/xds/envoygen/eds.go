@@ -93,12 +93,18 @@ func (b *builder) networkGateways() *model.NetworkGateways {
 // for the remote ones, with their summed weights.
 type lbGroup struct {
 	region, zone, subzone string
-	endpoints             []model.Endpoint
-	weights               []uint32 // of endpoints
-	mtls                  []bool   // of endpoints
+	endpoints             []lbMember
 	gateways              []model.NetworkGateway
 	gatewayWeights        map[model.NetworkGateway]uint32
 	weight                uint32
+}
+
+// lbMember is an endpoint of an lbGroup: its address, its weight and
+// whether it is marked for mTLS.
+type lbMember struct {
+	address      string
+	port, weight uint32
+	mtls         bool
 }
 
 // loadAssignment encodes oc's ClusterLoadAssignment directly (see
@@ -137,7 +143,8 @@ func (b *builder) loadAssignment(oc outboundCluster, gws *model.NetworkGateways)
 	// Istio keeps a locality whose endpoints were all filtered out, empty,
 	// when it filters by network or mTLS.
 	keepEmpty := multi || oc.sniDNAT
-	for _, ep := range oc.svc.Endpoints[oc.port.Port] {
+	eps := oc.svc.Endpoints[oc.port.Port]
+	for _, ep := range eps {
 		if oc.subset != nil && !model.Matches(subsetLabels, ep.Labels) {
 			continue
 		}
@@ -158,6 +165,10 @@ func (b *builder) loadAssignment(oc outboundCluster, gws *model.NetworkGateways)
 		if i < 0 {
 			i = len(groups)
 			groups = append(groups, &lbGroup{region: region, zone: zone, subzone: subzone})
+			if i == 0 {
+				// Most services have endpoints in one locality.
+				groups[0].endpoints = make([]lbMember, 0, len(eps))
+			}
 		}
 		g := groups[i]
 		if !direct && len(epGws) == 0 {
@@ -169,9 +180,7 @@ func (b *builder) loadAssignment(oc outboundCluster, gws *model.NetworkGateways)
 		}
 		weight := scaledWeight(ep.Weight, scale)
 		if direct {
-			g.endpoints = append(g.endpoints, ep)
-			g.weights = append(g.weights, weight)
-			g.mtls = append(g.mtls, mtls)
+			g.endpoints = append(g.endpoints, lbMember{address: ep.Address, port: ep.Port, weight: weight, mtls: mtls})
 			g.weight = addWeight(g.weight, weight)
 			continue
 		}
@@ -207,8 +216,8 @@ func (b *builder) loadAssignment(oc outboundCluster, gws *model.NetworkGateways)
 		w, l = w.open(claEndpoints)
 		w, loc = w.open(localityLocality)
 		w = w.str(localityRegion, g.region).str(localityZone, g.zone).str(localitySubZone, g.subzone).close(loc)
-		for i, ep := range g.endpoints {
-			w = lbEndpoint(w, ep.Address, ep.Port, g.weights[i], g.mtls[i], mtlsMark)
+		for _, m := range g.endpoints {
+			w = lbEndpoint(w, m.address, m.port, m.weight, m.mtls, mtlsMark)
 		}
 		for _, gw := range g.gateways {
 			w = lbEndpoint(w, gw.Address, gw.Port, g.gatewayWeights[gw], true, mtlsMark)

@@ -384,17 +384,51 @@ func (b *builder) listenerServices() []*model.Service { return b.egress().listed
 // the scope of t is part of it when Telemetries configure it.
 func telemetryKey(t *Telemetry, parts ...string) string {
 	if k := t.Key(); k != "" {
-		parts = append(parts, k)
+		return joinKey(parts, k, true)
 	}
-	return key(parts...)
+	return joinKey(parts, "", false)
 }
 
 // key is a resource's content key: the envoygen namespace, then each part
 // length-prefixed so that no two part lists share a key.
-func key(parts ...string) string {
-	b := []byte("envoy")
+func key(parts ...string) string { return joinKey(parts, "", false) }
+
+// joinKey is key(parts...), and of last too when withLast, written in
+// one allocation: every resource of every push has a key.
+func joinKey(parts []string, last string, withLast bool) string {
+	const prefix = "envoy"
+	n := len(prefix)
 	for _, p := range parts {
-		b = appendPart(append(b, '|'), p)
+		n += partSize(p)
 	}
-	return string(b)
+	if withLast {
+		n += partSize(last)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteString(prefix)
+	var digits [20]byte
+	write := func(p string) {
+		b.WriteByte('|')
+		b.Write(strconv.AppendInt(digits[:0], int64(len(p)), 10))
+		b.WriteByte(':')
+		b.WriteString(p)
+	}
+	for _, p := range parts {
+		write(p)
+	}
+	if withLast {
+		write(last)
+	}
+	return b.String()
+}
+
+// partSize is the length of p's part of a key: '|', its length in
+// decimal, ':' and p.
+func partSize(p string) int {
+	n := 3 // '|', ':' and the length's first digit
+	for l := len(p); l >= 10; l /= 10 {
+		n++
+	}
+	return n + len(p)
 }

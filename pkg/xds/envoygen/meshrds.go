@@ -233,7 +233,7 @@ func (b *builder) portVirtualHosts(port uint32, svcs []*model.Service, mesh *mes
 			return
 		}
 		names[name] = true
-		kept := domains[:0:0]
+		kept := make([]string, 0, len(domains))
 		for _, d := range domains {
 			ld := strings.ToLower(d)
 			if seen[ld] || (slices.Contains(alt, d) && known[d]) {

@@ -77,7 +77,8 @@ func (b *builder) httpPorts() []uint32 {
 
 // listenerName is Istio's "<ip>_<port>".
 func listenerName(ip string, port uint32) string {
-	return ip + "_" + strconv.FormatUint(uint64(port), 10)
+	var digits [20]byte // a concatenation allocates once
+	return ip + "_" + string(strconv.AppendUint(digits[:0], uint64(port), 10))
 }
 
 // virtualOutbound hands each intercepted connection to the listener of its

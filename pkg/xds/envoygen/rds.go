@@ -225,16 +225,28 @@ var routeConfigurationRest = func() []byte {
 // the VIPs; and the alternatives alone.
 func (b *builder) serviceDomains(svc *model.Service) (domains, alt []string) {
 	h := svc.Hostname
-	alt = []string{h + "."}
-	if short, ok := strings.CutSuffix(h, ".svc."+b.snap.Options.Domain); ok {
+	// One array for both: h, then alt, then the addresses.
+	domains = make([]string, 0, 5+len(svc.Addresses))
+	domains = append(domains, h, h+".")
+	if short, ok := cutDomainSuffix(h, b.snap.Options.Domain); ok {
 		if svc.Namespace == b.p.Namespace {
-			alt = append(alt, svc.Name, short+".svc", short)
+			domains = append(domains, svc.Name, short+".svc", short)
 		} else {
-			alt = append(alt, short, short+".svc")
+			domains = append(domains, short, short+".svc")
 		}
 	}
-	domains = append(append([]string{h}, alt...), svc.Addresses...)
-	return domains, alt
+	alt = domains[1:len(domains):len(domains)]
+	return append(domains, svc.Addresses...), alt
+}
+
+// cutDomainSuffix is strings.CutSuffix(h, ".svc."+domain) without
+// making that suffix.
+func cutDomainSuffix(h, domain string) (string, bool) {
+	rest, ok := strings.CutSuffix(h, domain)
+	if !ok {
+		return h, false
+	}
+	return strings.CutSuffix(rest, ".svc.")
 }
 
 // appendVirtualHost appends to a RouteConfiguration the virtual host

@@ -23,6 +23,7 @@ import (
 type outboundEntry struct {
 	addr    string
 	port    uint32
+	lname   string // name(), made once
 	cluster string // the tcp_proxy chain's, the listener's default
 	// route is the HTTP chain's RDS route, "" for none; svc and svcPort
 	// are what it routes to.
@@ -39,7 +40,12 @@ type outboundEntry struct {
 	fallback string
 }
 
-func (e *outboundEntry) name() string { return listenerName(e.addr, e.port) }
+func (e *outboundEntry) name() string {
+	if e.lname == "" {
+		return listenerName(e.addr, e.port)
+	}
+	return e.lname
+}
 
 // outboundEntries are the listeners bound to an address, in the order of
 // the services that first claim them. As Istio's buildSidecarOutboundListeners does:
@@ -57,11 +63,12 @@ func (b *builder) outboundEntries() []*outboundEntry {
 	byName := map[string]*outboundEntry{}
 	var out []*outboundEntry
 	entry := func(addr string, port uint32) *outboundEntry {
-		e := &outboundEntry{addr: addr, port: port, fallback: b.fallbackCluster()}
-		if cur := byName[e.name()]; cur != nil {
+		name := listenerName(addr, port)
+		if cur := byName[name]; cur != nil {
 			return cur
 		}
-		byName[e.name()] = e
+		e := &outboundEntry{addr: addr, port: port, lname: name, fallback: b.fallbackCluster()}
+		byName[name] = e
 		out = append(out, e)
 		return e
 	}
@@ -167,7 +174,8 @@ func validIP(s string) bool {
 // sniffedRouteName is Istio's RDS name for the HTTP chain sniffed on a
 // service's own listener: "<host>:<port>".
 func sniffedRouteName(host string, port uint32) string {
-	return host + ":" + strconv.FormatUint(uint64(port), 10)
+	var digits [20]byte // a concatenation allocates once
+	return host + ":" + string(strconv.AppendUint(digits[:0], uint64(port), 10))
 }
 
 // listener is the entry's Listener: the tcp_proxy chain alone, or, when

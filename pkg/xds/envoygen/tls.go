@@ -197,7 +197,8 @@ func transportSocket(name string, m proto.Message) (*core.TransportSocket, error
 
 // sni is Istio's SNI toward a cluster: outbound_.<port>_.<subset>_.<host>.
 func sni(host, subset string, port uint32) string {
-	return "outbound_." + strconv.FormatUint(uint64(port), 10) + "_." + subset + "_." + host
+	var digits [20]byte // a concatenation allocates once
+	return "outbound_." + string(strconv.AppendUint(digits[:0], uint64(port), 10)) + "_." + subset + "_." + host
 }
 
 var connectTimeout = durationpb.New(10 * time.Second)

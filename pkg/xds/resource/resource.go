@@ -34,7 +34,8 @@ type Resource struct {
 // ClusterName is Istio's outbound cluster name,
 // "outbound|<port>|<subset>|<host>".
 func ClusterName(host, subset string, port uint32) string {
-	return "outbound|" + strconv.FormatUint(uint64(port), 10) + "|" + subset + "|" + host
+	var digits [20]byte // a concatenation allocates once
+	return "outbound|" + string(strconv.AppendUint(digits[:0], uint64(port), 10)) + "|" + subset + "|" + host
 }
 
 // ParseClusterName reads a name ClusterName writes.
@@ -45,7 +46,8 @@ func ParseClusterName(name string) (host, subset string, port uint32, ok bool) {
 // SNIClusterName is Istio's name of an outbound cluster as an SNI and as
 // a router's SNI-DNAT cluster, "outbound_.<port>_.<subset>_.<host>".
 func SNIClusterName(host, subset string, port uint32) string {
-	return "outbound_." + strconv.FormatUint(uint64(port), 10) + "_." + subset + "_." + host
+	var digits [20]byte
+	return "outbound_." + string(strconv.AppendUint(digits[:0], uint64(port), 10)) + "_." + subset + "_." + host
 }
 
 // ParseSNIClusterName reads a name SNIClusterName writes.

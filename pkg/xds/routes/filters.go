@@ -178,7 +178,7 @@ func (t *translator) hashPolicy(d *networkingv1.Destination) *routev3.RouteActio
 func (t *translator) hashFor(d *networkingv1.Destination) *networkingv1.LoadBalancerSettings_ConsistentHashLB {
 	host := fqdn(t.snap, d.GetHost(), t.vs.Namespace)
 	dr := ruleFor(t.snap, host, t.scope.Proxy)
-	if t.deps != nil {
+	if t.deps != nil && !t.deps.readRule(host) {
 		t.deps.rules = append(t.deps.rules, ruleRead{host: host, rule: dr})
 	}
 	if dr == nil || dr.Spec == nil {

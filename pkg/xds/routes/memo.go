@@ -95,6 +95,16 @@ type ruleRead struct {
 	rule *model.DestinationRule
 }
 
+// readRule reports whether r holds the DestinationRule of host already
+// (looking through the first rulesScanned only: past them, a host read
+// twice is held twice, which costs holds a look more).
+func (r *reads) readRule(host string) bool {
+	return slices.ContainsFunc(r.rules[:min(len(r.rules), rulesScanned)], func(d ruleRead) bool { return d.host == host })
+}
+
+// rulesScanned is how many DestinationRule reads readRule looks through.
+const rulesScanned = 16
+
 func singlePort(snap *model.Snapshot, host string) uint32 {
 	if svc := snap.Service(host); svc != nil && len(svc.Ports) == 1 {
 		return svc.Ports[0].Port

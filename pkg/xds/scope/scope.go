@@ -318,17 +318,41 @@ type destination struct {
 // virtualServiceDestinationsFilteredBySourceNamespace, in vs's order.
 func destinations(snap *model.Snapshot, vs *model.VirtualService, ns string) []destination {
 	var out []destination
-	at := map[string]int{}
+	// Most VirtualServices route to a few hosts: found by a look at
+	// each, and by a map past destinationsScanned.
+	var at map[string]int
+	find := func(h string) int {
+		if at != nil {
+			if i, ok := at[h]; ok {
+				return i
+			}
+			return -1
+		}
+		for i := range out {
+			if out[i].host == h {
+				return i
+			}
+		}
+		return -1
+	}
 	add := func(d *networkingv1.Destination) {
 		if d == nil {
 			return
 		}
 		h := routes.ResolveHost(snap, d.GetHost(), vs.Namespace)
-		i, ok := at[h]
-		if !ok {
+		i := find(h)
+		if i < 0 {
 			i = len(out)
-			at[h] = i
 			out = append(out, destination{host: h})
+			switch {
+			case at != nil:
+				at[h] = i
+			case len(out) > destinationsScanned:
+				at = make(map[string]int, 2*len(out))
+				for j, d := range out {
+					at[d.host] = j
+				}
+			}
 		}
 		if n := d.GetPort().GetNumber(); !slices.Contains(out[i].ports, n) {
 			out[i].ports = append(out[i].ports, n)
@@ -348,6 +372,10 @@ func destinations(snap *model.Snapshot, vs *model.VirtualService, ns string) []d
 	}, add)
 	return out
 }
+
+// destinationsScanned is how many hosts destinations looks through
+// before it indexes them.
+const destinationsScanned = 16
 
 func sortedServices(byHost map[string]*model.Service) []*model.Service {
 	out := make([]*model.Service, 0, len(byHost))
