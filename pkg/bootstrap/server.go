@@ -288,6 +288,7 @@ func authenticators(cfg Config, td spiffeid.TrustDomain, authority *ca.CA, kube 
 			TrustDomain:     td,
 			Reviewer:        authn.NewClientGoReviewer(kube.direct),
 			ClusterID:       cfg.ClusterID,
+			Aliases:         cfg.ClusterAliases,
 			Remote:          kube.remoteReviewers(),
 			Audiences:       cfg.TokenAudiences,
 			RequirePodBound: cfg.RequirePodBoundTokens,
