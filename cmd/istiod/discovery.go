@@ -95,6 +95,7 @@ func discovery(ctx context.Context, args []string, getenv func(string) string, s
 		return err
 	}
 	cfg.ClusterAliases = aliasesSet
+	cfg.IgnoredSettings = ignoredSettings(getenv)
 	cfg.ExtraDNSNames = splitList(*extraNames)
 	allowed, err := parsePrefixes(*jwtAllowed)
 	if err != nil {

@@ -32,6 +32,10 @@ type Config struct {
 	InCluster  bool
 	ClusterID  string
 	Revision   string
+	// IgnoredSettings are settings of Istio's istiod it was given and does
+	// not read: each is logged at start and is a series of the gauge
+	// bulwark_ignored_setting{name}.
+	IgnoredSettings []IgnoredSetting
 	// ClusterAliases are old cluster IDs standing for current ones
 	// (Istio's --clusterAliases): a ClusterID header or node metadata
 	// CLUSTER_ID naming an alias is the aliased cluster's.

@@ -118,6 +118,9 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("serving certificate: %w", err)
 	}
 	registry := newRegistry(authority)
+	if err := reportIgnoredSettings(cfg.IgnoredSettings, registry, log); err != nil {
+		return nil, err
+	}
 	if kube != nil {
 		if err := kube.watchRemoteClusters(cfg, registry); err != nil {
 			return nil, err
