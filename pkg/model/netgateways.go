@@ -18,6 +18,11 @@ const (
 	// port its network's mTLS traffic enters by (default 15443).
 	GatewayPortLabel   = "networking.istio.io/gatewayPort"
 	DefaultGatewayPort = 15443
+	// NodeSelectorAnnotation on a Service of type NodePort makes it, for
+	// Istio, a gateway reached at the external IPs of the nodes the
+	// annotation's labels select, on the node ports. Bulwark does not read
+	// nodes' addresses: such a gateway is left out and reported.
+	NodeSelectorAnnotation = "traffic.istio.io/nodeSelector"
 	// gatewayHBONEPort is the port of ambient east-west gateways, which
 	// Envoy sidecars do not use.
 	gatewayHBONEPort = 15008
@@ -44,11 +49,15 @@ type Exposure struct {
 	Addresses []string
 	// Ports are the Service's port numbers in that cluster.
 	Ports []uint32
+	// NodePort: the Service is of type NodePort with Istio's
+	// NodeSelectorAnnotation, a gateway Istio reaches through nodes,
+	// which Bulwark leaves out.
+	NodePort bool
 }
 
 func sameExposures(a, b []Exposure) bool {
 	return slices.EqualFunc(a, b, func(x, y Exposure) bool {
-		return x.Cluster == y.Cluster && x.Network == y.Network && x.GatewayPort == y.GatewayPort &&
+		return x.Cluster == y.Cluster && x.Network == y.Network && x.GatewayPort == y.GatewayPort && x.NodePort == y.NodePort &&
 			slices.Equal(x.Addresses, y.Addresses) && slices.Equal(x.Ports, y.Ports)
 	})
 }
@@ -146,7 +155,8 @@ func (g *NetworkGateways) All() []NetworkGateway {
 //
 // Istio resolves a gateway's DNS name in istiod; Bulwark does not, and
 // leaves such a gateway out (a Problem), as it does a gateway Service
-// without an ingress address.
+// without an ingress address and a NodePort gateway (Exposure.NodePort,
+// which Istio reaches through the nodes it selects).
 func ComputeNetworkGateways(services []*Service, nets *MeshNetworks) *NetworkGateways {
 	set := map[NetworkGateway]bool{}
 	var problems []string
@@ -217,6 +227,11 @@ func ComputeNetworkGateways(services []*Service, nets *MeshNetworks) *NetworkGat
 				if len(gws) == 0 {
 					continue // an ingress address, not a gateway
 				}
+			}
+			if e.NodePort {
+				problems = append(problems, fmt.Sprintf("%s of network %s: a NodePort gateway (%s), reached through nodes' external IPs "+
+					"and node ports, which are not read: left out", what, gws[0].Network, NodeSelectorAnnotation))
+				continue
 			}
 			if len(e.Addresses) == 0 {
 				problems = append(problems, fmt.Sprintf("%s of network %s: no ingress address (status.loadBalancer.ingress or externalIPs): not a gateway yet", what, gws[0].Network))

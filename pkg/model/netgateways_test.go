@@ -258,3 +258,36 @@ func TestARegistryServiceIsTheGatewayOfItsClustersNetworkAlone(t *testing.T) {
 		t.Errorf("gateways %v, want %v", got, want)
 	}
 }
+
+// TestANodePortGatewayIsLeftOutAndReported: a NodePort Service with
+// Istio's node selector (Exposure.NodePort), whether a meshNetworks
+// registryServiceName or its network label makes it a gateway, and
+// externalIPs or not, is left out with a problem naming it; one that is
+// no gateway is not reported.
+func TestANodePortGatewayIsLeftOutAndReported(t *testing.T) {
+	nets, err := ParseMeshNetworks([]byte(`networks:
+  net-n: {endpoints: [{fromRegistry: cluster-n}], gateways: [{registryServiceName: istio-eastwestgateway.istio-system.svc.cluster.local, port: 15443}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := ComputeNetworkGateways([]*Service{gatewaySvc(
+		Exposure{Cluster: "cluster-n", Ports: []uint32{15443}, NodePort: true},
+		Exposure{Cluster: "cluster-m", Network: "net-m", Addresses: []string{"192.0.2.40"}, Ports: []uint32{15443}, NodePort: true},
+		Exposure{Cluster: "cluster-x", Ports: []uint32{15443}, NodePort: true}, // no gateway of any network
+	)}, nets)
+	if all := g.All(); len(all) != 0 || g.Enabled() {
+		t.Errorf("gateways %v, want none", all)
+	}
+	for _, want := range []string{
+		`gateway Service istio-system/istio-eastwestgateway of cluster "cluster-n" of network net-n: a NodePort gateway (traffic.istio.io/nodeSelector)`,
+		`gateway Service istio-system/istio-eastwestgateway of cluster "cluster-m" of network net-m: a NodePort gateway (traffic.istio.io/nodeSelector)`,
+	} {
+		if !slices.ContainsFunc(g.Problems, func(s string) bool { return strings.HasPrefix(s, want) }) {
+			t.Errorf("no problem %q in %q", want, g.Problems)
+		}
+	}
+	if len(g.Problems) != 2 {
+		t.Errorf("problems %q, want the two gateways'", g.Problems)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	networkingv1 "istio.io/api/networking/v1"
 
+	"github.com/bulwark-mesh/bulwark/internal/logtest"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/identity"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
@@ -206,4 +207,32 @@ func TestAProxyWithoutNodeNetworkIsOnItsPodsNetwork(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestANodePortGatewayIsReported: a meshNetworks registryServiceName
+// gateway whose Service is a NodePort gateway (Istio's
+// traffic.istio.io/nodeSelector) is not used: WARN network gateway not
+// used names the Service, and
+// bulwark_policy_fail_closed{kind="Network",reason="gateway_left_out"}
+// counts it.
+func TestANodePortGatewayIsReported(t *testing.T) {
+	nets, err := model.ParseMeshNetworks([]byte(`networks:
+  net-n: {endpoints: [{fromRegistry: cluster-n}], gateways: [{registryServiceName: eastwest.istio-system.svc.cluster.local, port: 15443}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := &model.Service{Meta: model.Meta{Name: "eastwest", Namespace: "istio-system"}, Addresses: []string{"10.96.9.9"},
+		Ports:     []model.Port{{Name: "tls", Port: 15443}},
+		Exposures: []model.Exposure{{Cluster: "cluster-n", Ports: []uint32{15443}, NodePort: true}}}
+	rec, log := logtest.New(t)
+	h := newHarness(t, model.Build("v1", model.Options{}, model.Resources{Services: []*model.Service{gw}}), func(c *Config) {
+		c.Logger, c.MeshNetworks = log, nets
+	})
+	waitFor(t, "the NodePort gateway counted", func() bool {
+		return testutil.ToFloat64(h.srv.metrics.failClosed.WithLabelValues("Network", "gateway_left_out")) == 1
+	})
+	waitFor(t, "the NodePort gateway logged", func() bool {
+		return rec.Count("network gateway not used", "istio-system/eastwest", "NodePort gateway (traffic.istio.io/nodeSelector)") == 1
+	})
 }

@@ -249,9 +249,14 @@ func convertService(k *corev1.Service) *model.Service {
 // its topology.istio.io/network and networking.istio.io/gatewayPort
 // labels, the ingress addresses of its load balancer (IPs, else
 // hostnames, as Istio reads them) and its externalIPs, and its ports;
-// nil for a Service with neither a network label nor an address.
+// whether it is a NodePort gateway (type NodePort with Istio's
+// traffic.istio.io/nodeSelector annotation); nil for a Service with
+// neither a network label nor an address, nor a NodePort gateway.
 func exposuresOf(k *corev1.Service, cluster string) []model.Exposure {
 	e := model.Exposure{Cluster: cluster, Network: k.Labels[model.NetworkLabel], GatewayPort: k.Labels[model.GatewayPortLabel]}
+	if _, ok := k.Annotations[model.NodeSelectorAnnotation]; ok && k.Spec.Type == corev1.ServiceTypeNodePort {
+		e.NodePort = true
+	}
 	if k.Spec.Type == corev1.ServiceTypeLoadBalancer {
 		for _, in := range k.Status.LoadBalancer.Ingress {
 			if a := cmp.Or(in.IP, in.Hostname); a != "" && len(e.Addresses) < maxExposedAddresses {
@@ -264,7 +269,7 @@ func exposuresOf(k *corev1.Service, cluster string) []model.Exposure {
 			e.Addresses = append(e.Addresses, a)
 		}
 	}
-	if e.Network == "" && len(e.Addresses) == 0 {
+	if e.Network == "" && len(e.Addresses) == 0 && !e.NodePort {
 		return nil
 	}
 	for _, p := range k.Spec.Ports {

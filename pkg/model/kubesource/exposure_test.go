@@ -36,6 +36,18 @@ func TestExposuresOfAService(t *testing.T) {
 		"an unlabelled ClusterIP Service": {
 			svc: &corev1.Service{Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}},
 		},
+		"an unlabelled NodePort Service with Istio's node selector, which registryServiceName may name": {
+			svc: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{model.NodeSelectorAnnotation: `{"gw": "yes"}`}},
+				Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{{Port: 15443, NodePort: 31443}}}},
+			want: []model.Exposure{{Cluster: "c", Ports: []uint32{15443}, NodePort: true}},
+		},
+		"an unlabelled NodePort Service without it": {
+			svc: &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{{Port: 15443, NodePort: 31443}}}},
+		},
+		"the node selector on a LoadBalancer Service is not a NodePort gateway, as in Istio": {
+			svc: &corev1.Service{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{model.NodeSelectorAnnotation: `{}`}},
+				Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: []corev1.ServicePort{{Port: 15443}}}},
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if got := exposuresOf(tc.svc, "c"); !reflect.DeepEqual(got, tc.want) {

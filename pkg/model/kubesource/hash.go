@@ -30,6 +30,11 @@ func serviceDigest(s *model.Service) [sha256.Size]byte {
 	h.count(len(s.Exposures))
 	for _, e := range s.Exposures {
 		h.str(e.Cluster, e.Network, e.GatewayPort)
+		if e.NodePort {
+			h.count(1)
+		} else {
+			h.count(0)
+		}
 		h.count(len(e.Addresses))
 		h.str(e.Addresses...)
 		h.count(len(e.Ports))
