@@ -211,8 +211,9 @@ func TestAProxyWithoutNodeNetworkIsOnItsPodsNetwork(t *testing.T) {
 
 // TestANodePortGatewayIsReported: a meshNetworks registryServiceName
 // gateway whose Service is a NodePort gateway (Istio's
-// traffic.istio.io/nodeSelector) is not used: WARN network gateway not
-// used names the Service, and
+// traffic.istio.io/nodeSelector) none of whose selected nodes has an
+// external IP is not used: WARN network gateway not used names the
+// Service, and
 // bulwark_policy_fail_closed{kind="Network",reason="gateway_left_out"}
 // counts it.
 func TestANodePortGatewayIsReported(t *testing.T) {
@@ -224,7 +225,7 @@ func TestANodePortGatewayIsReported(t *testing.T) {
 	}
 	gw := &model.Service{Meta: model.Meta{Name: "eastwest", Namespace: "istio-system"}, Addresses: []string{"10.96.9.9"},
 		Ports:     []model.Port{{Name: "tls", Port: 15443}},
-		Exposures: []model.Exposure{{Cluster: "cluster-n", Ports: []uint32{15443}, NodePort: true}}}
+		Exposures: []model.Exposure{{Cluster: "cluster-n", Ports: []uint32{15443}, NodePort: true, NodePorts: []uint32{31443}}}}
 	rec, log := logtest.New(t)
 	h := newHarness(t, model.Build("v1", model.Options{}, model.Resources{Services: []*model.Service{gw}}), func(c *Config) {
 		c.Logger, c.MeshNetworks = log, nets
@@ -233,6 +234,6 @@ func TestANodePortGatewayIsReported(t *testing.T) {
 		return testutil.ToFloat64(h.srv.metrics.failClosed.WithLabelValues("Network", "gateway_left_out")) == 1
 	})
 	waitFor(t, "the NodePort gateway logged", func() bool {
-		return rec.Count("network gateway not used", "istio-system/eastwest", "NodePort gateway (traffic.istio.io/nodeSelector)") == 1
+		return rec.Count("network gateway not used", "istio-system/eastwest", "no node it selects has an external IP") == 1
 	})
 }

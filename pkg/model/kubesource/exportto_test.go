@@ -49,7 +49,7 @@ func TestServiceNodeSelectorIsKept(t *testing.T) {
 	if want := map[string]string{model.NodeSelectorAnnotation: `{"gw": "yes"}`}; !maps.Equal(out.(*corev1.Service).Annotations, want) {
 		t.Errorf("annotations %v, want %v", out.(*corev1.Service).Annotations, want)
 	}
-	if e := exposuresOf(out.(*corev1.Service), "c"); len(e) != 1 || !e[0].NodePort {
+	if e := exposuresOf(out.(*corev1.Service), "c", testNodes); len(e) != 1 || !e[0].NodePort {
 		t.Errorf("exposures %+v, want a NodePort gateway's", e)
 	}
 }
