@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bulwark-mesh/bulwark/pkg/authn"
 	"github.com/bulwark-mesh/bulwark/pkg/bootstrap"
 )
 
@@ -23,6 +24,7 @@ func discovery(ctx context.Context, args []string, getenv func(string) string, s
 	fs.StringVar(&cfg.Namespace, "namespace", envOr(getenv, "POD_NAMESPACE", cfg.Namespace), "istiod's namespace (env POD_NAMESPACE)")
 	fs.StringVar(&cfg.Kubeconfig, "kubeconfig", getenv("KUBECONFIG"), "kubeconfig file; empty and outside a cluster means local mode (env KUBECONFIG)")
 	fs.StringVar(&cfg.ClusterID, "clusterID", envOr(getenv, "CLUSTER_ID", cfg.ClusterID), "cluster ID (env CLUSTER_ID)")
+	aliases := fs.String("clusterAliases", "", "old cluster IDs standing for current ones, as Istio's --clusterAliases: alias1=cluster1,alias2=cluster2; a ClusterID header or node metadata CLUSTER_ID naming an alias is the aliased cluster's (its token reviewed there, its proxy bound to it); at most 64, one per cluster, IDs of letters, digits, '-', '_' and '.'")
 	fs.StringVar(&cfg.NetworksConfigFile, "networksConfig", "", "Istio's meshNetworks (the istio ConfigMap's meshNetworks key as a file), watched: a change applies without a restart, a bad one is refused and the last good one kept; a missing file means no networks (default /etc/istio/config/meshNetworks in Kubernetes, <state-dir>/meshNetworks.yaml locally)")
 	fs.StringVar(&cfg.Revision, "revision", getenv("REVISION"), "control-plane revision (env REVISION)")
 	fs.StringVar(&cfg.SecureGRPCAddr, "secureGRPCAddr", "", "TLS gRPC address: CSR API and xDS (default 127.0.0.1:15012 locally, :15012 in Kubernetes)")
@@ -88,6 +90,12 @@ func discovery(ctx context.Context, args []string, getenv func(string) string, s
 	cfg.PodName = getenv("POD_NAME")
 	cfg.Version = version
 	cfg.TokenAudiences = splitList(*audiences)
+	aliasesSet, err := clusterAliases(*aliases, cfg.ClusterID)
+	if err != nil {
+		return err
+	}
+	cfg.ClusterAliases = aliasesSet
+	cfg.IgnoredSettings = ignoredSettings(getenv)
 	cfg.ExtraDNSNames = splitList(*extraNames)
 	allowed, err := parsePrefixes(*jwtAllowed)
 	if err != nil {
@@ -190,4 +198,16 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 	set := false
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 	return set
+}
+
+// clusterAliases reads --clusterAliases for istiod's cluster own.
+func clusterAliases(value, own string) (authn.ClusterAliases, error) {
+	a, err := authn.ParseClusterAliases(value)
+	if err == nil {
+		err = a.Validate(own)
+	}
+	if err != nil {
+		return nil, usageError{fmt.Errorf("clusterAliases: %w", err)}
+	}
+	return a, nil
 }

@@ -42,6 +42,14 @@ func TestKubeJWTReviewsInTheClusterTheHeaderNames(t *testing.T) {
 			header: []string{"clusterid", "nowhere"}, localOK: true, wantErr: ErrUnknownCluster},
 		"a known cluster whose API server is down is unavailable, not unauthenticated": {
 			header: []string{"clusterid", "B"}, remoteDown: true, wantErr: ErrUnavailable, wantRemote: 1},
+		"an alias of the local ID: reviewed locally, recorded as the local cluster": {
+			header: []string{"clusterid", "old-a"}, localOK: true, remoteOK: true, wantCluster: "A", wantLocal: 1},
+		"an alias of a remote ID: reviewed in that cluster, recorded as it": {
+			header: []string{"clusterid", "old-b"}, localOK: true, remoteOK: true, wantCluster: "B", wantRemote: 1},
+		"a remote token sent with the local cluster's alias is refused by the local API server": {
+			header: []string{"clusterid", "old-a"}, remoteOK: true, wantErr: ErrInvalidToken, wantLocal: 1},
+		"an alias of a cluster not registered is an unknown cluster": {
+			header: []string{"clusterid", "old-c"}, localOK: true, remoteOK: true, wantErr: ErrUnknownCluster},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -57,7 +65,8 @@ func TestKubeJWTReviewsInTheClusterTheHeaderNames(t *testing.T) {
 				remote.err = errors.New("dial tcp 10.0.0.2:6443: connect: connection refused")
 			}
 			k := NewKubeJWT(KubeJWTConfig{TrustDomain: testTD, Reviewer: local, ClusterID: "A",
-				Remote: clusters(map[string]TokenReviewer{"B": remote}), Clock: func() time.Time { return t0 }})
+				Remote: clusters(map[string]TokenReviewer{"B": remote}), Clock: func() time.Time { return t0 },
+				Aliases: ClusterAliases{"old-a": "A", "old-b": "B", "old-c": "C"}})
 			caller, err := k.Authenticate(bearerContext(token, tc.header...))
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {

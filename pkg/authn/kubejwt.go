@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -42,6 +43,10 @@ type KubeJWTConfig struct {
 	// Remote gives the reviewer of a remote cluster a token's "clusterid"
 	// header names; nil: only local tokens are accepted.
 	Remote RemoteReviewers
+	// Aliases are old cluster IDs standing for current ones (Istio's
+	// --clusterAliases): a header naming an alias is the aliased
+	// cluster's, reviewed there and recorded as that cluster.
+	Aliases ClusterAliases
 	// Audiences are the audiences a token must be valid for; at least one
 	// must be confirmed by the review. Default: ["istio-ca"].
 	Audiences []string
@@ -92,6 +97,7 @@ func NewKubeJWT(cfg KubeJWTConfig) *KubeJWT {
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
 	}
+	cfg.Aliases = maps.Clone(cfg.Aliases)
 	return &KubeJWT{cfg: cfg, cache: newExpiringCache[reviewResult](cfg.CacheSize)}
 }
 
@@ -101,7 +107,8 @@ func (*KubeJWT) Kind() string { return KindKubernetes }
 // Authenticate implements Authenticator. The token is reviewed by the API
 // server of the cluster its "clusterid" header names: istiod's own when
 // the header is empty or istiod's ID, a registered remote cluster's
-// otherwise. A cluster that is neither is refused (ErrUnknownCluster)
+// otherwise, an alias (Aliases) standing for the cluster it names. A
+// cluster that is neither is refused (ErrUnknownCluster)
 // without any review; a known cluster whose API server cannot be reached
 // fails with ErrUnavailable. The Caller records the cluster that reviewed.
 func (k *KubeJWT) Authenticate(ctx context.Context) (*Caller, error) {
@@ -118,8 +125,13 @@ func (k *KubeJWT) Authenticate(ctx context.Context) (*Caller, error) {
 	})
 }
 
-// reviewerFor picks the cluster and reviewer for a claimed cluster ID.
+// reviewerFor picks the cluster and reviewer for a claimed cluster ID,
+// an alias standing for its cluster. Istio tries a remote cluster
+// registered under the claimed ID before the alias; here an alias always
+// wins, as it does for the node metadata CLUSTER_ID in both, and no
+// remote cluster is registered under an alias.
 func (k *KubeJWT) reviewerFor(claimed string) (string, TokenReviewer, error) {
+	claimed = k.cfg.Aliases.Resolve(claimed)
 	if claimed == "" || claimed == k.cfg.ClusterID {
 		if k.cfg.Reviewer == nil {
 			return "", nil, fmt.Errorf("review token: no reviewer configured: %w", ErrUnavailable)

@@ -32,6 +32,14 @@ type Config struct {
 	InCluster  bool
 	ClusterID  string
 	Revision   string
+	// IgnoredSettings are settings of Istio's istiod it was given and does
+	// not read: each is logged at start and is a series of the gauge
+	// bulwark_ignored_setting{name}.
+	IgnoredSettings []IgnoredSetting
+	// ClusterAliases are old cluster IDs standing for current ones
+	// (Istio's --clusterAliases): a ClusterID header or node metadata
+	// CLUSTER_ID naming an alias is the aliased cluster's.
+	ClusterAliases authn.ClusterAliases
 	// PodName names this replica in leader election (POD_NAME); empty
 	// means the host name.
 	PodName string
@@ -284,6 +292,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Namespace == "" {
 		return errors.New("namespace is required")
+	}
+	if err := c.ClusterAliases.Validate(c.ClusterID); err != nil {
+		return err
 	}
 	if c.Mesh != nil {
 		if err := meshconfig.Validate(c.Mesh); err != nil {

@@ -338,6 +338,7 @@ func (k *kubeParts) watchRemoteClusters(cfg Config, reg prometheus.Registerer) e
 		Client:         k.client,
 		Namespace:      k.namespace,
 		LocalClusterID: cfg.ClusterID,
+		Aliases:        cfg.ClusterAliases,
 		SyncTimeout:    cfg.RemoteClusterTimeout,
 		Registerer:     reg,
 		Logger:         k.log.With("component", "multicluster"),

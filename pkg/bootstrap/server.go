@@ -118,6 +118,9 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("serving certificate: %w", err)
 	}
 	registry := newRegistry(authority)
+	if err := reportIgnoredSettings(cfg.IgnoredSettings, registry, log); err != nil {
+		return nil, err
+	}
 	if kube != nil {
 		if err := kube.watchRemoteClusters(cfg, registry); err != nil {
 			return nil, err
@@ -288,6 +291,7 @@ func authenticators(cfg Config, td spiffeid.TrustDomain, authority *ca.CA, kube 
 			TrustDomain:     td,
 			Reviewer:        authn.NewClientGoReviewer(kube.direct),
 			ClusterID:       cfg.ClusterID,
+			Aliases:         cfg.ClusterAliases,
 			Remote:          kube.remoteReviewers(),
 			Audiences:       cfg.TokenAudiences,
 			RequirePodBound: cfg.RequirePodBoundTokens,

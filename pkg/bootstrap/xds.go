@@ -80,14 +80,15 @@ func (s *Server) wireXDS(chain authn.Authenticator, td spiffeid.TrustDomain) err
 		Logger:          s.log.With("component", "reqauthn"),
 	}).JWKSCache(keyfetch.URLRule{LoopbackHTTP: s.cfg.AllowLoopbackHTTPJWKS})
 	srv, err := xds.New(xds.Config{
-		KeySets:       s.keySets,
-		Secrets:       secrets,
-		TrustBundle:   s.ca,
-		Model:         store,
-		Mesh:          s.mesh,
-		Authenticator: chain,
-		TrustDomain:   td,
-		ClusterID:     s.cfg.ClusterID,
+		KeySets:        s.keySets,
+		Secrets:        secrets,
+		TrustBundle:    s.ca,
+		Model:          store,
+		Mesh:           s.mesh,
+		Authenticator:  chain,
+		TrustDomain:    td,
+		ClusterID:      s.cfg.ClusterID,
+		ClusterAliases: s.cfg.ClusterAliases,
 
 		AllowInsecureSkipVerify: s.cfg.AllowInsecureSkipVerify,
 		ScopeGatewayToNamespace: s.cfg.ScopeGatewayToNamespace,

@@ -18,6 +18,11 @@ const (
 	// port its network's mTLS traffic enters by (default 15443).
 	GatewayPortLabel   = "networking.istio.io/gatewayPort"
 	DefaultGatewayPort = 15443
+	// NodeSelectorAnnotation on a Service of type NodePort makes it a
+	// gateway reached at the external IPs of the nodes the annotation's
+	// labels select (unless it has externalIPs), on the node ports, as
+	// in Istio.
+	NodeSelectorAnnotation = "traffic.istio.io/nodeSelector"
 	// gatewayHBONEPort is the port of ambient east-west gateways, which
 	// Envoy sidecars do not use.
 	gatewayHBONEPort = 15008
@@ -44,11 +49,31 @@ type Exposure struct {
 	Addresses []string
 	// Ports are the Service's port numbers in that cluster.
 	Ports []uint32
+	// NodePort: the Service is of type NodePort with Istio's
+	// NodeSelectorAnnotation, a gateway reached at its externalIPs, else
+	// at the external IPs of the nodes the annotation selects (Addresses),
+	// on the node port of its gateway port: NodePorts are the node ports
+	// of Ports, one for one (0: none).
+	NodePort  bool
+	NodePorts []uint32
+	// NodeSelectorInvalid: the annotation is not a JSON map of labels;
+	// the gateway is left out (Istio picks every node).
+	NodeSelectorInvalid bool
+}
+
+// nodePort is the port a gateway on port is reached by: its node port,
+// for a NodePort gateway with one, else port.
+func (e *Exposure) nodePort(port uint32) uint32 {
+	if i := slices.Index(e.Ports, port); e.NodePort && i >= 0 && i < len(e.NodePorts) && e.NodePorts[i] != 0 {
+		return e.NodePorts[i]
+	}
+	return port
 }
 
 func sameExposures(a, b []Exposure) bool {
 	return slices.EqualFunc(a, b, func(x, y Exposure) bool {
-		return x.Cluster == y.Cluster && x.Network == y.Network && x.GatewayPort == y.GatewayPort &&
+		return x.Cluster == y.Cluster && x.Network == y.Network && x.GatewayPort == y.GatewayPort && x.NodePort == y.NodePort &&
+			x.NodeSelectorInvalid == y.NodeSelectorInvalid && slices.Equal(x.NodePorts, y.NodePorts) &&
 			slices.Equal(x.Addresses, y.Addresses) && slices.Equal(x.Ports, y.Ports)
 	})
 }
@@ -146,7 +171,8 @@ func (g *NetworkGateways) All() []NetworkGateway {
 //
 // Istio resolves a gateway's DNS name in istiod; Bulwark does not, and
 // leaves such a gateway out (a Problem), as it does a gateway Service
-// without an ingress address.
+// without an ingress address. A NodePort gateway (Exposure.NodePort) is
+// reached on the node port of its gateway port, as in Istio.
 func ComputeNetworkGateways(services []*Service, nets *MeshNetworks) *NetworkGateways {
 	set := map[NetworkGateway]bool{}
 	var problems []string
@@ -218,6 +244,16 @@ func ComputeNetworkGateways(services []*Service, nets *MeshNetworks) *NetworkGat
 					continue // an ingress address, not a gateway
 				}
 			}
+			if e.NodeSelectorInvalid {
+				problems = append(problems, fmt.Sprintf("%s of network %s: a NodePort gateway whose %s is not a JSON map of labels: "+
+					"left out (Istio picks every node)", what, gws[0].Network, NodeSelectorAnnotation))
+				continue
+			}
+			if e.NodePort && len(e.Addresses) == 0 {
+				problems = append(problems, fmt.Sprintf("%s of network %s: a NodePort gateway (%s) without externalIPs, and no node it "+
+					"selects has an external IP: not a gateway yet", what, gws[0].Network, NodeSelectorAnnotation))
+				continue
+			}
 			if len(e.Addresses) == 0 {
 				problems = append(problems, fmt.Sprintf("%s of network %s: no ingress address (status.loadBalancer.ingress or externalIPs): not a gateway yet", what, gws[0].Network))
 				continue
@@ -225,6 +261,9 @@ func ComputeNetworkGateways(services []*Service, nets *MeshNetworks) *NetworkGat
 			for _, a := range e.Addresses {
 				for _, gw := range gws {
 					gw.Address = a
+					if gw.Port != 0 {
+						gw.Port = e.nodePort(gw.Port)
+					}
 					add(gw, what)
 				}
 			}

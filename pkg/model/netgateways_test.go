@@ -258,3 +258,44 @@ func TestARegistryServiceIsTheGatewayOfItsClustersNetworkAlone(t *testing.T) {
 		t.Errorf("gateways %v, want %v", got, want)
 	}
 }
+
+// TestNodePortGateways: a NodePort gateway (Exposure.NodePort), whether
+// a meshNetworks registryServiceName or its network label makes it one,
+// is at its addresses on the node port of its gateway port (the port
+// itself when it has none), as Istio's; one whose selector picks no node
+// with an external IP, or is not a map of labels, is left out and
+// reported; one that is no gateway is not reported.
+func TestNodePortGateways(t *testing.T) {
+	nets, err := ParseMeshNetworks([]byte(`networks:
+  net-n: {endpoints: [{fromRegistry: cluster-n}], gateways: [{registryServiceName: istio-eastwestgateway.istio-system.svc.cluster.local, port: 15443}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := ComputeNetworkGateways([]*Service{gatewaySvc(
+		Exposure{Cluster: "cluster-n", Addresses: []string{"198.51.100.21", "198.51.100.22"}, Ports: []uint32{15021, 15443}, NodePort: true, NodePorts: []uint32{31021, 31443}},
+		Exposure{Cluster: "cluster-m", Network: "net-m", Addresses: []string{"192.0.2.40"}, Ports: []uint32{15443}, NodePort: true, NodePorts: []uint32{0}},
+		Exposure{Cluster: "cluster-p", Network: "net-p", Ports: []uint32{15443}, NodePort: true, NodePorts: []uint32{31443}},
+		Exposure{Cluster: "cluster-q", Network: "net-q", Ports: []uint32{15443}, NodePort: true, NodePorts: []uint32{31443}, NodeSelectorInvalid: true},
+		Exposure{Cluster: "cluster-x", Addresses: []string{"192.0.2.99"}, Ports: []uint32{15443}, NodePort: true, NodePorts: []uint32{31443}}, // no gateway
+	)}, nets)
+	var got []string
+	for _, gw := range g.All() {
+		got = append(got, fmt.Sprintf("%s/%s/%s:%d", gw.Network, gw.Cluster, gw.Address, gw.Port))
+	}
+	want := []string{"net-m/cluster-m/192.0.2.40:15443", "net-n/cluster-n/198.51.100.21:31443", "net-n/cluster-n/198.51.100.22:31443"}
+	if !slices.Equal(got, want) {
+		t.Errorf("gateways\n got %v\nwant %v", got, want)
+	}
+	for _, want := range []string{
+		`gateway Service istio-system/istio-eastwestgateway of cluster "cluster-p" of network net-p: a NodePort gateway (traffic.istio.io/nodeSelector) without externalIPs, and no node it selects has an external IP`,
+		`gateway Service istio-system/istio-eastwestgateway of cluster "cluster-q" of network net-q: a NodePort gateway whose traffic.istio.io/nodeSelector is not a JSON map of labels`,
+	} {
+		if !slices.ContainsFunc(g.Problems, func(s string) bool { return strings.HasPrefix(s, want) }) {
+			t.Errorf("no problem %q in %q", want, g.Problems)
+		}
+	}
+	if len(g.Problems) != 2 {
+		t.Errorf("problems %q, want the two gateways'", g.Problems)
+	}
+}

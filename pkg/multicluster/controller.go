@@ -64,6 +64,10 @@ type Config struct {
 	// LocalClusterID is istiod's own cluster ID; a remote secret key equal
 	// to it is ignored.
 	LocalClusterID string
+	// Aliases are old cluster IDs standing for current ones (istiod's
+	// --clusterAliases); a remote secret key equal to an alias is refused:
+	// its tokens and proxies would be the aliased cluster's.
+	Aliases map[string]string
 	// NewClient builds a remote cluster's client from its sanitized
 	// configuration. Default: kubernetes.NewForConfig. It must do no I/O.
 	NewClient func(*rest.Config) (kubernetes.Interface, error)
@@ -320,6 +324,11 @@ func (c *Controller) addLocked(key types.NamespacedName, id string, kubeconfig [
 		return false
 	case id == "" || len(id) > maxClusterIDLen:
 		log.Warn("remote secret key is not a usable cluster ID: ignored")
+		return false
+	}
+	if to, ok := c.cfg.Aliases[id]; ok {
+		log.Error("remote secret refused: its cluster ID is an alias (--clusterAliases), whose tokens and proxies are the aliased cluster's; "+
+			"name the cluster by its current ID", "alias_of", to)
 		return false
 	}
 	sum := sha256.Sum256(kubeconfig)

@@ -473,3 +473,17 @@ func TestReadinessWaitsForStartupClusters(t *testing.T) {
 		}
 	})
 }
+
+// TestARemoteSecretNamingAnAliasIsRefused: a remote secret key equal to a
+// cluster alias is refused, with a log naming the cluster it stands for;
+// the secret's other clusters are registered.
+func TestARemoteSecretNamingAnAliasIsRefused(t *testing.T) {
+	h := start(t, func(c *Config) { c.Aliases = map[string]string{"old-b": "b"} })
+	b := newRecorder(t, false)
+	h.apply(secret("istio-remote-secret-b", map[string][]byte{"b": b.kubeconfig("token-1"), "old-b": b.kubeconfig("token-2")}))
+	h.eventually("b synced", func() bool { return h.status("b") == StatusSynced })
+	h.eventually("refusal logged", func() bool { return h.logs.Count("its cluster ID is an alias") > 0 })
+	if _, ok := h.c.Client("old-b"); ok {
+		t.Fatal("an alias was registered as a remote cluster")
+	}
+}

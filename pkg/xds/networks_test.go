@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	networkingv1 "istio.io/api/networking/v1"
 
+	"github.com/bulwark-mesh/bulwark/internal/logtest"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/identity"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/resource"
@@ -153,4 +154,86 @@ func TestAnEastWestGatewaysEndpointChangeIsAnEndpointPush(t *testing.T) {
 	if after := testutil.ToFloat64(h.srv.metrics.pushTriggers.WithLabelValues("endpoint")); after <= before {
 		t.Errorf("endpoint push triggers %v → %v: not an endpoint push", before, after)
 	}
+}
+
+// TestAProxyWithoutNodeNetworkIsOnItsPodsNetwork: a sidecar whose node
+// metadata names no NETWORK is on its registry pod's network (the pod's
+// label, else its cluster's: the system namespace's label or
+// meshNetworks' fromRegistry, which the registry has put in the pod's
+// model), so it reaches its network's endpoint directly and the other
+// network's through that network's gateway. Without a pod in the
+// registry it is of no known network and goes through both gateways.
+func TestAProxyWithoutNodeNetworkIsOnItsPodsNetwork(t *testing.T) {
+	world := func(pods []*model.Pod) *model.Snapshot {
+		mtls := func(net string) map[string]string {
+			return map[string]string{model.TLSModeLabel: "istio", model.NetworkLabel: net}
+		}
+		echo := &model.Service{Meta: model.Meta{Name: "echo", Namespace: "app"}, Addresses: []string{"10.96.0.10"},
+			Ports: []model.Port{{Name: "http", Port: 80, TargetPort: 8080}},
+			Endpoints: map[uint32][]model.Endpoint{80: {
+				{Address: "10.10.0.5", Port: 8080, Namespace: "app", ServiceAccount: "echo", Network: "net-a", Cluster: "a", Labels: mtls("net-a")},
+				{Address: "10.20.0.1", Port: 8080, Namespace: "app", ServiceAccount: "echo", Network: "net-b", Cluster: "b", Labels: mtls("net-b")},
+			}}}
+		gateway := func(name, cluster, net, ip string) *model.Service {
+			return &model.Service{Meta: model.Meta{Name: name, Namespace: "istio-system"}, Ports: []model.Port{{Name: "tls", Port: 15443}},
+				Exposures: []model.Exposure{{Cluster: cluster, Network: net, Addresses: []string{ip}, Ports: []uint32{15443}}}}
+		}
+		return model.Build("v1", model.Options{}, model.Resources{Pods: pods, Services: []*model.Service{echo,
+			gateway("eastwest-a", "a", "net-a", "198.51.100.1"), gateway("eastwest-b", "b", "net-b", "198.51.100.7")}})
+	}
+	client := &model.Pod{Meta: model.Meta{Name: "client-1", Namespace: "app"}, ServiceAccount: "client",
+		Labels: map[string]string{"app": "client"}, IPs: []string{"10.10.0.9"}, Network: "net-a"}
+	cases := map[string]struct {
+		pods []*model.Pod
+		want []string
+	}{
+		"its pod's network, which its labels do not name": {[]*model.Pod{client}, []string{"10.10.0.5:8080", "198.51.100.7:15443"}},
+		"no pod in the registry: no known network":        {[]*model.Pod{}, []string{"198.51.100.1:15443", "198.51.100.7:15443"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, world(tc.pods), nil)
+			st := h.stream(clientID)
+			node := envoyNode("app", "client", "10.10.0.9")
+			if _, ok := node.Metadata.Fields["NETWORK"]; ok {
+				t.Fatal("the node names a network")
+			}
+			const name = "outbound|80||echo.app.svc.cluster.local"
+			if err := st.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: resource.EndpointType, ResourceNames: []string{name}}); err != nil {
+				t.Fatal(err)
+			}
+			if got := loadAddresses(t, recv(t, st)); !slices.Equal(got, tc.want) {
+				t.Fatalf("endpoints %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestANodePortGatewayIsReported: a meshNetworks registryServiceName
+// gateway whose Service is a NodePort gateway (Istio's
+// traffic.istio.io/nodeSelector) none of whose selected nodes has an
+// external IP is not used: WARN network gateway not used names the
+// Service, and
+// bulwark_policy_fail_closed{kind="Network",reason="gateway_left_out"}
+// counts it.
+func TestANodePortGatewayIsReported(t *testing.T) {
+	nets, err := model.ParseMeshNetworks([]byte(`networks:
+  net-n: {endpoints: [{fromRegistry: cluster-n}], gateways: [{registryServiceName: eastwest.istio-system.svc.cluster.local, port: 15443}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := &model.Service{Meta: model.Meta{Name: "eastwest", Namespace: "istio-system"}, Addresses: []string{"10.96.9.9"},
+		Ports:     []model.Port{{Name: "tls", Port: 15443}},
+		Exposures: []model.Exposure{{Cluster: "cluster-n", Ports: []uint32{15443}, NodePort: true, NodePorts: []uint32{31443}}}}
+	rec, log := logtest.New(t)
+	h := newHarness(t, model.Build("v1", model.Options{}, model.Resources{Services: []*model.Service{gw}}), func(c *Config) {
+		c.Logger, c.MeshNetworks = log, nets
+	})
+	waitFor(t, "the NodePort gateway counted", func() bool {
+		return testutil.ToFloat64(h.srv.metrics.failClosed.WithLabelValues("Network", "gateway_left_out")) == 1
+	})
+	waitFor(t, "the NodePort gateway logged", func() bool {
+		return rec.Count("network gateway not used", "istio-system/eastwest", "no node it selects has an external IP") == 1
+	})
 }

@@ -40,7 +40,7 @@ var (
 // remote cluster's proxy is served once that cluster's pods are in the
 // model.
 func (s *Server) bindCluster(w *identity.Workload, node *core.Node, meta *identity.NodeMeta, caller *authn.Caller) error {
-	authenticated, err := identity.BindCluster(s.cfg.ClusterID, meta, caller)
+	authenticated, err := identity.BindCluster(s.cfg.ClusterID, s.cfg.ClusterAliases, meta, caller)
 	if err != nil {
 		s.log.Warn("proxy rejected", "node", node.GetId(), "claimed_cluster", meta.ClusterID,
 			"authenticated_cluster", authenticated, "err", err)

@@ -13,6 +13,7 @@ import (
 	grpcstatus "google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"github.com/bulwark-mesh/bulwark/pkg/authn"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/model/modeltest"
 	"github.com/bulwark-mesh/bulwark/pkg/xds/grpcgen"
@@ -135,6 +136,61 @@ func TestARemoteClustersProxyIsItsClustersPod(t *testing.T) {
 			}
 			if sp.Cluster != tc.secretsCluster {
 				t.Errorf("secrets of cluster %q, want %q", sp.Cluster, tc.secretsCluster)
+			}
+		})
+	}
+}
+
+// TestAClusterAliasInNodeMetadataIsTheAliasedCluster: node metadata
+// CLUSTER_ID naming an alias (Istio's --clusterAliases) names the cluster
+// it stands for, and binds the proxy only when that is the cluster that
+// authenticated it.
+func TestAClusterAliasInNodeMetadataIsTheAliasedCluster(t *testing.T) {
+	const local = "cluster-a"
+	snap := withPods(modeltest.Load(t, baseManifests), []*model.Pod{pod("app-1", "client", "local-client", "10.0.0.1")},
+		map[string][]*model.Pod{"cluster-b": {pod("app-1", "client", "remote-client", "10.1.0.1")}})
+	tests := map[string]struct {
+		authenticatedBy, claimed string
+		code                     codes.Code
+		app                      string // of the workload served
+	}{
+		"a token of cluster-b claiming its alias is cluster-b's pod": {
+			authenticatedBy: "cluster-b", claimed: "old-b", app: "remote-client"},
+		"a local token claiming the local cluster's alias is the local pod": {
+			authenticatedBy: local, claimed: "old-a", app: "local-client"},
+		"a client certificate claiming the local cluster's alias is the local pod": {
+			claimed: "old-a", app: "local-client"},
+		"a local token claiming cluster-b's alias is refused": {
+			authenticatedBy: local, claimed: "old-b", code: codes.PermissionDenied},
+		"a token of cluster-b claiming the local cluster's alias is refused": {
+			authenticatedBy: "cluster-b", claimed: "old-a", code: codes.PermissionDenied},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, snap, func(c *Config) {
+				c.Authenticator, c.ClusterID = clusterAuth{}, local
+				c.ClusterAliases = authn.ClusterAliases{"old-a": local, "old-b": "cluster-b"}
+			})
+			node := testNode("app", "client", nil)
+			node.Id = "sidecar~10.9.9.9~app-1.app~app.svc.cluster.local"
+			node.Metadata.Fields["CLUSTER_ID"] = structpb.NewStringValue(tc.claimed)
+			st := h.clusterStream(clientID, tc.authenticatedBy)
+			if err := st.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: grpcgen.ListenerType, ResourceNames: []string{echoListener}}); err != nil {
+				t.Fatal(err)
+			}
+			_, err := st.Recv()
+			if got := grpcstatus.Code(err); got != tc.code {
+				t.Fatalf("got %v (%v), want %v", got, err, tc.code)
+			}
+			if tc.code != codes.OK {
+				return
+			}
+			p := h.connected()
+			p.mu.Lock()
+			labels := p.wl.LabelsIn(h.srv.state.Load().snap)
+			p.mu.Unlock()
+			if labels["app"] != tc.app {
+				t.Errorf("workload labels %v, want app %s", labels, tc.app)
 			}
 		})
 	}

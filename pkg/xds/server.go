@@ -101,10 +101,14 @@ type Config struct {
 	// belongs to the cluster that authenticated it, and its workload is
 	// looked up there alone; its node metadata CLUSTER_ID, when set, must
 	// name that same cluster (proxycluster.go).
-	ClusterID  string
-	Registerer prometheus.Registerer
-	Logger     *slog.Logger
-	Clock      func() time.Time
+	ClusterID string
+	// ClusterAliases are old cluster IDs standing for current ones
+	// (Istio's --clusterAliases): node metadata CLUSTER_ID naming an
+	// alias names the cluster it stands for. Read only.
+	ClusterAliases authn.ClusterAliases
+	Registerer     prometheus.Registerer
+	Logger         *slog.Logger
+	Clock          func() time.Time
 	// DebounceQuiet is how long the model must stay unchanged before a
 	// push; DebounceMax bounds how long a push waits for quiet. A change
 	// of endpoints or authorization alone that comes after at least

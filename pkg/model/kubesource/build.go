@@ -3,6 +3,7 @@ package kubesource
 import (
 	"cmp"
 	"crypto/sha256"
+	"encoding/json"
 	"maps"
 	"net/netip"
 	"slices"
@@ -103,7 +104,7 @@ func (r *reuse) serviceSource(l listers, pods *podLookup, opts model.Options) ki
 func makeService(k *corev1.Service, slices []*discoveryv1.EndpointSlice, pods *podLookup, opts model.Options) *serviceEntry {
 	svc := convertService(k)
 	svc.Hostname = opts.Hostname(k.Namespace, k.Name)
-	svc.Exposures = exposuresOf(k, pods.r.topo.cluster)
+	svc.Exposures = exposuresOf(k, pods.r.topo.cluster, func() []*corev1.Node { return list(pods.l.nodes.List) })
 	pods.rec = &lookups{}
 	svc.Endpoints = endpointsOf(svc, slices, pods)
 	e := &serviceEntry{svc: svc, pods: pods.rec.pods, addrs: pods.rec.addrs}
@@ -249,9 +250,21 @@ func convertService(k *corev1.Service) *model.Service {
 // its topology.istio.io/network and networking.istio.io/gatewayPort
 // labels, the ingress addresses of its load balancer (IPs, else
 // hostnames, as Istio reads them) and its externalIPs, and its ports;
-// nil for a Service with neither a network label nor an address.
-func exposuresOf(k *corev1.Service, cluster string) []model.Exposure {
+// nil for a Service with neither a network label nor an address, nor a
+// NodePort gateway. A NodePort gateway (type NodePort with Istio's
+// traffic.istio.io/nodeSelector annotation) is, as in Istio, at its
+// externalIPs, else at the external IP of each of nodes whose labels
+// include the annotation's (a JSON map; empty: every node), and its
+// ports have their node ports.
+func exposuresOf(k *corev1.Service, cluster string, nodes func() []*corev1.Node) []model.Exposure {
 	e := model.Exposure{Cluster: cluster, Network: k.Labels[model.NetworkLabel], GatewayPort: k.Labels[model.GatewayPortLabel]}
+	selector, isNodePort := k.Annotations[model.NodeSelectorAnnotation]
+	if isNodePort && k.Spec.Type == corev1.ServiceTypeNodePort {
+		e.NodePort = true
+		if len(k.Spec.ExternalIPs) == 0 {
+			e.Addresses, e.NodeSelectorInvalid = nodeAddresses(selector, nodes())
+		}
+	}
 	if k.Spec.Type == corev1.ServiceTypeLoadBalancer {
 		for _, in := range k.Status.LoadBalancer.Ingress {
 			if a := cmp.Or(in.IP, in.Hostname); a != "" && len(e.Addresses) < maxExposedAddresses {
@@ -264,16 +277,59 @@ func exposuresOf(k *corev1.Service, cluster string) []model.Exposure {
 			e.Addresses = append(e.Addresses, a)
 		}
 	}
-	if e.Network == "" && len(e.Addresses) == 0 {
+	if e.Network == "" && len(e.Addresses) == 0 && !e.NodePort {
 		return nil
 	}
 	for _, p := range k.Spec.Ports {
 		if validPort(p.Port) {
 			e.Ports = append(e.Ports, uint32(p.Port))
+			if e.NodePort {
+				e.NodePorts = append(e.NodePorts, uint32(max(p.NodePort, 0)))
+			}
 		}
 	}
 	return []model.Exposure{e}
 }
+
+// nodeAddresses are the external IPs, sorted, of the nodes whose labels
+// include those of selector, a NodePort gateway's node selector: a JSON
+// map of labels, every node when empty, as Istio reads it. invalid: the
+// selector is not such a map (Istio then picks every node; here none).
+func nodeAddresses(selector string, nodes []*corev1.Node) (addrs []string, invalid bool) {
+	var want map[string]string
+	if selector != "" {
+		if len(selector) > maxNodeSelector || json.Unmarshal([]byte(selector), &want) != nil {
+			return nil, true
+		}
+	}
+	for _, n := range nodes {
+		ip := externalIP(n)
+		if ip == "" || !selects(want, n.Labels) {
+			continue
+		}
+		addrs = append(addrs, ip)
+	}
+	slices.Sort(addrs)
+	addrs = slices.Compact(addrs)
+	if len(addrs) > maxExposedAddresses {
+		addrs = addrs[:maxExposedAddresses]
+	}
+	return addrs, false
+}
+
+// selects reports whether labels include every label of want.
+func selects(want, labels map[string]string) bool {
+	for k, v := range want {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// maxNodeSelector bounds the node selector annotation read (annotations
+// are at most 256 KiB together).
+const maxNodeSelector = 16 << 10
 
 // maxExposedAddresses bounds the ingress addresses read of one Service.
 const maxExposedAddresses = 64

@@ -35,3 +35,21 @@ func TestServiceExportToIsRead(t *testing.T) {
 		t.Errorf("a Service without exportTo: annotations %v", out.(*corev1.Service).Annotations)
 	}
 }
+
+// A Service keeps Istio's node selector through the informer's transform,
+// which makes a NodePort Service a NodePort gateway.
+func TestServiceNodeSelectorIsKept(t *testing.T) {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "gw", Namespace: "istio-system",
+		Annotations: map[string]string{model.NodeSelectorAnnotation: `{"gw": "yes"}`, "big": "value"}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{{Port: 15443, NodePort: 31443}}}}
+	out, err := transform(svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{model.NodeSelectorAnnotation: `{"gw": "yes"}`}; !maps.Equal(out.(*corev1.Service).Annotations, want) {
+		t.Errorf("annotations %v, want %v", out.(*corev1.Service).Annotations, want)
+	}
+	if e := exposuresOf(out.(*corev1.Service), "c", testNodes); len(e) != 1 || !e[0].NodePort {
+		t.Errorf("exposures %+v, want a NodePort gateway's", e)
+	}
+}

@@ -30,6 +30,10 @@ func serviceDigest(s *model.Service) [sha256.Size]byte {
 	h.count(len(s.Exposures))
 	for _, e := range s.Exposures {
 		h.str(e.Cluster, e.Network, e.GatewayPort)
+		h.count(boolCount(e.NodePort), boolCount(e.NodeSelectorInvalid), len(e.NodePorts))
+		for _, p := range e.NodePorts {
+			h.count(int(p))
+		}
 		h.count(len(e.Addresses))
 		h.str(e.Addresses...)
 		h.count(len(e.Ports))
@@ -118,4 +122,12 @@ func (h *hasher) labels(m map[string]string) {
 func (h *hasher) sum() (d [sha256.Size]byte) {
 	h.h.Sum(d[:0])
 	return d
+}
+
+// boolCount is b as a count: 1 or 0.
+func boolCount(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

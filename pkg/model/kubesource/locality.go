@@ -128,23 +128,40 @@ type nodeLoc struct {
 }
 
 // trimNode is the part of node the model reads: its name and the labels
-// that place its pods. A cluster may have thousands of nodes, each large.
+// that place its pods; for a node with an external IP, which a NodePort
+// gateway's node selector may pick (Istio uses no other node), that IP
+// and all its labels. A cluster may have thousands of nodes, each large.
 func trimNode(node *corev1.Node) *corev1.Node {
-	var kept map[string]string
+	out := &corev1.Node{TypeMeta: node.TypeMeta, ObjectMeta: metav1.ObjectMeta{Name: node.Name, ResourceVersion: node.ResourceVersion}}
+	if ip := externalIP(node); ip != "" {
+		out.Labels = maps.Clone(node.Labels)
+		out.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeExternalIP, Address: ip}}
+		return out
+	}
 	for _, k := range nodeLabels {
 		if v, ok := node.Labels[k]; ok {
-			if kept == nil {
-				kept = make(map[string]string, len(nodeLabels))
+			if out.Labels == nil {
+				out.Labels = make(map[string]string, len(nodeLabels))
 			}
-			kept[k] = v
+			out.Labels[k] = v
 		}
 	}
-	return &corev1.Node{
-		TypeMeta:   node.TypeMeta,
-		ObjectMeta: metav1.ObjectMeta{Name: node.Name, ResourceVersion: node.ResourceVersion, Labels: kept},
+	return out
+}
+
+// externalIP is the node's first external IP, as Istio reads it; "" for
+// none.
+func externalIP(node *corev1.Node) string {
+	for _, a := range node.Status.Addresses {
+		if a.Type == corev1.NodeExternalIP && a.Address != "" {
+			return a.Address
+		}
 	}
+	return ""
 }
 
 // sameNode reports whether two trimmed versions of a node are the same to
 // the model: a kubelet updates its node's status every few seconds.
-func sameNode(a, b *corev1.Node) bool { return maps.Equal(a.Labels, b.Labels) }
+func sameNode(a, b *corev1.Node) bool {
+	return maps.Equal(a.Labels, b.Labels) && externalIP(a) == externalIP(b)
+}

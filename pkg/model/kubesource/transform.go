@@ -14,7 +14,7 @@ import (
 // transform trims an object before the informer caches it. A pod or a node
 // keeps only what the model reads (a cluster has many, each large);
 // EndpointSlices lose their annotations and Services all but their
-// exportTo, which the model reads; every object loses its managed fields.
+// exportTo and node selector (a NodePort gateway's), which the model reads; every object loses its managed fields.
 // It is idempotent, as informers require.
 // Tombstones and objects without metadata pass unchanged.
 func transform(obj any) (any, error) {
@@ -26,8 +26,13 @@ func transform(obj any) (any, error) {
 	case *corev1.Service:
 		o.SetManagedFields(nil)
 		var keep map[string]string
-		if e, ok := o.Annotations[model.ExportToAnnotation]; ok {
-			keep = map[string]string{model.ExportToAnnotation: e}
+		for _, k := range [...]string{model.ExportToAnnotation, model.NodeSelectorAnnotation} {
+			if v, ok := o.Annotations[k]; ok {
+				if keep == nil {
+					keep = map[string]string{}
+				}
+				keep[k] = v
+			}
 		}
 		o.SetAnnotations(keep)
 		return obj, nil

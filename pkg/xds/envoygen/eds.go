@@ -261,8 +261,9 @@ func addWeight(a, b uint32) uint32 {
 }
 
 // network is the proxy's network: its node metadata NETWORK, else its
-// workload's topology.istio.io/network label (the injector sets both to
-// the network it injects for); empty when unknown.
+// workload's topology.istio.io/network label, which carries its registry
+// pod's network (the pod's label, else its cluster's); empty when unknown.
+// Istio's endpoint builder reads NETWORK alone.
 func (b *builder) network() string { return cmp.Or(b.p.Network, b.p.Labels[model.NetworkLabel]) }
 
 // Field numbers of envoy.config.endpoint.v3.ClusterLoadAssignment and of

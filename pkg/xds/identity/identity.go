@@ -44,14 +44,15 @@ var ErrClusterNotInModel = errors.New("the authenticating cluster's pods are not
 // of caller (a token's reviewing cluster; own, istiod's cluster, for a
 // client certificate, an OIDC token, or the plaintext port, where caller
 // is nil). Node metadata CLUSTER_ID, when set, must name that cluster
-// (else ErrClusterMismatch). It returns the authenticating cluster either
-// way.
-func BindCluster(own string, meta *NodeMeta, caller *authn.Caller) (authenticated string, err error) {
+// (else ErrClusterMismatch): itself, or an alias of it (aliases, Istio's
+// --clusterAliases, which Istio also applies to CLUSTER_ID), and no other
+// cluster. It returns the authenticating cluster either way.
+func BindCluster(own string, aliases authn.ClusterAliases, meta *NodeMeta, caller *authn.Caller) (authenticated string, err error) {
 	authenticated = own
 	if caller != nil && caller.ClusterID != "" {
 		authenticated = caller.ClusterID
 	}
-	if meta.ClusterID != "" && meta.ClusterID != authenticated {
+	if meta.ClusterID != "" && aliases.Resolve(meta.ClusterID) != authenticated {
 		return authenticated, ErrClusterMismatch
 	}
 	return authenticated, nil

@@ -21,18 +21,25 @@ func TestBindCluster(t *testing.T) {
 		want    string
 		err     error
 	}{
-		"a plaintext proxy claiming nothing is istiod's cluster's":   {want: own},
-		"a plaintext proxy claiming istiod's cluster is bound to it": {claimed: own, want: own},
-		"a plaintext proxy claiming another cluster is refused":      {claimed: "remote", want: own, err: ErrClusterMismatch},
-		"a certificate caller is istiod's cluster's":                 {caller: &authn.Caller{}, want: own},
-		"a token reviewed by istiod's cluster is bound to it":        {caller: &authn.Caller{ClusterID: own}, claimed: own, want: own},
-		"a token reviewed by a remote cluster is bound to it":        {caller: &authn.Caller{ClusterID: "remote"}, want: "remote"},
-		"a remote token claiming that remote cluster is bound to it": {caller: &authn.Caller{ClusterID: "remote"}, claimed: "remote", want: "remote"},
-		"a remote token claiming istiod's cluster is a mismatch":     {caller: &authn.Caller{ClusterID: "remote"}, claimed: own, want: "remote", err: ErrClusterMismatch},
-		"a local token claiming a remote cluster is a mismatch":      {caller: &authn.Caller{ClusterID: own}, claimed: "remote", want: own, err: ErrClusterMismatch},
+		"a plaintext proxy claiming nothing is istiod's cluster's":               {want: own},
+		"a plaintext proxy claiming istiod's cluster is bound to it":             {claimed: own, want: own},
+		"a plaintext proxy claiming another cluster is refused":                  {claimed: "remote", want: own, err: ErrClusterMismatch},
+		"a certificate caller is istiod's cluster's":                             {caller: &authn.Caller{}, want: own},
+		"a token reviewed by istiod's cluster is bound to it":                    {caller: &authn.Caller{ClusterID: own}, claimed: own, want: own},
+		"a token reviewed by a remote cluster is bound to it":                    {caller: &authn.Caller{ClusterID: "remote"}, want: "remote"},
+		"a remote token claiming that remote cluster is bound to it":             {caller: &authn.Caller{ClusterID: "remote"}, claimed: "remote", want: "remote"},
+		"a remote token claiming istiod's cluster is a mismatch":                 {caller: &authn.Caller{ClusterID: "remote"}, claimed: own, want: "remote", err: ErrClusterMismatch},
+		"a local token claiming a remote cluster is a mismatch":                  {caller: &authn.Caller{ClusterID: own}, claimed: "remote", want: own, err: ErrClusterMismatch},
+		"a local token claiming an alias of istiod's cluster is bound to it":     {caller: &authn.Caller{ClusterID: own}, claimed: "old-primary", want: own},
+		"a plaintext proxy claiming an alias of istiod's cluster is bound to it": {claimed: "old-primary", want: own},
+		"a remote token claiming an alias of its cluster is bound to it":         {caller: &authn.Caller{ClusterID: "remote"}, claimed: "old-remote", want: "remote"},
+		"a remote token claiming an alias of istiod's cluster is a mismatch":     {caller: &authn.Caller{ClusterID: "remote"}, claimed: "old-primary", want: "remote", err: ErrClusterMismatch},
+		"a local token claiming an alias of a remote cluster is a mismatch":      {caller: &authn.Caller{ClusterID: own}, claimed: "old-remote", want: own, err: ErrClusterMismatch},
+		"a remote token claiming an alias's target by the alias only":            {caller: &authn.Caller{ClusterID: "old-remote"}, claimed: "old-remote", want: "old-remote", err: ErrClusterMismatch},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got, err := BindCluster(own, &NodeMeta{ClusterID: tc.claimed}, tc.caller)
+			aliases := authn.ClusterAliases{"old-primary": own, "old-remote": "remote"}
+			got, err := BindCluster(own, aliases, &NodeMeta{ClusterID: tc.claimed}, tc.caller)
 			if got != tc.want || !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
 				t.Errorf("BindCluster = %q, %v; want %q, %v", got, err, tc.want, tc.err)
 			}

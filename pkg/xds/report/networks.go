@@ -9,7 +9,8 @@ import (
 
 // reportNetworks logs, once while it lasts, each network gateway left
 // out (a DNS name not resolved, a gateway Service without an ingress
-// address or without its port, meshNetworks' fromCidr) and each network
+// address or without its port, a NodePort gateway, meshNetworks'
+// fromCidr) and each network
 // whose endpoints other networks' proxies do not get because it has no
 // gateway; both are counted in
 // bulwark_policy_fail_closed{kind="Network"}.
