@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -63,6 +64,26 @@ func (h *harness) clusterStream(id, cluster string) discovery.AggregatedDiscover
 	return st
 }
 
+// connectAs sends node's first request (echo's listener, proxyless) on a
+// stream that cluster authenticated (clusterAuth), and fails the test
+// unless the answer's code is want. It returns the proxy connected, nil
+// when want is not OK.
+func (h *harness) connectAs(node *core.Node, cluster string, want codes.Code) *proxy {
+	h.t.Helper()
+	st := h.clusterStream(clientID, cluster)
+	if err := st.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: grpcgen.ListenerType, ResourceNames: []string{echoListener}}); err != nil {
+		h.t.Fatal(err)
+	}
+	_, err := st.Recv()
+	if got := grpcstatus.Code(err); got != want {
+		h.t.Fatalf("got %v (%v), want %v", got, err, want)
+	}
+	if want != codes.OK {
+		return nil
+	}
+	return h.connected()
+}
+
 // connected is the one proxy connected to h's server.
 func (h *harness) connected() *proxy {
 	h.t.Helper()
@@ -116,18 +137,10 @@ func TestARemoteClustersProxyIsItsClustersPod(t *testing.T) {
 			h := newHarness(t, snap, func(c *Config) { c.Authenticator, c.ClusterID = clusterAuth{}, local })
 			node := testNode("app", "client", claimed)
 			node.Id = "sidecar~10.9.9.9~" + tc.pod + ".app~app.svc.cluster.local"
-			st := h.clusterStream(clientID, tc.authenticatedBy)
-			if err := st.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: grpcgen.ListenerType, ResourceNames: []string{echoListener}}); err != nil {
-				t.Fatal(err)
-			}
-			_, err := st.Recv()
-			if got := grpcstatus.Code(err); got != tc.code {
-				t.Fatalf("got %v (%v), want %v", got, err, tc.code)
-			}
-			if tc.code != codes.OK {
+			p := h.connectAs(node, tc.authenticatedBy, tc.code)
+			if p == nil {
 				return
 			}
-			p := h.connected()
 			p.mu.Lock()
 			labels, sp := p.wl.LabelsIn(h.srv.state.Load().snap), p.sp
 			p.mu.Unlock()
@@ -174,18 +187,10 @@ func TestAClusterAliasInNodeMetadataIsTheAliasedCluster(t *testing.T) {
 			node := testNode("app", "client", nil)
 			node.Id = "sidecar~10.9.9.9~app-1.app~app.svc.cluster.local"
 			node.Metadata.Fields["CLUSTER_ID"] = structpb.NewStringValue(tc.claimed)
-			st := h.clusterStream(clientID, tc.authenticatedBy)
-			if err := st.Send(&discovery.DiscoveryRequest{Node: node, TypeUrl: grpcgen.ListenerType, ResourceNames: []string{echoListener}}); err != nil {
-				t.Fatal(err)
-			}
-			_, err := st.Recv()
-			if got := grpcstatus.Code(err); got != tc.code {
-				t.Fatalf("got %v (%v), want %v", got, err, tc.code)
-			}
-			if tc.code != codes.OK {
+			p := h.connectAs(node, tc.authenticatedBy, tc.code)
+			if p == nil {
 				return
 			}
-			p := h.connected()
 			p.mu.Lock()
 			labels := p.wl.LabelsIn(h.srv.state.Load().snap)
 			p.mu.Unlock()

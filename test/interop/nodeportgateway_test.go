@@ -15,9 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	kubefake "k8s.io/client-go/kubernetes/fake"
 
-	"github.com/bulwark-mesh/bulwark/internal/logtest"
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/model/kubesource"
 )
@@ -57,18 +55,7 @@ func TestNodePortGatewaysMatchIstio(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ourClient := kubefake.NewClientset(copies(objs)...)
-	store := model.NewStore()
-	_, log := logtest.New(t)
-	src, err := kubesource.New(kubesource.Config{Client: ourClient, Publisher: store, Logger: log,
-		ClusterID: clusterID, Network: "net-n", EndpointsOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = src.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	ourClient, store := runOurSource(t, objs, kubesource.Config{ClusterID: clusterID, Network: "net-n", EndpointsOnly: true})
 
 	istioView := func() string {
 		var out []string

@@ -51,18 +51,8 @@ func TestSystemNamespaceNetworkMatchesIstio(t *testing.T) {
 	istio, _ := kubecontroller.NewFakeControllerWithOptions(t, kubecontroller.FakeControllerOptions{Client: istioClient,
 		ClusterID: cluster.ID(clusterID), SystemNamespace: "istio-system", NetworksWatcher: meshwatcher.NewFixedNetworksWatcher(nets)})
 
-	ourClient := kubefake.NewClientset(copies(objs)...)
-	store := model.NewStore()
-	_, log := logtest.New(t)
-	src, err := kubesource.New(kubesource.Config{Client: ourClient, Publisher: store, Logger: log, ClusterID: clusterID,
+	ourClient, store := runOurSource(t, objs, kubesource.Config{ClusterID: clusterID,
 		Network: "net-mesh", SystemNamespace: "istio-system", EndpointsOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = src.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
 
 	// describe is each pod's endpoint network and proxy labels, Istio's
 	// or ours.
@@ -137,6 +127,25 @@ func TestSystemNamespaceNetworkMatchesIstio(t *testing.T) {
 	same("the label removed: meshNetworks'", "net-mesh")
 	relabel("net-ns3")
 	same("labelled again", "net-ns3")
+}
+
+// runOurSource runs a kubesource.Source of cfg, its client, publisher
+// and logger set here, over a fake clientset of copies of objs until the
+// test ends; it returns that clientset and the store it publishes into.
+func runOurSource(t *testing.T, objs []runtime.Object, cfg kubesource.Config) (*kubefake.Clientset, *model.Store) {
+	t.Helper()
+	client, store := kubefake.NewClientset(copies(objs)...), model.NewStore()
+	_, cfg.Logger = logtest.New(t)
+	cfg.Client, cfg.Publisher = client, store
+	src, err := kubesource.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = src.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return client, store
 }
 
 // copies is a deep copy of each object.
