@@ -36,7 +36,8 @@ func newNetworks(log *slog.Logger, reg prometheus.Registerer) (*networks, error)
 			Name: "bulwark_network_endpoints",
 			Help: "Endpoints in the mesh model, by cluster and network (topology.istio.io/network; empty: unknown). " +
 				"With several networks, a proxy receives the endpoints of its own network and of none, and those of " +
-				"another network as that network's gateways; a network without a gateway is left out for it.",
+				"another network as that network's gateways; a network without a gateway is left out for it. " +
+				"A proxyless gRPC client receives its own network's endpoints (and those of none) alone.",
 		}, []string{"cluster", "network"})}
 	if reg != nil {
 		if err := reg.Register(n.gauge); err != nil {
@@ -106,7 +107,8 @@ func (n *networks) observe(svcs []*model.Service) {
 	if len(fresh) > 0 {
 		n.log.Warn("endpoints of several networks: a proxy reaches those of its own network (and of none) directly, "+
 			"the others through their network's gateways (meshNetworks, or a Service labelled topology.istio.io/network); "+
-			"a network without a gateway is left out for the others",
+			"a network without a gateway is left out for the others; proxyless gRPC clients get the endpoints of their own network "+
+			"(and of none) alone, never another network's gateways",
 			"networks", slices.Sorted(maps.Keys(named)), "new", fresh)
 	}
 }

@@ -37,6 +37,9 @@ func TestEndpointsOfSeveralNetworksAreCountedAndSaidToBeLeftOut(t *testing.T) {
 	if n := logs.Count("endpoints of several networks", "net2"); n != 1 {
 		t.Errorf("a second network warned about %d times, want once", n)
 	}
+	if n := logs.Count("endpoints of several networks", "proxyless gRPC clients get the endpoints of their own network"); n != 1 {
+		t.Errorf("the warning says %d times that proxyless gRPC clients get their own network alone, want once", n)
+	}
 	for _, c := range []struct {
 		cluster, network string
 		want             float64
