@@ -79,7 +79,11 @@ func (s *Server) serves(p *proxy, typeURL string, delta bool) bool {
 	if debugClient {
 		return !delta && (typeURL == debug.TypeDebugSyncz || typeURL == debug.TypeDebugConfigDump || typeURL == debug.TypeDebug)
 	}
-	return s.knownType(typeURL)
+	if s.knownType(typeURL) {
+		return true
+	}
+	s.sayUnserved(p, typeURL)
+	return false
 }
 
 // respondDebug answers a debug client's request with one response,

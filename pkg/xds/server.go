@@ -187,10 +187,12 @@ type Server struct {
 	log     *slog.Logger
 	gen     *grpcgen.Generator
 	metrics *metrics
-	limiter *rate.Limiter
-	ads     ads
-	stop    context.CancelFunc
-	done    <-chan struct{} // closed by stop
+	// unserved logs and counts requests of types not served.
+	unserved *unserved
+	limiter  *rate.Limiter
+	ads      ads
+	stop     context.CancelFunc
+	done     <-chan struct{} // closed by stop
 
 	deltaStreams atomic.Int64 // incremental streams opened
 	names        nameSets     // the name sets they subscribe to
@@ -235,11 +237,15 @@ func New(cfg Config) (*Server, error) {
 		log:         cfg.Logger,
 		gen:         &grpcgen.Generator{TrustDomain: cfg.TrustDomain},
 		metrics:     newMetrics(cfg.Registerer),
+		unserved:    newUnserved(cfg.Clock),
 		limiter:     rate.NewLimiter(cfg.StreamRate, cfg.StreamBurst),
 		warmingHold: defaultWarmingHold,
 		secretQueue: secretQueue{wake: make(chan struct{}, 1)},
 		streams:     make(map[int64]*proxy),
 		byNode:      make(map[*core.Node]*proxy),
+	}
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(s.unserved.counter)
 	}
 	s.reporter = report.New(report.Config{
 		TrustDomain: cfg.TrustDomain, SystemNamespace: cfg.SystemNamespace, JWKSRule: s.jwksRule(),
