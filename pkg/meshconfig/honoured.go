@@ -2,6 +2,7 @@ package meshconfig
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -32,9 +33,13 @@ var honoured = map[string]bool{
 	"accessLogFormat":                true,
 }
 
+// dnsCapture is the proxy metadata that turns pilot-agent's DNS proxy on.
+const dnsCapture = "ISTIO_META_DNS_CAPTURE"
+
 // NotHonoured names the fields mc sets that istiod does not act on (for
 // example ingressClass, localityLbSetting, enableTracing,
-// defaultProviders.tracing), sorted. A field left at its zero value is not
+// defaultProviders.tracing, defaultConfig.proxyMetadata's
+// ISTIO_META_DNS_CAPTURE), sorted. A field left at its zero value is not
 // named: it asks for nothing.
 func NotHonoured(mc *meshv1alpha1.MeshConfig) []string {
 	var names []string
@@ -46,6 +51,11 @@ func NotHonoured(mc *meshv1alpha1.MeshConfig) []string {
 	})
 	if len(mc.GetDefaultProviders().GetTracing()) > 0 {
 		names = append(names, "defaultProviders.tracing")
+	}
+	if strings.EqualFold(mc.GetDefaultConfig().GetProxyMetadata()[dnsCapture], "true") {
+		// pilot-agent reads it and asks for the DNS name table, which
+		// istiod does not serve.
+		names = append(names, "defaultConfig.proxyMetadata."+dnsCapture)
 	}
 	slices.Sort(names)
 	return names

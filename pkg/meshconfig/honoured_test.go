@@ -22,6 +22,9 @@ func TestNotHonouredNamesTheFieldsIstiodIgnores(t *testing.T) {
 			[]string{"ingressClass", "ingressControllerMode", "ingressService"}},
 		{"locality and tracing", "localityLbSetting: {enabled: true}\nenableTracing: true\n", []string{"enableTracing", "localityLbSetting"}},
 		{"a field at its zero value asks for nothing", "enableTracing: false\ningressClass: \"\"\n", nil},
+		{"DNS proxying asked of every proxy", "defaultConfig: {proxyMetadata: {ISTIO_META_DNS_CAPTURE: \"true\", ISTIO_META_DNS_AUTO_ALLOCATE: \"true\"}}\n",
+			[]string{"defaultConfig.proxyMetadata.ISTIO_META_DNS_CAPTURE"}},
+		{"DNS proxying off", "defaultConfig: {proxyMetadata: {ISTIO_META_DNS_CAPTURE: \"false\"}}\n", nil},
 		{"tracing among the default providers", "defaultProviders: {metrics: [prometheus], tracing: [zipkin]}\n", []string{"defaultProviders.tracing"}},
 		{"every honoured field", "outboundTrafficPolicy: {mode: REGISTRY_ONLY}\nenableAutoMtls: false\nh2UpgradePolicy: UPGRADE\ntrustDomainAliases: [old.td]\n" +
 			"defaultServiceExportTo: [.]\ndefaultDestinationRuleExportTo: [.]\ndefaultVirtualServiceExportTo: [.]\ndefaultHttpRetryPolicy: {attempts: 1}\n" +
