@@ -217,6 +217,13 @@ type sidecarStream struct {
 // cluster and node metadata CLUSTER_ID cluster.
 func dialSidecar(t *testing.T, ca caTarget, token, cluster string, pod *corev1.Pod) *sidecarStream {
 	t.Helper()
+	return dialProxy(t, ca, "sidecar", token, cluster, pod)
+}
+
+// dialProxy is dialSidecar for a proxy of node type typ ("sidecar", or
+// "router" for pilot-agent in router mode, a gateway).
+func dialProxy(t *testing.T, ca caTarget, typ, token, cluster string, pod *corev1.Pod) *sidecarStream {
+	t.Helper()
 	pem, err := os.ReadFile(ca.root)
 	if err != nil {
 		t.Fatal(err)
@@ -242,7 +249,7 @@ func dialSidecar(t *testing.T, ca caTarget, token, cluster string, pod *corev1.P
 	if err != nil {
 		t.Fatal(err)
 	}
-	node := &corev3.Node{Id: "sidecar~" + pod.Status.PodIP + "~" + pod.Name + "." + pod.Namespace + "~" + pod.Namespace + ".svc.cluster.local", Metadata: md}
+	node := &corev3.Node{Id: typ + "~" + pod.Status.PodIP + "~" + pod.Name + "." + pod.Namespace + "~" + pod.Namespace + ".svc.cluster.local", Metadata: md}
 	return &sidecarStream{st: st, node: node, received: map[string]int{}}
 }
 

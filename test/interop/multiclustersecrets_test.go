@@ -6,13 +6,17 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"testing"
 	"time"
 
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	networkingapi "istio.io/api/networking/v1"
+	istionetworkingv1 "istio.io/client-go/pkg/apis/networking/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,16 +39,45 @@ import (
 //   - B's Secret rotated: the new bytes are pushed on the open stream;
 //   - B's remote secret deleted: nothing more is served to it.
 func TestRemoteClustersProxyGetsItsClustersCredentialSecrets(t *testing.T) {
-	c := startTwoClusters(t, nil, func(b *testenv.Env) {
+	remoteClustersCredentialSecrets(t, "sidecar")
+}
+
+// TestRemoteClustersRouterGetsItsClustersCredentialSecrets is
+// TestRemoteClustersProxyGetsItsClustersCredentialSecrets for an ingress
+// gateway pod of B (pilot-agent in router mode): a Gateway of A, the
+// config cluster, selecting it names the three Secrets as the
+// credentialName of three HTTPS servers, and the router asks for the
+// names its listeners carry (kubernetes://<name>). A router's Secrets are
+// checked as a sidecar's (its namespace, a SubjectAccessReview in its
+// cluster), so the same holds.
+func TestRemoteClustersRouterGetsItsClustersCredentialSecrets(t *testing.T) {
+	remoteClustersCredentialSecrets(t, "router")
+}
+
+// remoteClustersCredentialSecrets runs the remote credentialName case for
+// a proxy of node type typ, "sidecar" or "router".
+func remoteClustersCredentialSecrets(t *testing.T, typ string) {
+	var crds []string // Istio's Gateway CRD in A, the config cluster, for a router
+	if typ == "router" {
+		routing, err := istioRoutingCRDs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		crds = append(crds, routing)
+	}
+	c := startTwoClusters(t, crds, func(b *testenv.Env) {
 		grantReaderSecrets(t, b, "istio-system", "istio-reader-service-account")
 	})
 	envA, envB, istiodNS, ns, p, ca, remote := c.a, c.b, c.istiodNS, c.ns, c.istiod, c.ca, c.remote
 	ctx := context.Background()
 
-	podB := createRunningPod(ctx, t, envB, workload{Name: "gw-1", Namespace: ns, ServiceAccount: "gw", IP: "10.20.0.19",
-		Labels: map[string]string{"app": "gw"}})
-	podA := createRunningPod(ctx, t, envA, workload{Name: "gw-1", Namespace: ns, ServiceAccount: "gw", IP: "10.10.0.19",
-		Labels: map[string]string{"app": "gw"}})
+	labels := map[string]string{"app": "gw"}
+	if typ == "router" {
+		labels = map[string]string{"app": "gw", "istio": "ingressgateway"}
+		gatewayNamingCredentials(t, envA, ns, map[uint32]string{443: "creds", 8443: "only-a", 9443: "not-gws"})
+	}
+	podB := createRunningPod(ctx, t, envB, workload{Name: "gw-1", Namespace: ns, ServiceAccount: "gw", IP: "10.20.0.19", Labels: labels})
+	podA := createRunningPod(ctx, t, envA, workload{Name: "gw-1", Namespace: ns, ServiceAccount: "gw", IP: "10.10.0.19", Labels: labels})
 	tokenB := envB.ServiceAccountToken(t, ns, "gw", []string{"istio-ca"}, podB)
 	tokenA := envA.ServiceAccountToken(t, ns, "gw", []string{"istio-ca"}, podA)
 	// creds in both clusters, each readable by gw there; only-a in A,
@@ -72,11 +105,21 @@ func TestRemoteClustersProxyGetsItsClustersCredentialSecrets(t *testing.T) {
 		t.Fatal("the two clusters' creds are the same certificate")
 	}
 	const creds, onlyA, notGW = "kubernetes://creds", "kubernetes://only-a", "kubernetes://not-gws"
-	// connect opens the sidecar's stream and waits for its first clusters
-	// (the pod is in the model).
+	all := []string{creds, notGW, onlyA}
+	// connect opens the proxy's stream and waits for its first clusters
+	// (the pod is in the model) or, for a router, for listeners naming
+	// the three Secrets, the names it then asks for.
 	connect := func(token, cluster string, pod *corev1.Pod) *sidecarStream {
-		s := dialSidecar(t, ca, token, cluster, pod)
-		s.await(t, typeCluster, nil, "clusters", func(*discoveryv3.DiscoveryResponse) bool { return true })
+		s := dialProxy(t, ca, typ, token, cluster, pod)
+		if typ != "router" {
+			s.await(t, typeCluster, nil, "clusters", func(*discoveryv3.DiscoveryResponse) bool { return true })
+			return s
+		}
+		var names []string
+		s.await(t, typeListener, nil, fmt.Sprintf("listeners naming %v", all), func(res *discoveryv3.DiscoveryResponse) bool {
+			names = listenerSecretNames(t, res)
+			return slices.Equal(names, all)
+		}, func() string { return fmt.Sprint(names) })
 		return s
 	}
 	var last map[string][]byte
@@ -94,7 +137,7 @@ func TestRemoteClustersProxyGetsItsClustersCredentialSecrets(t *testing.T) {
 	sb := connect(tokenB, clusterB, podB)
 	unauthorized := metricValue(t, p.MonitoringAddr, `bulwark_sds_refused_total{reason="unauthorized"}`)
 	start := time.Now()
-	sb.await(t, typeSecret, []string{creds, onlyA, notGW}, "B's creds alone", served(map[string][]byte{creds: credsB}), describe)
+	sb.await(t, typeSecret, all, "B's creds alone", served(map[string][]byte{creds: credsB}), describe)
 	t.Logf("B's creds served %v after the request (B's namespace watched from then)", time.Since(start).Round(time.Millisecond))
 	eventuallyTrue(t, 10*time.Second, "not-gws refused as unauthorized", func() bool {
 		return metricValue(t, p.MonitoringAddr, `bulwark_sds_refused_total{reason="unauthorized"}`) > unauthorized
@@ -111,7 +154,7 @@ func TestRemoteClustersProxyGetsItsClustersCredentialSecrets(t *testing.T) {
 		if _, err := envB.Client(t).CoreV1().Secrets(ns).Update(ctx, sec, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if err := sb.pushed(typeSecret, []string{creds, onlyA, notGW}, served(map[string][]byte{creds: next.CertPEM})); err != nil {
+		if err := sb.pushed(typeSecret, all, served(map[string][]byte{creds: next.CertPEM})); err != nil {
 			t.Fatalf("the rotated creds: %v; last: %s", err, describe())
 		}
 		t.Logf("rotated creds pushed %v after the update was sent", time.Since(start).Round(100*time.Microsecond))
@@ -122,12 +165,12 @@ func TestRemoteClustersProxyGetsItsClustersCredentialSecrets(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Either an answer without the Secret or the stream's end.
-		err := sb.pushed(typeSecret, []string{creds, onlyA, notGW}, served(map[string][]byte{}))
+		err := sb.pushed(typeSecret, all, served(map[string][]byte{}))
 		if err != nil && status.Code(err) == codes.DeadlineExceeded {
 			t.Fatalf("B's Secret still served: %s", describe())
 		}
 		t.Logf("B's creds withdrawn %v after its remote secret's deletion was sent (stream: %v)", time.Since(start).Round(100*time.Microsecond), err)
-		s := dialSidecar(t, ca, tokenB, clusterB, podB)
+		s := dialProxy(t, ca, typ, tokenB, clusterB, podB)
 		if err := s.st.Send(&discoveryv3.DiscoveryRequest{Node: s.node, TypeUrl: typeSecret, ResourceNames: []string{creds}}); err != nil {
 			t.Fatal(err)
 		}
@@ -135,9 +178,51 @@ func TestRemoteClustersProxyGetsItsClustersCredentialSecrets(t *testing.T) {
 			t.Fatalf("a new stream of B got %v after its cluster was withdrawn", secretNames(certsOf(t, res)))
 		}
 	})
-	// A's sidecar still gets A's Secret.
+	// A's proxy still gets A's Secret.
 	sa = connect(tokenA, clusterA, podA)
 	sa.await(t, typeSecret, []string{creds}, "A's creds", served(map[string][]byte{creds: credsA}), describe)
+}
+
+// gatewayNamingCredentials creates in env a Gateway of ns selecting
+// istio: ingressgateway with an HTTPS server (SIMPLE) per port, each
+// naming its Secret as credentialName.
+func gatewayNamingCredentials(t *testing.T, env *testenv.Env, ns string, secrets map[uint32]string) {
+	t.Helper()
+	gw := &istionetworkingv1.Gateway{
+		ObjectMeta: metav1.ObjectMeta{Name: "public", Namespace: ns},
+		Spec:       networkingapi.Gateway{Selector: map[string]string{"istio": "ingressgateway"}},
+	}
+	for port, secret := range secrets {
+		gw.Spec.Servers = append(gw.Spec.Servers, simpleServer(port, fmt.Sprintf("https-%d", port), "shop.example.com", secret))
+	}
+	if _, err := istioClient(t, env).NetworkingV1().Gateways(ns).Create(context.Background(), gw, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// listenerSecretNames is the certificate SDS names of the TLS chains of a
+// listener response, sorted, each once.
+func listenerSecretNames(t *testing.T, res *discoveryv3.DiscoveryResponse) []string {
+	var out []string
+	for _, a := range res.GetResources() {
+		l := &listenerv3.Listener{}
+		if err := a.UnmarshalTo(l); err != nil {
+			t.Errorf("listener resource: %v", err)
+			continue
+		}
+		for _, fc := range l.GetFilterChains() {
+			tc := fc.GetTransportSocket().GetTypedConfig()
+			d := &tlsv3.DownstreamTlsContext{}
+			if tc == nil || tc.UnmarshalTo(d) != nil {
+				continue
+			}
+			for _, c := range d.GetCommonTlsContext().GetTlsCertificateSdsSecretConfigs() {
+				out = append(out, c.GetName())
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // pushed reads responses, without asking again, acknowledging each (those
