@@ -73,6 +73,7 @@ func (b *builder) loadAssignments(ocs []outboundCluster) []resource.Resource {
 		} else if net != "" {
 			k += "|net:" + net // other networks' endpoints are left out
 		}
+		k += b.p.viewKey()
 		if oc.svc.Headless {
 			k += "|router" // only routers have a headless service's
 		}
@@ -147,6 +148,9 @@ func (b *builder) loadAssignment(oc outboundCluster, gws *model.NetworkGateways)
 	for _, ep := range eps {
 		if oc.subset != nil && !model.Matches(subsetLabels, ep.Labels) {
 			continue
+		}
+		if !b.p.sees(ep.Network) {
+			continue // not in its view: not even through a gateway
 		}
 		var epGws []model.NetworkGateway
 		direct := model.InNetwork(network, ep.Network)
@@ -309,4 +313,19 @@ func (b *builder) acceptsMTLS(oc outboundCluster, ep model.Endpoint) bool {
 		return s.GetMode() == networkingv1.ClientTLSSettings_ISTIO_MUTUAL
 	}
 	return b.snap.MTLSMode(ep.Namespace, ep.Labels, ep.Port) != model.MTLSDisable
+}
+
+// sees reports whether the proxy's network view includes network: every
+// network without a view, and the endpoints of no network always.
+func (p *Proxy) sees(network string) bool {
+	return p.NetworkView == nil || network == "" || slices.Contains(p.NetworkView, network)
+}
+
+// viewKey is the part of a cache key its network view makes: "" without
+// one, so that proxies without a view keep sharing what they share.
+func (p *Proxy) viewKey() string {
+	if p.NetworkView == nil {
+		return ""
+	}
+	return string(appendPart([]byte("|view|"), strings.Join(p.NetworkView, ",")))
 }

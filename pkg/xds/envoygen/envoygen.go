@@ -81,6 +81,11 @@ type Proxy struct {
 	// Network is the proxy's network (node metadata NETWORK); empty: its
 	// workload's topology.istio.io/network label, else unknown.
 	Network string
+	// NetworkView (node metadata REQUESTED_NETWORK_VIEW) restricts the
+	// endpoints it is sent to those of these networks and of none,
+	// before any is replaced by its network's gateways, as Istio's
+	// endpoint builder; nil: every network.
+	NetworkView []string
 }
 
 // Mesh is the mesh-wide configuration generation reads.
@@ -278,9 +283,9 @@ func (g *Generator) Scope(snap *model.Snapshot, p *Proxy) string {
 	b := &builder{g: g, snap: snap, p: p}
 	if p.Router {
 		if p.Network != "" {
-			return "router|" + b.routerScope() + string(appendPart([]byte("|net|"), p.Network))
+			return "router|" + b.routerScope() + string(appendPart([]byte("|net|"), p.Network)) + p.viewKey()
 		}
-		return "router|" + b.routerScope()
+		return "router|" + b.routerScope() + p.viewKey()
 	}
 	var out []byte
 	out = appendPart(out, p.Namespace)
@@ -311,7 +316,7 @@ func (g *Generator) Scope(snap *model.Snapshot, p *Proxy) string {
 	if p.Network != "" {
 		out = appendPart(append(out, "|net|"...), p.Network)
 	}
-	return string(out)
+	return string(out) + p.viewKey()
 }
 
 // EndpointScope is what load assignments read of p in snap, as one
@@ -341,7 +346,7 @@ func (g *Generator) EndpointScope(snap *model.Snapshot, p *Proxy) string {
 	if net := (&builder{p: p}).network(); net != "" {
 		out = appendPart(append(out, "|net|"...), net)
 	}
-	return string(out)
+	return string(out) + p.viewKey()
 }
 
 func appendPart(b []byte, s string) []byte {

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 
 	hcm "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
@@ -146,12 +147,12 @@ type Func func(snap *model.Snapshot, typeURL string, names []string, wildcard bo
 func (m *Mesh) Scope(w *identity.Workload, snap *model.Snapshot) (key string, gen Func) {
 	labels, ips := w.In(snap)
 	if !w.Envoy {
-		gp := &grpcgen.Proxy{Namespace: w.Namespace, Labels: labels}
-		return "grpc\x00" + labelsKey(w.Namespace, labels) + "\x00" + grpcgen.ScopeKey(snap, gp), func(snap *model.Snapshot, typeURL string, names []string, wildcard bool) []resource.Resource {
+		gp := &grpcgen.Proxy{Namespace: w.Namespace, Labels: labels, NetworkView: w.NetworkView}
+		return "grpc\x00" + labelsKey(w.Namespace, labels) + "\x00" + grpcgen.ScopeKey(snap, gp) + viewKey(w.NetworkView), func(snap *model.Snapshot, typeURL string, names []string, wildcard bool) []resource.Resource {
 			return m.GRPC.Generate(snap, gp, typeURL, names, wildcard)
 		}
 	}
-	ep := &envoygen.Proxy{Namespace: w.Namespace, Labels: labels, IPs: ips, Router: w.Router, Unprivileged: w.Unprivileged, Network: w.Network}
+	ep := &envoygen.Proxy{Namespace: w.Namespace, Labels: labels, IPs: ips, Router: w.Router, Unprivileged: w.Unprivileged, Network: w.Network, NetworkView: w.NetworkView}
 	return "envoy\x00" + m.Envoy.Scope(snap, ep), func(snap *model.Snapshot, typeURL string, names []string, wildcard bool) []resource.Resource {
 		return m.Envoy.Generate(snap, ep, typeURL, names, wildcard)
 	}
@@ -165,7 +166,7 @@ func (m *Mesh) EndpointsKey(w *identity.Workload, snap *model.Snapshot) string {
 		return ""
 	}
 	labels, _ := w.In(snap)
-	return "envoy\x00" + m.Envoy.EndpointScope(snap, &envoygen.Proxy{Namespace: w.Namespace, Labels: labels, Network: w.Network})
+	return "envoy\x00" + m.Envoy.EndpointScope(snap, &envoygen.Proxy{Namespace: w.Namespace, Labels: labels, Network: w.Network, NetworkView: w.NetworkView})
 }
 
 // labelsKey is a namespace and labels as one unambiguous string.
@@ -183,4 +184,13 @@ func appendField(b []byte, s string) []byte {
 	b = strconv.AppendInt(b, int64(len(s)), 10)
 	b = append(b, ':')
 	return append(b, s...)
+}
+
+// viewKey is the part of a proxyless client's scope key its network view
+// makes: "" without a view, distinct from a view of no network.
+func viewKey(view []string) string {
+	if view == nil {
+		return ""
+	}
+	return "\x00view:" + strings.Join(view, ",")
 }

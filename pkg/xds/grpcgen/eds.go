@@ -3,6 +3,7 @@ package grpcgen
 import (
 	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -32,6 +33,14 @@ func (g *Generator) endpoints(snap *model.Snapshot, p *Proxy, cv clientView, nam
 		// sent through network gateways (README).
 		eps = model.EndpointsInNetwork(eps, net)
 		key += "|net:" + net
+	}
+	if p.NetworkView != nil {
+		// A view leaves out the networks it does not name (and keeps
+		// the endpoints of none), as Istio's endpoint builder.
+		eps = slices.DeleteFunc(slices.Clone(eps), func(ep model.Endpoint) bool {
+			return ep.Network != "" && !slices.Contains(p.NetworkView, ep.Network)
+		})
+		key += "|view:" + strings.Join(p.NetworkView, ",")
 	}
 	if subset != "" {
 		// A subset's endpoints are those its rule, as it applies to the

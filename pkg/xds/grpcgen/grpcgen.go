@@ -51,6 +51,10 @@ const (
 type Proxy struct {
 	Namespace string
 	Labels    map[string]string
+	// NetworkView (node metadata REQUESTED_NETWORK_VIEW) restricts the
+	// endpoints it is sent to those of these networks and of none, as
+	// Istio's endpoint builder; nil: every network.
+	NetworkView []string
 }
 
 // Resource is one generated resource.

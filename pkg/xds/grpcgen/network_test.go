@@ -21,15 +21,20 @@ func TestAProxylessClientGetsOnlyTheEndpointsOfItsNetwork(t *testing.T) {
 	const name = "outbound|7070||echo.app.svc.cluster.local"
 	tests := map[string]struct {
 		network string
+		view    []string // REQUESTED_NETWORK_VIEW
 		want    []string
 	}{
 		"of net1":             {network: "net1", want: []string{"10.0.0.1", "10.2.0.1"}},
 		"of no known network": {want: []string{"10.0.0.1", "10.1.0.1", "10.2.0.1"}},
+		"of no known network, with the view of net2, as Istio's": {view: []string{"net2"}, want: []string{"10.1.0.1", "10.2.0.1"}},
+		"of no known network, with the view of both":             {view: []string{"net1", "net2"}, want: []string{"10.0.0.1", "10.1.0.1", "10.2.0.1"}},
+		"of no known network, with the view of no network":       {view: []string{}, want: []string{"10.2.0.1"}},
+		"of net1, with the view of net2":                         {network: "net1", view: []string{"net2"}, want: []string{"10.2.0.1"}},
 	}
 	keys := map[string]bool{}
 	for tname, tc := range tests {
 		t.Run(tname, func(t *testing.T) {
-			p := &Proxy{Namespace: "app", Labels: map[string]string{"app": "client"}}
+			p := &Proxy{Namespace: "app", Labels: map[string]string{"app": "client"}, NetworkView: tc.view}
 			if tc.network != "" {
 				p.Labels[model.NetworkLabel] = tc.network
 			}
@@ -46,7 +51,7 @@ func TestAProxylessClientGetsOnlyTheEndpointsOfItsNetwork(t *testing.T) {
 			}
 			r := (&Generator{TrustDomain: td}).Generate(snap, p, resource.EndpointType, []string{name}, false)[0]
 			if keys[r.Key] {
-				t.Error("two networks share a load assignment's key")
+				t.Error("two networks or views share a load assignment's key")
 			}
 			keys[r.Key] = true
 		})

@@ -1,7 +1,9 @@
 package identity
 
 import (
+	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -25,6 +27,9 @@ func FuzzNodeMetadata(f *testing.F) {
 		`{"NAMESPACE":"../..","SERVICE_ACCOUNT":"a"}`,
 		`{"NAMESPACE":"app","SERVICE_ACCOUNT":"a/b"}`,
 		`{"NAMESPACE":null,"SERVICE_ACCOUNT":null}`,
+		`{"NAMESPACE":"app","SERVICE_ACCOUNT":"a","REQUESTED_NETWORK_VIEW":"net-b,,net-a,net-b"}`,
+		`{"NAMESPACE":"app","SERVICE_ACCOUNT":"a","REQUESTED_NETWORK_VIEW":",,,"}`,
+		`{"NAMESPACE":"app","SERVICE_ACCOUNT":"a","REQUESTED_NETWORK_VIEW":["net-a"]}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -39,6 +44,15 @@ func FuzzNodeMetadata(f *testing.F) {
 		}
 		if _, err := m.Identity(testTD); err != nil {
 			t.Fatalf("accepted metadata without a valid identity: %v", err)
+		}
+		if len(m.NetworkView) > maxNetworkView || !slices.IsSorted(m.NetworkView) || slices.Contains(m.NetworkView, "") ||
+			len(slices.Compact(slices.Clone(m.NetworkView))) != len(m.NetworkView) {
+			t.Fatalf("network view %q", m.NetworkView)
+		}
+		for _, n := range m.NetworkView {
+			if len(n) > maxNetworkName || strings.Contains(n, ",") {
+				t.Fatalf("network view %q", m.NetworkView)
+			}
 		}
 	})
 }
@@ -70,6 +84,52 @@ func TestParseMetadata(t *testing.T) {
 			_, err := ParseMetadata(&md)
 			if (err == nil) != tc.ok {
 				t.Fatalf("err = %v, want ok %t", err, tc.ok)
+			}
+		})
+	}
+}
+
+func TestParseRequestedNetworkView(t *testing.T) {
+	many := strings.Repeat("n,", maxNetworkView-1) + "n"
+	tests := map[string]struct {
+		value any // absent when nil
+		want  []string
+		err   bool
+	}{
+		"absent: every network":                        {},
+		"empty: every network, as Istio's":             {value: "", want: nil},
+		"one network":                                  {value: "net-a", want: []string{"net-a"}},
+		"sorted, without duplicates or the empty name": {value: "net-b,,net-a,net-b", want: []string{"net-a", "net-b"}},
+		"commas alone: only endpoints of no network":   {value: ",", want: []string{}},
+		"names are kept as written, as Istio's":        {value: " net-a", want: []string{" net-a"}},
+		"64 names parse":                               {value: many, want: []string{"n"}},
+		"65 names are an error":                        {value: many + ",m", err: true},
+		"a name over 253 bytes is an error":            {value: "net-a," + strings.Repeat("n", 254), err: true},
+		"a list is an error, as Istio's JSON decoding": {value: []any{"net-a"}, err: true},
+		"a number is an error":                         {value: 1.0, err: true},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			fields := map[string]any{"NAMESPACE": "app", "SERVICE_ACCOUNT": "client"}
+			if tc.value != nil {
+				fields["REQUESTED_NETWORK_VIEW"] = tc.value
+			}
+			md, err := structpb.NewStruct(fields)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := ParseMetadata(md)
+			if tc.err {
+				if !errors.Is(err, ErrBadNode) || !strings.Contains(err.Error(), "REQUESTED_NETWORK_VIEW") {
+					t.Fatalf("err = %v, want a bad node naming REQUESTED_NETWORK_VIEW", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(m.NetworkView, tc.want) || (m.NetworkView == nil) != (tc.want == nil) {
+				t.Errorf("view %#v, want %#v", m.NetworkView, tc.want)
 			}
 		})
 	}

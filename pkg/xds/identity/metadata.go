@@ -3,7 +3,9 @@ package identity
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 
 	core "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -17,6 +19,8 @@ const (
 	maxLabels    = 256
 	// maxNetworkName is meshNetworks' bound on a network's name.
 	maxNetworkName = 253
+	// maxNetworkView bounds the networks REQUESTED_NETWORK_VIEW names.
+	maxNetworkView = 64
 	// maxNodeName is Kubernetes' bound on a node's name (a DNS subdomain).
 	maxNodeName = 253
 )
@@ -38,6 +42,13 @@ type NodeMeta struct {
 	// decides which endpoints it reaches directly and which through a
 	// network's gateway. Claiming another changes only that.
 	Network string
+	// NetworkView is REQUESTED_NETWORK_VIEW (pilot-agent's
+	// ISTIO_META_REQUESTED_NETWORK_VIEW), comma-separated: the networks
+	// whose endpoints the proxy is sent, besides those of no network;
+	// sorted, without duplicates or the empty name. nil: every network,
+	// as for an absent or empty value in Istio; empty but not nil (a
+	// value of commas alone): no network's but those of none.
+	NetworkView []string
 	// NodeName is NODE_NAME: the Kubernetes node the proxy runs on
 	// (pilot-agent's NODE_NAME, the pod's spec.nodeName), which its
 	// workload's kubernetes.io/hostname label is, as in Istio.
@@ -64,10 +75,11 @@ func ParseNode(node *core.Node) (*NodeMeta, error) {
 func ParseMetadata(md *structpb.Struct) (*NodeMeta, error) {
 	f := md.GetFields()
 	var m NodeMeta
+	var view string
 	for key, dst := range map[string]*string{
 		"NAMESPACE": &m.Namespace, "SERVICE_ACCOUNT": &m.ServiceAccount, "INSTANCE_IPS": &m.InstanceIPs,
 		"GENERATOR": &m.Generator, "CLUSTER_ID": &m.ClusterID, "NETWORK": &m.Network,
-		"NODE_NAME": &m.NodeName,
+		"NODE_NAME": &m.NodeName, "REQUESTED_NETWORK_VIEW": &view,
 	} {
 		v, ok := f[key]
 		if !ok {
@@ -109,6 +121,10 @@ func ParseMetadata(md *structpb.Struct) (*NodeMeta, error) {
 	if len(m.Network) > maxNetworkName {
 		return nil, fmt.Errorf("node metadata: NETWORK of %d bytes, limit %d: %w", len(m.Network), maxNetworkName, ErrBadNode)
 	}
+	var err error
+	if m.NetworkView, err = parseNetworkView(view); err != nil {
+		return nil, err
+	}
 	if len(m.NodeName) > maxNodeName {
 		return nil, fmt.Errorf("node metadata: NODE_NAME of %d bytes, limit %d: %w", len(m.NodeName), maxNodeName, ErrBadNode)
 	}
@@ -128,4 +144,33 @@ func (m *NodeMeta) Identity(td spiffeid.TrustDomain) (spiffeid.ID, error) {
 		return spiffeid.ID{}, fmt.Errorf("node identity: %w: %w", ErrBadNode, err)
 	}
 	return id, nil
+}
+
+// parseNetworkView splits REQUESTED_NETWORK_VIEW as Istio does, at every
+// comma, names kept as written; the empty name (no network) is always
+// visible, so it is dropped from the list.
+func parseNetworkView(v string) ([]string, error) {
+	if v == "" {
+		return nil, nil
+	}
+	if n := strings.Count(v, ",") + 1; n > maxNetworkView {
+		return nil, fmt.Errorf("node metadata: REQUESTED_NETWORK_VIEW names %d networks, limit %d: %w", n, maxNetworkView, ErrBadNode)
+	}
+	var out []string
+	for name := range strings.SplitSeq(v, ",") {
+		if len(name) > maxNetworkName {
+			return nil, fmt.Errorf("node metadata: REQUESTED_NETWORK_VIEW network of %d bytes, limit %d: %w", len(name), maxNetworkName, ErrBadNode)
+		}
+		if name != "" {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	out = slices.Compact(out)
+	if len(out) == 0 {
+		// Only commas: the view of no network's endpoints but those of
+		// none, as Istio's.
+		return []string{}, nil
+	}
+	return out, nil
 }

@@ -31,8 +31,9 @@ type Workload struct {
 	Pod            string // the pod its node ID names; "" for none
 	Labels         map[string]string
 	IPs            []string
-	Network        string // node metadata NETWORK
-	NodeName       string // node metadata NODE_NAME
+	Network        string   // node metadata NETWORK
+	NetworkView    []string // node metadata REQUESTED_NETWORK_VIEW (NodeMeta.NetworkView)
+	NodeName       string   // node metadata NODE_NAME
 	// Locality is the Envoy node's locality, "<region>/<zone>/<subzone>"
 	// (pilot-agent's, of the pod's locality label): a workload's when
 	// neither its registry pod nor its labels place it.
@@ -62,7 +63,7 @@ type labelledPod struct {
 // Envoy gateway. Both are bound to the pod they name alike.
 func WorkloadOf(node *core.Node, meta *NodeMeta) (*Workload, error) {
 	w := &Workload{Envoy: meta.Generator != "grpc", Namespace: meta.Namespace, ServiceAccount: meta.ServiceAccount, Labels: meta.Labels,
-		Network: meta.Network, NodeName: meta.NodeName, Locality: localityOf(node.GetLocality())}
+		Network: meta.Network, NetworkView: meta.NetworkView, NodeName: meta.NodeName, Locality: localityOf(node.GetLocality())}
 	typ, ip, id, err := ParseID(node.GetId())
 	switch {
 	case err != nil && w.Envoy:
