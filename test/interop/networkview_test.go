@@ -10,8 +10,6 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	istiomodel "istio.io/istio/pilot/pkg/model"
 	"istio.io/istio/pilot/test/xds"
-	"istio.io/istio/pkg/cluster"
-	"istio.io/istio/pkg/network"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/model/kubesource"
@@ -25,40 +23,25 @@ import (
 // on net-a, one on net-b (behind net-b's gateway) and one of no network.
 func TestRequestedNetworkViewMatchesIstio(t *testing.T) {
 	quietIstioLogs(t)
-	gateway := func(name, network, ip string) string {
-		return fmt.Sprintf("apiVersion: v1\nkind: Service\nmetadata: {name: %s, namespace: istio-system, labels: {topology.istio.io/network: %s}}\n"+
-			"spec: {clusterIP: 10.96.9.%d, externalIPs: [%s], ports: [{name: tls, port: 15443}]}\n", name, network, len(name), ip)
-	}
 	local := strings.Join([]string{
 		mcService("echo", 8080, map[string]string{"echo-1": "10.30.0.1", "echo-2": "10.30.0.2", "echo-3": "10.30.0.3"}),
 		mcPod("echo-1", "echo", "10.30.0.1", "app: echo, security.istio.io/tlsMode: istio, topology.istio.io/network: net-a"),
 		mcPod("echo-2", "echo", "10.30.0.2", "app: echo, security.istio.io/tlsMode: istio, topology.istio.io/network: net-b"),
 		mcPod("echo-3", "echo", "10.30.0.3", "app: echo, security.istio.io/tlsMode: istio"),
 		mcPod("client-1", "client", "10.30.0.9", "app: client, security.istio.io/tlsMode: istio, topology.istio.io/network: net-a"),
-		gateway("gw-a", "net-a", "192.0.2.1"),
-		gateway("gw-b", "net-b", "192.0.2.2"),
-		gateway("gw-bb", "net-b", "192.0.2.3"),
+		networkGateway("gw-a", "net-a", "192.0.2.1"),
+		networkGateway("gw-b", "net-b", "192.0.2.2"),
+		networkGateway("gw-bb", "net-b", "192.0.2.3"),
 	}, "---\n")
 	const name = "outbound|80||echo.app.svc.cluster.local"
 	s := xds.NewFakeDiscoveryServer(t, xds.FakeOptions{KubernetesObjectString: local})
 	client := podOf(t, local, "client-1")
 	istio := func(view string) []string {
-		md := &istiomodel.NodeMetadata{Namespace: client.Namespace, ServiceAccount: client.Spec.ServiceAccountName, Labels: client.Labels,
-			ClusterID: cluster.ID(compareLocal), Network: network.ID("net-a")}
-		if err := md.RequestedNetworkView.UnmarshalJSON([]byte(fmt.Sprintf("%q", view))); err != nil {
-			t.Fatal(err)
-		}
-		proxy := s.SetupProxy(&istiomodel.Proxy{
-			Type: istiomodel.SidecarProxy, ID: client.Name + "." + client.Namespace, ConfigNamespace: client.Namespace,
-			IPAddresses: []string{client.Status.PodIP}, Labels: client.Labels, Metadata: md,
-		})
-		for _, cla := range s.Endpoints(proxy) {
-			if cla.GetClusterName() == name {
-				return weightedAddresses(cla)
+		return istioLoadAssignment(t, s, client, "net-a", name, func(md *istiomodel.NodeMetadata) {
+			if err := md.RequestedNetworkView.UnmarshalJSON([]byte(fmt.Sprintf("%q", view))); err != nil {
+				t.Fatal(err)
 			}
-		}
-		t.Fatalf("Istio's generator gives no load assignment %s", name)
-		return nil
+		})
 	}
 
 	store := model.NewStore()

@@ -13,6 +13,7 @@ import (
 	"istio.io/istio/pkg/cluster"
 	"istio.io/istio/pkg/config/mesh/meshwatcher"
 	"istio.io/istio/pkg/network"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/bulwark-mesh/bulwark/pkg/model"
 	"github.com/bulwark-mesh/bulwark/pkg/model/kubesource"
@@ -27,18 +28,14 @@ import (
 // Istio's own, without NETWORK, goes through net-ns's gateway too.
 func TestAProxyWithoutNetworkIsOnItsClustersNetwork(t *testing.T) {
 	quietIstioLogs(t)
-	gateway := func(name, network, ip string) string {
-		return fmt.Sprintf("apiVersion: v1\nkind: Service\nmetadata: {name: %s, namespace: istio-system, labels: {topology.istio.io/network: %s}}\n"+
-			"spec: {clusterIP: 10.96.9.%d, externalIPs: [%s], ports: [{name: tls, port: 15443}]}\n", name, network, len(name), ip)
-	}
 	local := strings.Join([]string{
 		"apiVersion: v1\nkind: Namespace\nmetadata: {name: istio-system, labels: {topology.istio.io/network: net-ns}}\n",
 		mcService("echo", 8080, map[string]string{"echo-1": "10.30.0.1", "echo-2": "10.30.0.2"}),
 		mcPod("echo-1", "echo", "10.30.0.1", "app: echo, security.istio.io/tlsMode: istio"),
 		mcPod("echo-2", "echo", "10.30.0.2", "app: echo, security.istio.io/tlsMode: istio, topology.istio.io/network: net-b"),
 		mcPod("client-1", "client", "10.30.0.9", "app: client, security.istio.io/tlsMode: istio"),
-		gateway("gw-ns", "net-ns", "192.0.2.1"),
-		gateway("gw-b", "net-b", "192.0.2.2"),
+		networkGateway("gw-ns", "net-ns", "192.0.2.1"),
+		networkGateway("gw-b", "net-b", "192.0.2.2"),
 	}, "---\n")
 	const name = "outbound|80||echo.app.svc.cluster.local"
 	// Istio's fake server gives its kube registry no system namespace, so
@@ -51,19 +48,7 @@ func TestAProxyWithoutNetworkIsOnItsClustersNetwork(t *testing.T) {
 	s := xds.NewFakeDiscoveryServer(t, xds.FakeOptions{KubernetesObjectString: local, NetworksWatcher: meshwatcher.NewFixedNetworksWatcher(istioNets)})
 	client := podOf(t, local, "client-1")
 	istio := func(networkID string) []string {
-		proxy := s.SetupProxy(&istiomodel.Proxy{
-			Type: istiomodel.SidecarProxy, ID: client.Name + "." + client.Namespace, ConfigNamespace: client.Namespace,
-			IPAddresses: []string{client.Status.PodIP}, Labels: client.Labels,
-			Metadata: &istiomodel.NodeMetadata{Namespace: client.Namespace, ServiceAccount: client.Spec.ServiceAccountName, Labels: client.Labels,
-				ClusterID: cluster.ID(compareLocal), Network: network.ID(networkID)},
-		})
-		for _, cla := range s.Endpoints(proxy) {
-			if cla.GetClusterName() == name {
-				return weightedAddresses(cla)
-			}
-		}
-		t.Fatalf("Istio's generator gives no load assignment %s", name)
-		return nil
+		return istioLoadAssignment(t, s, client, networkID, name, nil)
 	}
 
 	store := model.NewStore()
@@ -85,6 +70,38 @@ func TestAProxyWithoutNetworkIsOnItsClustersNetwork(t *testing.T) {
 	if slices.Equal(without, withNetwork) || !slices.Contains(addressesOnly(without), "192.0.2.1:15443") {
 		t.Errorf("Istio's without NETWORK %v: expected its own network's gateway (the deliberate difference)", without)
 	}
+}
+
+// networkGateway is a Service of istio-system labelled with network, at
+// external IP ip on port 15443: that network's gateway, as Istio finds
+// one.
+func networkGateway(name, network, ip string) string {
+	return fmt.Sprintf("apiVersion: v1\nkind: Service\nmetadata: {name: %s, namespace: istio-system, labels: {topology.istio.io/network: %s}}\n"+
+		"spec: {clusterIP: 10.96.9.%d, externalIPs: [%s], ports: [{name: tls, port: 15443}]}\n", name, network, len(name), ip)
+}
+
+// istioLoadAssignment is the weighted addresses of the load assignment of
+// cluster name that Istio's generator s gives client's sidecar, of
+// cluster compareLocal and node metadata NETWORK networkID, its metadata
+// set further by mod unless nil.
+func istioLoadAssignment(t *testing.T, s *xds.FakeDiscoveryServer, client *corev1.Pod, networkID, name string, mod func(*istiomodel.NodeMetadata)) []string {
+	t.Helper()
+	md := &istiomodel.NodeMetadata{Namespace: client.Namespace, ServiceAccount: client.Spec.ServiceAccountName, Labels: client.Labels,
+		ClusterID: cluster.ID(compareLocal), Network: network.ID(networkID)}
+	if mod != nil {
+		mod(md)
+	}
+	proxy := s.SetupProxy(&istiomodel.Proxy{
+		Type: istiomodel.SidecarProxy, ID: client.Name + "." + client.Namespace, ConfigNamespace: client.Namespace,
+		IPAddresses: []string{client.Status.PodIP}, Labels: client.Labels, Metadata: md,
+	})
+	for _, cla := range s.Endpoints(proxy) {
+		if cla.GetClusterName() == name {
+			return weightedAddresses(cla)
+		}
+	}
+	t.Fatalf("Istio's generator gives no load assignment %s", name)
+	return nil
 }
 
 // weightedAddresses are a load assignment's "<address>:<port>/<weight>",
