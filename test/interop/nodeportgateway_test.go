@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	meshv1alpha1 "istio.io/api/mesh/v1alpha1"
 	kubecontroller "istio.io/istio/pilot/pkg/serviceregistry/kube/controller"
@@ -77,15 +76,9 @@ func TestNodePortGatewaysMatchIstio(t *testing.T) {
 	}
 	same := func(step, want string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		var ours, theirs string
-		for time.Now().Before(deadline) {
-			if ours, theirs = ourView(), istioView(); ours == theirs && theirs == want {
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
+		if ours, theirs, ok := awaitSameView(ourView, istioView, func(v string) bool { return v == want }); !ok {
+			t.Fatalf("%s: ours %q, Istio's %q, want %q", step, ours, theirs, want)
 		}
-		t.Fatalf("%s: ours %q, Istio's %q, want %q", step, ours, theirs, want)
 	}
 	update := func(name string, change func(*corev1.Node)) {
 		t.Helper()

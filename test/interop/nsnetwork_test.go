@@ -89,17 +89,11 @@ func TestSystemNamespaceNetworkMatchesIstio(t *testing.T) {
 	}
 	same := func(step, wantNet string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		var ours, theirs string
-		for time.Now().Before(deadline) {
-			ours, theirs = ourView(), istioView()
-			if ours == theirs && strings.Contains(theirs, "echo-1: endpoint "+wantNet+",") {
-				t.Logf("%s:\n%s", step, ours)
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
+		ours, theirs, ok := awaitSameView(ourView, istioView, func(v string) bool { return strings.Contains(v, "echo-1: endpoint "+wantNet+",") })
+		if !ok {
+			t.Fatalf("%s: ours\n%s\nIstio's\n%s\n(want echo-1 on %q)", step, ours, theirs, wantNet)
 		}
-		t.Fatalf("%s: ours\n%s\nIstio's\n%s\n(want echo-1 on %q)", step, ours, theirs, wantNet)
+		t.Logf("%s:\n%s", step, ours)
 	}
 	relabel := func(network string) {
 		t.Helper()
@@ -146,6 +140,23 @@ func runOurSource(t *testing.T, objs []runtime.Object, cfg kubesource.Config) (*
 	go func() { _ = src.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return client, store
+}
+
+// awaitSameView polls, for up to 10 s, until ours and Istio's views are
+// equal and want holds of them, and returns the last two views and
+// whether they did.
+func awaitSameView(ours, istio func() string, want func(string) bool) (string, string, bool) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		o, i := ours(), istio()
+		if o == i && want(i) {
+			return o, i, true
+		}
+		if time.Now().After(deadline) {
+			return o, i, false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // copies is a deep copy of each object.
